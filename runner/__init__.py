@@ -1,0 +1,144 @@
+"""The Parkway runner: the agent loop, tools, parking, settling and resuming, on Redis.
+
+It knows nothing of HTTP, SSE or any wire protocol; ``transport`` and ``widgets_api``
+build on it.
+"""
+
+from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from runner.canonical import canonical_json, is_plain_json, parked_call_key
+from runner.embedded import EmbeddedRedis
+from runner.errors import (
+    AnswerMismatchError,
+    CallerError,
+    CallNotFoundError,
+    ChatBusyError,
+    ChatNotFoundError,
+    ConflictError,
+    DuplicateMessageError,
+    IncompatibleStateError,
+    InvalidOutcomeError,
+    NotPlainJSONError,
+    NothingToResumeError,
+    OutcomeNotAllowedError,
+    ParkwayError,
+    SettleConflictError,
+    StateError,
+    TemplateError,
+)
+from runner.events import (
+    ApprovalRequested,
+    CallParked,
+    Event,
+    MessageFinished,
+    MessageStarted,
+    RunFailed,
+    StepFinished,
+    StepStarted,
+    TextDelta,
+    TextEnded,
+    TextStarted,
+    ToolCallIssued,
+    ToolDenied,
+    ToolFailed,
+    ToolInputRejected,
+    ToolSucceeded,
+)
+from runner.history import UNKNOWN_RESULT
+from runner.keys import ChatKeys, chat_keys, check_chat_id
+from runner.loop import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
+from runner.model import (
+    AssistantTurn,
+    Model,
+    ModelEvent,
+    ModelMessage,
+    ModelRequest,
+    ModelTextDelta,
+    ModelToolCall,
+    ToolDescription,
+    ToolResult,
+    UserTurn,
+)
+from runner.outcomes import model_result, normalize_outcome
+from runner.parking import ParkedCall
+from runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
+from runner.scripted import END_OF_SCRIPT, ScriptedModel
+from runner.store import ChatRecord, ChatStore
+from runner.template import AgentTemplate, ToolSpec, load_template
+from runner.tools import ToolContext, ToolError
+
+__all__ = [
+    "END_OF_SCRIPT",
+    "PLATFORM_OPS",
+    "UNKNOWN_RESULT",
+    "AgentFile",
+    "AgentTemplate",
+    "Answer",
+    "AnswerMismatchError",
+    "AnswerReport",
+    "ApprovalRequested",
+    "AssistantTurn",
+    "CallNotFoundError",
+    "CallParked",
+    "CallerError",
+    "ChatBusyError",
+    "ChatKeys",
+    "ChatNotFoundError",
+    "ChatRecord",
+    "ChatStore",
+    "ConflictError",
+    "DuplicateMessageError",
+    "EmbeddedRedis",
+    "Event",
+    "IncompatibleStateError",
+    "InvalidOutcomeError",
+    "MessageFinished",
+    "MessageStarted",
+    "Model",
+    "ModelEvent",
+    "ModelMessage",
+    "ModelRequest",
+    "ModelTextDelta",
+    "ModelToolCall",
+    "NotPlainJSONError",
+    "NothingToResumeError",
+    "OutcomeNotAllowedError",
+    "ParkedCall",
+    "ParkwayError",
+    "PlatformOp",
+    "Run",
+    "RunFailed",
+    "Runner",
+    "RunnerConfig",
+    "ScriptedModel",
+    "SettleConflictError",
+    "SettleResult",
+    "StateError",
+    "StepFinished",
+    "StepStarted",
+    "TemplateError",
+    "TextDelta",
+    "TextEnded",
+    "TextStarted",
+    "ToolCallIssued",
+    "ToolContext",
+    "ToolDenied",
+    "ToolDescription",
+    "ToolError",
+    "ToolFailed",
+    "ToolInputRejected",
+    "ToolResult",
+    "ToolSpec",
+    "ToolSucceeded",
+    "UserTurn",
+    "canonical_json",
+    "chat_keys",
+    "check_chat_id",
+    "is_plain_json",
+    "load_agent_file",
+    "load_template",
+    "model_result",
+    "normalize_outcome",
+    "parked_call_key",
+    "parse_agent_file",
+    "register_platform_op",
+]

@@ -1,0 +1,118 @@
+"""Errors raised by the runner.
+
+The tree::
+
+    ParkwayError                      root of everything the runner raises
+    ├── CallerError                   the caller's mistake; the message names the bad value
+    │   ├── TemplateError             an agent template or agent file is invalid
+    │   ├── NotPlainJSONError         a value that must be plain JSON is not
+    │   ├── InvalidOutcomeError       an outcome that the call's kind or schema does not allow
+    │   ├── OutcomeNotAllowedError    an outcome this settler may not record (403)
+    │   ├── ChatNotFoundError         no such chat, or not the caller's (callers cannot tell)
+    │   ├── CallNotFoundError         no such parked call in the chat
+    │   └── AnswerMismatchError       an answer names a pending call but carries other input
+    ├── ConflictError                 a state transition lost a race or is not allowed now
+    │   ├── SettleConflictError       the call is already settled with another outcome
+    │   ├── ChatBusyError             another worker holds the chat's run lease
+    │   ├── NothingToResumeError      the chat is not parked, or calls are still pending
+    │   └── DuplicateMessageError     the user message was already taken
+    └── StateError                    stored state the running code cannot use
+        └── IncompatibleStateError    a record with a schema version this code cannot read
+
+Control flow (a call parks) is not an exception: the run loop returns a parked step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AnswerMismatchError",
+    "CallNotFoundError",
+    "CallerError",
+    "ChatBusyError",
+    "ChatNotFoundError",
+    "ConflictError",
+    "DuplicateMessageError",
+    "IncompatibleStateError",
+    "InvalidOutcomeError",
+    "NotPlainJSONError",
+    "NothingToResumeError",
+    "OutcomeNotAllowedError",
+    "ParkwayError",
+    "SettleConflictError",
+    "StateError",
+    "TemplateError",
+]
+
+
+class ParkwayError(Exception):
+    """Root of the runner's errors. ``code`` is a stable machine-readable name."""
+
+    code = "parkway_error"
+
+
+class CallerError(ParkwayError):
+    code = "invalid_request"
+
+
+class TemplateError(CallerError):
+    code = "invalid_template"
+
+
+class NotPlainJSONError(CallerError):
+    code = "not_plain_json"
+
+
+class InvalidOutcomeError(CallerError):
+    code = "invalid_outcome"
+
+
+class OutcomeNotAllowedError(CallerError):
+    code = "outcome_not_allowed"
+
+
+class ChatNotFoundError(CallerError):
+    code = "chat_not_found"
+
+
+class CallNotFoundError(CallerError):
+    code = "call_not_found"
+
+
+class AnswerMismatchError(CallerError):
+    code = "answer_mismatch"
+
+
+class ConflictError(ParkwayError):
+    code = "conflict"
+
+
+class SettleConflictError(ConflictError):
+    """The call was settled first with a different outcome; ``existing`` is the winner's."""
+
+    code = "already_settled"
+
+    def __init__(self, message: str, existing: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.existing = existing
+
+
+class ChatBusyError(ConflictError):
+    code = "chat_busy"
+
+
+class NothingToResumeError(ConflictError):
+    code = "nothing_to_resume"
+
+
+class DuplicateMessageError(ConflictError):
+    code = "duplicate_message"
+
+
+class StateError(ParkwayError):
+    code = "state_error"
+
+
+class IncompatibleStateError(StateError):
+    code = "incompatible_state"

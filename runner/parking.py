@@ -1,0 +1,128 @@
+"""Parked calls: the stored record of a tool call that waits for the browser or a human.
+
+A record is written once, when the call parks, and never rewritten; its outcome lives
+beside it (one field per call in the chat's outcomes hash), so settling is a single
+atomic write that compares strings. Records carry a schema version: a record this code
+cannot read fails closed with :class:`IncompatibleStateError`, never a crash mid-stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runner.errors import IncompatibleStateError
+
+__all__ = ["RECORD_VERSION", "CallKind", "ParkedCall", "decode_call", "encode_call"]
+
+RECORD_VERSION = 1
+
+CallKind = Literal["client", "approval"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: int
+    id: str
+    tool: str
+    kind: CallKind
+    input: Any
+    key: str
+    seq: int
+    message_id: str
+    created_at: float
+    deadline: float | None = None
+    approval_id: str | None = None
+    allow_edits: bool = False
+    render: dict[str, Any] | None = None
+    result_style: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ParkedCall:
+    """A parked call and, once settled, its outcome (``None`` while pending)."""
+
+    tool_call_id: str
+    tool_name: str
+    kind: CallKind
+    input: Any
+    key: str
+    seq: int
+    message_id: str
+    created_at: float
+    deadline: float | None = None
+    approval_id: str | None = None
+    allow_edits: bool = False
+    render: Mapping[str, Any] | None = None
+    result_style: str | None = None
+    description: str = ""
+    outcome: Mapping[str, Any] | None = None
+
+    @property
+    def status(self) -> Literal["pending", "settled"]:
+        return "pending" if self.outcome is None else "settled"
+
+    def with_outcome(self, outcome: Mapping[str, Any] | None) -> ParkedCall:
+        return ParkedCall(**{**self.__dict__, "outcome": outcome})
+
+
+def encode_call(call: ParkedCall) -> str:
+    """The stored JSON of a call's record (without its outcome)."""
+    record = _Record(
+        v=RECORD_VERSION,
+        id=call.tool_call_id,
+        tool=call.tool_name,
+        kind=call.kind,
+        input=call.input,
+        key=call.key,
+        seq=call.seq,
+        message_id=call.message_id,
+        created_at=call.created_at,
+        deadline=call.deadline,
+        approval_id=call.approval_id,
+        allow_edits=call.allow_edits,
+        render=dict(call.render) if call.render is not None else None,
+        result_style=call.result_style,
+        description=call.description,
+    )
+    return record.model_dump_json(exclude_defaults=True)
+
+
+def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedCall:
+    """Read a stored record (and its outcome JSON, if settled)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise IncompatibleStateError("a stored parked call is not valid JSON") from None
+    version = data.get("v") if isinstance(data, dict) else None
+    if version != RECORD_VERSION:
+        raise IncompatibleStateError(
+            f"a stored parked call has schema version {version!r}; this Parkway reads "
+            f"version {RECORD_VERSION}. Upgrade Parkway or let the chat expire."
+        )
+    try:
+        rec = _Record.model_validate(data)
+    except ValidationError as exc:
+        raise IncompatibleStateError(f"a stored parked call is malformed: {exc.errors()[0]['msg']}")
+    return ParkedCall(
+        tool_call_id=rec.id,
+        tool_name=rec.tool,
+        kind=rec.kind,
+        input=rec.input,
+        key=rec.key,
+        seq=rec.seq,
+        message_id=rec.message_id,
+        created_at=rec.created_at,
+        deadline=rec.deadline,
+        approval_id=rec.approval_id,
+        allow_edits=rec.allow_edits,
+        render=rec.render,
+        result_style=rec.result_style,
+        description=rec.description,
+        outcome=json.loads(outcome) if outcome is not None else None,
+    )

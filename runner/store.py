@@ -1,0 +1,190 @@
+"""The Redis store: the only place that talks to Redis about chats.
+
+Every transition that can race runs as one Lua script (:mod:`runner._scripts`); reads
+are pipelined so a park or a resume costs a fixed, small number of round trips,
+whatever the history's length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from runner import _scripts
+from runner.keys import ChatKeys
+from runner.parking import ParkedCall, decode_call, encode_call
+
+__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore"]
+
+SCHEMA_VERSION = "1"
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class ChatRecord:
+    """Everything stored for one chat, read in one round trip."""
+
+    meta: Mapping[str, str]
+    entries: Sequence[Mapping[str, Any]]
+    calls: Sequence[ParkedCall]
+
+    @property
+    def owner(self) -> str | None:
+        return self.meta.get("owner")
+
+
+class ChatStore:
+    """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
+
+    def __init__(self, redis: Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
+        self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
+        self._commit = redis.register_script(_scripts.COMMIT)
+        self._settle = redis.register_script(_scripts.SETTLE)
+
+    async def claim_turn(
+        self,
+        keys: ChatKeys,
+        *,
+        principal: str,
+        token: str,
+        now_ms: int,
+        lease_ms: int,
+        user_message_id: str,
+        supersede_outcome: str,
+        message_id: str,
+        template_digest: str,
+        template_json: str,
+    ) -> tuple[list[str], list[str]]:
+        """Run CLAIM_TURN and read the history in the same round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        await self._claim_turn(
+            keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls],
+            args=[
+                SCHEMA_VERSION,
+                principal,
+                token,
+                now_ms,
+                lease_ms,
+                user_message_id,
+                supersede_outcome,
+                self.ttl_s,
+                message_id,
+                template_digest,
+                template_json,
+            ],
+            client=pipe,
+        )
+        pipe.lrange(keys.history, 0, -1)
+        result, history = await pipe.execute()
+        return [_s(x) for x in result], [_s(x) for x in history]
+
+    async def claim_resume(
+        self, keys: ChatKeys, *, principal: str, token: str, now_ms: int, lease_ms: int
+    ) -> tuple[list[str], list[str]]:
+        """Run CLAIM_RESUME and read the history in the same round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        await self._claim_resume(
+            keys=[keys.meta, keys.pending],
+            args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, self.ttl_s],
+            client=pipe,
+        )
+        pipe.lrange(keys.history, 0, -1)
+        result, history = await pipe.execute()
+        return [_s(x) for x in result], [_s(x) for x in history]
+
+    async def commit(
+        self,
+        keys: ChatKeys,
+        *,
+        token: str,
+        state: str,
+        model_calls: int,
+        now_ms: int,
+        lease_ms: int,
+        entries: Sequence[Mapping[str, Any]],
+        calls: Sequence[ParkedCall] = (),
+        parked_ids: Sequence[str] | None = None,
+    ) -> bool:
+        """Persist a step if ``token`` still holds the lease; False if it was lost."""
+        args: list[Any] = [
+            token,
+            state,
+            self.ttl_s,
+            model_calls,
+            now_ms,
+            lease_ms,
+            "" if parked_ids is None else json.dumps(list(parked_ids)),
+            len(entries),
+            len(calls),
+        ]
+        args.extend(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in entries)
+        for call in calls:
+            args.extend((call.tool_call_id, encode_call(call), call.seq))
+        ok = await self._commit(
+            keys=[keys.meta, keys.history, keys.calls, keys.pending, keys.outcomes], args=args
+        )
+        return bool(ok)
+
+    async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> list[str]:
+        result = await self._settle(
+            keys=[keys.calls, keys.outcomes, keys.pending],
+            args=[tool_call_id, outcome_json, self.ttl_s],
+        )
+        return [_s(x) for x in result]
+
+    async def owner(self, keys: ChatKeys) -> str | None:
+        value = await self.redis.hget(keys.meta, "owner")
+        return None if value is None else _s(value)
+
+    async def calls(
+        self, keys: ChatKeys, ids: Sequence[str] | None = None
+    ) -> tuple[str | None, list[ParkedCall]]:
+        """The chat's owner and its parked calls named by ``ids``, with their outcomes.
+
+        With ``ids=None``: the pending calls, in park order (one more round trip).
+        """
+        if ids is None:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hget(keys.meta, "owner")
+            pipe.zrange(keys.pending, 0, -1)
+            owner, pending = await pipe.execute()
+            ids = [_s(x) for x in pending]
+            if not ids:
+                return (None if owner is None else _s(owner)), []
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(keys.meta, "owner")
+        pipe.hmget(keys.calls, list(ids))
+        pipe.hmget(keys.outcomes, list(ids))
+        owner, records, outcomes = await pipe.execute()
+        calls = [
+            decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec
+        ]
+        return (None if owner is None else _s(owner)), calls
+
+    async def load(self, keys: ChatKeys) -> ChatRecord | None:
+        """The whole chat (meta, history, every parked call), or None if absent."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.meta)
+        pipe.lrange(keys.history, 0, -1)
+        pipe.hgetall(keys.calls)
+        pipe.hgetall(keys.outcomes)
+        meta_raw, history, calls_raw, outcomes_raw = await pipe.execute()
+        if not meta_raw:
+            return None
+        meta = {_s(k): _s(v) for k, v in meta_raw.items()}
+        outcomes = {_s(k): v for k, v in outcomes_raw.items()}
+        calls = sorted(
+            (decode_call(v, outcomes.get(_s(k))) for k, v in calls_raw.items()),
+            key=lambda c: c.seq,
+        )
+        return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)

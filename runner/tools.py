@@ -1,0 +1,106 @@
+"""Tool execution and input validation for server tools.
+
+A function tool's callable takes the input object, and optionally a :class:`ToolContext`
+as a second argument; it may be sync (run in a worker thread) or async. It returns plain
+JSON. To show the model (and the user) an error message, raise :class:`ToolError`; any
+other exception becomes a generic error result, so internal details never leak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from runner.canonical import canonical_json
+from runner.template import ToolSpec
+
+__all__ = ["ToolContext", "ToolError", "ToolRun", "execute_tool", "input_problem"]
+
+log = logging.getLogger(__name__)
+
+
+class ToolError(Exception):
+    """Raised by a tool to report an error whose message the model may see."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    chat_id: str
+    principal: str
+    tool_call_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What a server tool produced: ``output`` when ``error`` is None."""
+
+    output: Any = None
+    error: str | None = None
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema_json: str) -> Draft202012Validator:
+    import json
+
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
+    """A deterministic message saying why ``tool_input`` is not valid for ``spec``."""
+    try:
+        validator = _validator(canonical_json(dict(spec.input_schema)))
+        canonical_json(tool_input)
+    except Exception:
+        return f"input for tool {spec.name!r} is not plain JSON"
+    errors = sorted(validator.iter_errors(tool_input), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    first = errors[0]
+    where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+    return f"invalid input for tool {spec.name!r} at {where}: {first.message}"
+
+
+def _wants_context(func: Callable[..., Any]) -> bool:
+    try:
+        params = [
+            p
+            for p in inspect.signature(func).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2
+
+
+async def execute_tool(spec: ToolSpec, tool_input: Mapping[str, Any], ctx: ToolContext) -> ToolRun:
+    """Run a server tool with a timeout; never raises for the tool's own failures."""
+    func = spec.func
+    if func is None:
+        return ToolRun(error=f"tool {spec.name!r} has no server implementation")
+    args: tuple[Any, ...] = (tool_input, ctx) if _wants_context(func) else (tool_input,)
+    try:
+        async with asyncio.timeout(spec.timeout_s):
+            if inspect.iscoroutinefunction(func):
+                output = await func(*args)
+            else:
+                output = await asyncio.to_thread(func, *args)
+    except TimeoutError:
+        return ToolRun(error=f"tool {spec.name!r} timed out after {spec.timeout_s:g}s")
+    except ToolError as exc:
+        return ToolRun(error=str(exc)[:2000] or f"tool {spec.name!r} failed")
+    except Exception:
+        log.exception("tool %s raised (chat %s, call %s)", spec.name, ctx.chat_id, ctx.tool_call_id)
+        return ToolRun(error=f"tool {spec.name!r} failed with an internal error")
+    try:
+        canonical_json(output)
+    except Exception:
+        return ToolRun(error=f"tool {spec.name!r} returned a value that is not plain JSON")
+    return ToolRun(output=output)
