@@ -641,21 +641,10 @@ class Runner:
                 continue
             used.add(call.tool_call_id)
             matched.append((call, answer))
-        settled: list[str] = []
-        left = len(pending)
         for call, answer in matched:
-            result = await self._settle_one(
-                keys, call, answer.outcome, by="client", template=template
-            )
-            settled.append(call.tool_call_id)
-            if result.pending is not None:
-                left = result.pending
-            else:
-                left -= 0
-        if matched:
-            _, still = await self.store.calls(keys)
-            left = len(still)
-        return AnswerReport(settled=tuple(settled), pending=left)
+            await self._settle_one(keys, call, answer.outcome, by="client", template=template)
+        left = await self.store.pending_count(keys) if matched else len(pending)
+        return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
 
     @staticmethod
     def _key_of(answer: Answer) -> str | None:
@@ -665,6 +654,15 @@ class Runner:
             return None
 
     # -- reading ------------------------------------------------------------------------
+
+    async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
+        """One parked call with its outcome (for a widget watching its status)."""
+        owner, calls = await self.store.calls(chat_keys(chat_id), [tool_call_id])
+        if owner is None or owner != principal:
+            raise ChatNotFoundError("no such chat")
+        if not calls:
+            raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
+        return calls[0]
 
     async def chat(self, chat_id: str, principal: str) -> ChatRecord:
         """Everything stored for the chat. Another principal's chat reads as missing."""

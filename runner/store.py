@@ -142,6 +142,9 @@ class ChatStore:
         )
         return [_s(x) for x in result]
 
+    async def pending_count(self, keys: ChatKeys) -> int:
+        return int(await self.redis.zcard(keys.pending))
+
     async def owner(self, keys: ChatKeys) -> str | None:
         value = await self.redis.hget(keys.meta, "owner")
         return None if value is None else _s(value)

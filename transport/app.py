@@ -1,0 +1,183 @@
+"""The app factory: settings in, a Starlette app out.
+
+The lifespan connects to Redis (starting the embedded one when no URL is configured),
+builds the runner for the agent, and on shutdown lets running turns finish before it
+closes Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from runner.demo import DEMO_AGENT
+from runner.embedded import EmbeddedRedis
+from runner.errors import ParkwayError, SettleConflictError
+from runner.loop import Runner, RunnerConfig
+from transport.errors import HTTPError, status_for
+from transport.routes import api_routes
+from transport.sessions import SessionAuthenticator
+from transport.settings import Settings
+from widgets_api import widget_routes
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+_STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+class OriginGuard:
+    """Refuses state-changing requests whose ``Origin`` is not allowed.
+
+    Threat answered: cross-site request forgery with the session cookie. The default
+    allowed origin is the server's own (``public_url``, else the request's own host);
+    more come from ``allowed_origins``. Requests without ``Origin`` (non-browser
+    clients) pass: they carry no ambient cookie authority a page could abuse... unless
+    they send the cookie, which only a browser does, and browsers send ``Origin`` on
+    every cross-origin POST.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in _STATE_CHANGING:
+            headers = dict(scope["headers"])
+            origin = headers.get(b"origin")
+            if origin is not None and not self._allowed(origin.decode("latin-1"), scope, headers):
+                error = HTTPError(
+                    403, "origin_not_allowed", "requests from this origin are not allowed"
+                )
+                await JSONResponse(error.body(), status_code=403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, origin: str, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        origin = origin.lower().rstrip("/")
+        if origin in self.settings.allowed_origins:
+            return True
+        if self.settings.public_url is not None:
+            own = self.settings.public_url.lower().rstrip("/")
+        else:
+            host = headers.get(b"host", b"").decode("latin-1").lower()
+            own = f"{scope.get('scheme', 'http')}://{host}"
+        return origin == own
+
+
+async def _parkway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ParkwayError)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, SettleConflictError):
+        extra["outcome"] = exc.existing
+    error = HTTPError(status_for(exc), exc.code, str(exc), **extra)
+    if error.status >= 500:
+        return await _unexpected(request, exc)
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    ref = secrets.token_hex(4)
+    log.error("unhandled error (ref %s) on %s %s", ref, request.method, request.url.path,
+              exc_info=exc)
+    error = HTTPError(500, "internal_error", f"internal error (reference {ref})")
+    return JSONResponse(error.body(), status_code=500)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    error = HTTPError(status, codes.get(status, "http_error"), str(getattr(exc, "detail", "")))
+    return JSONResponse(error.body(), status_code=status)
+
+
+async def healthz(request: Request) -> Response:
+    try:
+        await request.app.state.redis.ping()
+    except Exception:
+        return JSONResponse({"status": "unavailable", "redis": "down"}, status_code=503)
+    return JSONResponse({"status": "ok", "redis": "ok"})
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    agent: AgentFile | None = None,
+) -> Starlette:
+    """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo)."""
+    settings = settings or Settings()
+    if agent is None:
+        agent = (
+            load_agent_file(settings.agent_file)
+            if settings.agent_file is not None
+            else parse_agent_file(DEMO_AGENT)
+        )
+    secret = settings.resolve_secret()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        embedded = None
+        url = settings.redis_url
+        if url is None:
+            embedded = EmbeddedRedis(settings.data_dir)
+            url = embedded.start()
+        redis = Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        try:
+            await redis.ping()
+            app.state.redis = redis
+            app.state.runner = Runner(
+                redis,
+                agent.model,
+                agent.template,
+                config=RunnerConfig(
+                    chat_ttl_s=settings.chat_ttl_s,
+                    lease_s=settings.lease_s,
+                    max_output_bytes=settings.max_output_bytes,
+                ),
+            )
+            yield
+        finally:
+            runner = getattr(app.state, "runner", None)
+            if runner is not None:
+                await runner.aclose()
+            await redis.aclose()
+            if embedded is not None:
+                embedded.stop()
+
+    app = Starlette(
+        routes=[
+            *api_routes(),
+            Route("/healthz", healthz, methods=["GET"]),
+            *widget_routes(),
+        ],
+        middleware=[Middleware(OriginGuard, settings=settings)],
+        exception_handlers={
+            ParkwayError: _parkway_error,
+            HTTPError: _http_error,
+            404: _not_found,
+            405: _not_found,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.authenticator = SessionAuthenticator(secret.get())
+    return app

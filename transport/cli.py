@@ -1,0 +1,66 @@
+"""The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the Parkway server")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    serve.add_argument(
+        "--redis-url", help="Redis URL (default: an embedded Redis in the data folder)"
+    )
+    serve.add_argument("--data-dir", help="data folder for the embedded Redis (default .parkway)")
+    serve.add_argument("--agent", dest="agent_file", help="agent file (default: the demo agent)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command != "serve":  # pragma: no cover - argparse enforces the choice
+        return 2
+    import uvicorn
+
+    from runner.errors import TemplateError
+    from transport.app import create_app
+    from transport.settings import Settings, SettingsError
+
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        settings = Settings.from_sources(flags)
+        app = create_app(settings)
+    except (SettingsError, TemplateError) as exc:
+        print(f"parkway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    agent = settings.agent_file or "the built-in demo agent"
+    print(
+        f"Parkway is serving {agent} at http://{settings.host}:{settings.port}/ "
+        f"(Redis: {settings.redacted_redis_url()})",
+        flush=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=15,
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

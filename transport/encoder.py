@@ -1,0 +1,99 @@
+"""The protocol encoder: runner events in, AI SDK UI message stream chunks out.
+
+A pure translator: no Starlette, no Redis, no I/O. The widget descriptor of a parked
+call comes from the ``describe`` function it is given (``widgets_api`` supplies it), so
+the encoder can be rebuilt long after the request that produced the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from runner.events import (
+    ApprovalRequested,
+    CallParked,
+    Event,
+    MessageFinished,
+    MessageStarted,
+    RunFailed,
+    StepFinished,
+    StepStarted,
+    TextDelta,
+    TextEnded,
+    TextStarted,
+    ToolCallIssued,
+    ToolDenied,
+    ToolFailed,
+    ToolInputRejected,
+    ToolSucceeded,
+)
+from runner.parking import ParkedCall
+from transport.chunks import (
+    Chunk,
+    DataChunk,
+    ErrorChunk,
+    FinishChunk,
+    FinishStepChunk,
+    StartChunk,
+    StartStepChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolApprovalRequestChunk,
+    ToolInputAvailableChunk,
+    ToolInputErrorChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
+    ToolOutputErrorChunk,
+)
+
+__all__ = ["WIDGET_PART", "Describe", "encode_event", "encode_events"]
+
+WIDGET_PART = "parkway-widget"
+
+Describe = Callable[[ParkedCall], Mapping[str, Any]]
+
+
+def encode_event(event: Event, describe: Describe) -> Chunk:
+    """The one chunk that stands for ``event`` on the wire."""
+    match event:
+        case MessageStarted(message_id=message_id):
+            return StartChunk(message_id=message_id)
+        case StepStarted():
+            return StartStepChunk()
+        case TextStarted(text_id=text_id):
+            return TextStartChunk(id=text_id)
+        case TextDelta(text_id=text_id, delta=delta):
+            return TextDeltaChunk(id=text_id, delta=delta)
+        case TextEnded(text_id=text_id):
+            return TextEndChunk(id=text_id)
+        case ToolCallIssued(tool_call_id=call_id, tool_name=name, input=tool_input):
+            return ToolInputAvailableChunk(tool_call_id=call_id, tool_name=name, input=tool_input)
+        case ToolInputRejected(tool_call_id=call_id, tool_name=name, input=tool_input, error=err):
+            return ToolInputErrorChunk(
+                tool_call_id=call_id, tool_name=name, input=tool_input, error_text=err
+            )
+        case ApprovalRequested(tool_call_id=call_id, approval_id=approval_id):
+            return ToolApprovalRequestChunk(approval_id=approval_id, tool_call_id=call_id)
+        case CallParked(call=call):
+            return DataChunk(name=WIDGET_PART, id=call.tool_call_id, data=dict(describe(call)))
+        case ToolSucceeded(tool_call_id=call_id, output=output):
+            return ToolOutputAvailableChunk(tool_call_id=call_id, output=output)
+        case ToolFailed(tool_call_id=call_id, error=err):
+            return ToolOutputErrorChunk(tool_call_id=call_id, error_text=err)
+        case ToolDenied(tool_call_id=call_id):
+            return ToolOutputDeniedChunk(tool_call_id=call_id)
+        case StepFinished():
+            return FinishStepChunk()
+        case MessageFinished(reason=reason):
+            return FinishChunk(finish_reason=reason)
+        case RunFailed(message=message):
+            return ErrorChunk(error_text=message)
+    raise TypeError(f"not a runner event: {event!r}")
+
+
+def encode_events(events: Iterable[Event], describe: Describe) -> Iterator[dict[str, Any]]:
+    """Chunks as JSON-ready dicts, in order."""
+    for event in events:
+        yield encode_event(event, describe).to_dict()

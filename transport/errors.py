@@ -1,0 +1,60 @@
+"""HTTP errors: every failure leaves as JSON ``{"error": {"code", "message"}}``.
+
+The tree::
+
+    HTTPError            an error with a status, a stable code and a safe message
+
+Runner errors are mapped to statuses by :func:`status_for`; anything unexpected
+becomes a 500 whose message carries only a reference to the server log, never the
+exception's text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.errors import (
+    AnswerMismatchError,
+    CallerError,
+    CallNotFoundError,
+    ChatNotFoundError,
+    ConflictError,
+    InvalidOutcomeError,
+    NotPlainJSONError,
+    OutcomeNotAllowedError,
+    ParkwayError,
+    StateError,
+    TemplateError,
+)
+
+__all__ = ["HTTPError", "status_for"]
+
+
+class HTTPError(Exception):
+    """An error answer: status, machine-readable code, message safe to show."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.extra}}
+
+
+def status_for(exc: ParkwayError) -> int:
+    if isinstance(exc, ChatNotFoundError | CallNotFoundError):
+        return 404
+    if isinstance(exc, OutcomeNotAllowedError):
+        return 403
+    if isinstance(exc, AnswerMismatchError):
+        return 409
+    if isinstance(exc, InvalidOutcomeError | TemplateError | NotPlainJSONError):
+        return 422
+    if isinstance(exc, CallerError):
+        return 400
+    if isinstance(exc, ConflictError | StateError):
+        return 409
+    return 500

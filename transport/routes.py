@@ -1,0 +1,225 @@
+"""The HTTP routes of the chat API (DESIGN §8).
+
+Routes validate size, shape and ownership, call the runner, and hand runner events to
+the encoder; SSE framing happens in :mod:`transport.streaming` alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runner.errors import ChatNotFoundError, NothingToResumeError
+from runner.keys import check_chat_id
+from runner.loop import Runner
+from runner.parking import ParkedCall
+from transport.errors import HTTPError
+from transport.sessions import COOKIE_NAME, SessionAuthenticator
+from transport.settings import Settings
+from transport.streaming import stream_response
+from transport.uimessages import chat_messages, parse_chat_post
+from widgets_api.descriptors import describe_call
+
+__all__ = ["api_routes"]
+
+
+def _runner(request: Request) -> Runner:
+    runner: Runner = request.app.state.runner
+    return runner
+
+
+def _principal(request: Request) -> str:
+    principal = request.app.state.authenticator.authenticate(request)
+    if principal is None:
+        raise HTTPError(
+            401, "unauthenticated", "no valid session: POST /api/sessions first, then send "
+            "the cookie or 'Authorization: Bearer <token>'"
+        )
+    return str(principal)
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON, refusing oversized or malformed bodies."""
+    settings: Settings = request.app.state.settings
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPError(413, "body_too_large", f"the body exceeds {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise HTTPError(413, "body_too_large", f"the body exceeds {limit} bytes")
+    if not body:
+        raise HTTPError(400, "invalid_json", "the body is empty; send a JSON object")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise HTTPError(400, "invalid_json", "the body is not valid JSON") from None
+
+
+def _chat_id(request: Request, name: str = "chat_id") -> str:
+    value = request.path_params[name]
+    check_chat_id(value)
+    return str(value)
+
+
+def _call_view(chat_id: str, call: ParkedCall) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "toolCallId": call.tool_call_id,
+        "toolName": call.tool_name,
+        "kind": call.kind,
+        "status": call.status,
+        "input": call.input,
+        "parkedCallKey": call.key,
+        "messageId": call.message_id,
+        "widget": describe_call(chat_id, call),
+    }
+    if call.approval_id is not None:
+        view["approvalId"] = call.approval_id
+    if call.deadline is not None:
+        view["deadline"] = int(call.deadline * 1000)
+    if call.outcome is not None:
+        view["outcome"] = dict(call.outcome)
+    return view
+
+
+async def post_chat(request: Request) -> Response:
+    """AI SDK chat endpoint: a new user message starts a turn; answers settle parked
+    calls and, once all are settled, resume the run in the same response."""
+    principal = _principal(request)
+    post = parse_chat_post(await read_json(request))
+    check_chat_id(post.chat_id)
+    runner = _runner(request)
+    settled: tuple[str, ...] = ()
+    pending = 0
+    if post.answers:
+        try:
+            report = await runner.answer(post.chat_id, principal, post.answers)
+            settled, pending = report.settled, report.pending
+        except ChatNotFoundError:
+            if post.user_text is None:
+                raise
+    if post.user_text is not None:
+        run = await runner.start_turn(
+            post.chat_id, principal, post.user_text, user_message_id=post.user_message_id
+        )
+        return stream_response(post.chat_id, run)
+    if not settled:
+        raise HTTPError(
+            409,
+            "no_pending_call_answered",
+            "none of the answers matches a call this chat has pending; nothing was changed",
+        )
+    if pending:
+        return JSONResponse({"settled": list(settled), "pending": pending}, status_code=202)
+    try:
+        run = await runner.resume(post.chat_id, principal, skip_echo=frozenset(settled))
+    except NothingToResumeError as exc:
+        raise HTTPError(409, "nothing_to_resume", str(exc)) from None
+    return stream_response(post.chat_id, run)
+
+
+async def get_chat(request: Request) -> Response:
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    record = await _runner(request).chat(chat_id, principal)
+    calls = [_call_view(chat_id, c) for c in record.calls]
+    return JSONResponse(
+        {
+            "id": chat_id,
+            "state": record.meta.get("state", "idle"),
+            "messageId": record.meta.get("message_id"),
+            "messages": chat_messages(record, lambda c: describe_call(chat_id, c)),
+            "calls": calls,
+        }
+    )
+
+
+async def get_call(request: Request) -> Response:
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    call = await _runner(request).call(chat_id, principal, request.path_params["call_id"])
+    return JSONResponse(_call_view(chat_id, call))
+
+
+class _SettleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    outcome: str
+    output: Any = None
+    message: str | None = None
+    reason: str | None = None
+    input: Any = None
+
+
+async def settle_call(request: Request) -> Response:
+    """Settle one parked call without resuming. 200 with the recorded outcome (also for
+    an identical repeat); 409 with the winner's outcome when it differs."""
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    raw = await read_json(request)
+    try:
+        _SettleBody.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise HTTPError(422, "invalid_body", f"{where}: {first['msg']}") from None
+    result = await _runner(request).settle(
+        chat_id, principal, request.path_params["call_id"], raw, by="client"
+    )
+    body = _call_view(chat_id, result.call)
+    body["fresh"] = result.fresh
+    if result.pending is not None:
+        body["pendingInChat"] = result.pending
+    return JSONResponse(body)
+
+
+async def resume_chat(request: Request) -> Response:
+    """Resume a chat whose parked calls are all settled; the response is the stream."""
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    run = await _runner(request).resume(chat_id, principal)
+    return stream_response(chat_id, run)
+
+
+async def create_session(request: Request) -> Response:
+    """Issue a session: a signed token, as a cookie and in the body (for bearer use).
+    A request that already carries a valid session keeps its principal."""
+    authenticator: SessionAuthenticator = request.app.state.authenticator
+    settings: Settings = request.app.state.settings
+    if request.headers.get("content-length") not in (None, "0"):
+        body = await read_json(request)
+        if not isinstance(body, dict) or body:
+            raise HTTPError(422, "invalid_body", "send an empty JSON object or no body")
+    current = authenticator.authenticate(request)
+    principal, token = authenticator.issue(current)
+    response = JSONResponse(
+        {"principal": principal, "token": token, "expiresIn": authenticator.max_age_s},
+        status_code=201,
+    )
+    response.set_cookie(
+        COOKIE_NAME,
+        token,
+        max_age=authenticator.max_age_s,
+        httponly=True,
+        samesite="lax",
+        secure=settings.cookie_secure,
+        path="/",
+    )
+    return response
+
+
+def api_routes() -> list[Route]:
+    return [
+        Route("/api/chat", post_chat, methods=["POST"]),
+        Route("/api/chats/{chat_id}", get_chat, methods=["GET"]),
+        Route("/api/chats/{chat_id}/calls/{call_id}", get_call, methods=["GET"]),
+        Route("/api/chats/{chat_id}/calls/{call_id}", settle_call, methods=["POST"]),
+        Route("/api/chats/{chat_id}/resume", resume_chat, methods=["POST"]),
+        Route("/api/sessions", create_session, methods=["POST"]),
+    ]

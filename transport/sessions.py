@@ -1,0 +1,58 @@
+"""Principals and sessions.
+
+Every request resolves to a principal through an :class:`Authenticator`. The default,
+:class:`SessionAuthenticator`, issues signed session tokens (``POST /api/sessions``) and
+accepts them as a cookie (browsers) or a bearer token (other clients). Tokens are
+HMAC-signed with the settings' secret key and expire after ``max_age_s``; no server-side
+session state is kept.
+
+Threat answered: a chat is visible only to its owner, so a principal must not be
+forgeable. A token is a random principal id signed with the server's key; guessing one
+means forging the HMAC.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Protocol
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from starlette.requests import HTTPConnection
+
+__all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator"]
+
+COOKIE_NAME = "parkway_session"
+
+
+class Authenticator(Protocol):
+    """Resolves a request to a principal id, or None when it carries no valid identity."""
+
+    def authenticate(self, conn: HTTPConnection) -> str | None: ...
+
+
+class SessionAuthenticator:
+    """Signed session tokens as cookie or bearer token."""
+
+    def __init__(self, secret: str, *, max_age_s: int = 30 * 24 * 3600) -> None:
+        self._serializer = URLSafeTimedSerializer(secret, salt="parkway.session.v1")
+        self.max_age_s = max_age_s
+
+    def issue(self, principal: str | None = None) -> tuple[str, str]:
+        """A (principal, token) pair; a new principal unless one is given."""
+        principal = principal or f"usr_{secrets.token_urlsafe(16)}"
+        return principal, self._serializer.dumps({"p": principal})
+
+    def verify(self, token: str) -> str | None:
+        try:
+            data = self._serializer.loads(token, max_age=self.max_age_s)
+        except BadSignature:
+            return None
+        principal = data.get("p") if isinstance(data, dict) else None
+        return principal if isinstance(principal, str) else None
+
+    def authenticate(self, conn: HTTPConnection) -> str | None:
+        header = conn.headers.get("authorization", "")
+        if header[:7].lower() == "bearer ":
+            return self.verify(header[7:].strip())
+        cookie = conn.cookies.get(COOKIE_NAME)
+        return self.verify(cookie) if cookie else None

@@ -1,0 +1,179 @@
+"""Settings: one object, read from command-line flags and ``PARKWAY_*`` variables.
+
+Flags win over the environment. Everything is validated at startup; the secret key is
+redacted in the repr. Nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["Secret", "Settings", "SettingsError"]
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names it and the fix."""
+
+
+class Secret:
+    """A string that never shows itself in a repr or a log line."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and secrets.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(Secret)
+
+
+def _origin(value: str, what: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
+        raise SettingsError(f"{what}: {value!r} is not an origin like https://app.example.com")
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Parkway can be configured with. See docs/operations.md."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    redis_url: str | None = None
+    data_dir: Path = Path(".parkway")
+    agent_file: Path | None = None
+    secret_key: Secret | None = None
+    allowed_origins: tuple[str, ...] = ()
+    public_url: str | None = None
+    max_body_bytes: int = 1024 * 1024
+    max_output_bytes: int = 256 * 1024
+    chat_ttl_s: int = 7 * 24 * 3600
+    lease_s: float = 60.0
+    cookie_secure: bool = False
+    log_level: str = "info"
+
+    @classmethod
+    def from_sources(
+        cls, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Build settings from flags (``None`` values ignored) over ``PARKWAY_*`` vars."""
+        env = dict(os.environ if environ is None else environ)
+        given = {k: v for k, v in (flags or {}).items() if v is not None}
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in given:
+                values[f.name] = given[f.name]
+            elif f"PARKWAY_{f.name.upper()}" in env:
+                values[f.name] = env[f"PARKWAY_{f.name.upper()}"]
+        return cls.validated(values)
+
+    @classmethod
+    def validated(cls, values: Mapping[str, Any]) -> Settings:
+        out: dict[str, Any] = {}
+        for name, raw in values.items():
+            out[name] = cls._convert(name, raw)
+        settings = cls(**out)
+        if settings.public_url is not None:
+            _origin(settings.public_url, "public_url")
+        return settings
+
+    @staticmethod
+    def _convert(name: str, raw: Any) -> Any:
+        try:
+            if name in {"port", "max_body_bytes", "max_output_bytes", "chat_ttl_s"}:
+                value = int(raw)
+                low = 0 if name == "port" else 1
+                if value < low or (name == "port" and value > 65535):
+                    raise ValueError
+                return value
+            if name == "lease_s":
+                lease = float(raw)
+                if not 1 <= lease <= 3600:
+                    raise ValueError
+                return lease
+            if name == "cookie_secure":
+                if isinstance(raw, bool):
+                    return raw
+                return str(raw).lower() in {"1", "true", "yes", "on"}
+            if name in {"data_dir", "agent_file"}:
+                return Path(raw)
+            if name == "secret_key":
+                text = raw.get() if isinstance(raw, Secret) else str(raw)
+                if len(text) < 32:
+                    raise SettingsError(
+                        "secret_key (PARKWAY_SECRET_KEY) must be at least 32 characters"
+                    )
+                return Secret(text)
+            if name == "allowed_origins":
+                items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+                return tuple(_origin(o, "allowed_origins") for o in items if str(o).strip())
+            if name == "redis_url":
+                url = str(raw)
+                if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+                    raise SettingsError(
+                        "redis_url (--redis-url, PARKWAY_REDIS_URL) must start with "
+                        "redis://, rediss:// or unix://"
+                    )
+                return url
+            if name == "log_level":
+                level = str(raw).lower()
+                if level not in {"debug", "info", "warning", "error"}:
+                    raise ValueError
+                return level
+            return raw
+        except SettingsError:
+            raise
+        except (TypeError, ValueError):
+            raise SettingsError(
+                f"setting {name} (PARKWAY_{name.upper()}) has an invalid value {raw!r}"
+            ) from None
+
+    @property
+    def embedded(self) -> bool:
+        """True when Parkway runs its own Redis (no ``redis_url`` given)."""
+        return self.redis_url is None
+
+    def resolve_secret(self) -> Secret:
+        """The session-signing key: the configured one; for the embedded default a
+        generated key persisted in the data folder. An external Redis means several
+        workers, which must share one key, so there it is required."""
+        if self.secret_key is not None:
+            return self.secret_key
+        if not self.embedded:
+            raise SettingsError(
+                "PARKWAY_SECRET_KEY is required with an external Redis: every worker must "
+                "sign sessions with the same key (at least 32 random characters)"
+            )
+        path = self.data_dir / "secret.key"
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(48))
+        return Secret(path.read_text().strip())
+
+    def redacted_redis_url(self) -> str:
+        if self.redis_url is None:
+            return f"embedded ({self.data_dir})"
+        parts = urlsplit(self.redis_url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+            return parts._replace(netloc=netloc).geturl()
+        return self.redis_url

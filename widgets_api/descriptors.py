@@ -1,0 +1,43 @@
+"""Widget descriptors: what a playground needs to render a parked call.
+
+A descriptor rides the stream as a ``data-parkway-widget`` part keyed by the toolCallId,
+and is served again by ``GET /api/chats/{id}``. It carries what the widget needs that is
+not in the tool call's input: the kind of widget, the tool, the deadline, the approval id,
+and the URL to watch the call's status on the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from runner.parking import ParkedCall
+
+__all__ = ["describe_call"]
+
+
+def describe_call(chat_id: str, call: ParkedCall) -> dict[str, Any]:
+    """The widget descriptor of ``call`` in chat ``chat_id``."""
+    render = dict(call.render or {})
+    kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
+    render.pop("kind", None)
+    descriptor: dict[str, Any] = {
+        "kind": kind,
+        "tool": call.tool_name,
+        "toolCallId": call.tool_call_id,
+        "callKind": call.kind,
+        "statusUrl": f"/api/chats/{quote(chat_id, safe='')}/calls/{quote(call.tool_call_id, safe='')}",
+    }
+    if call.description:
+        descriptor["description"] = call.description
+    if call.deadline is not None:
+        descriptor["deadline"] = int(call.deadline * 1000)
+    if call.kind == "approval":
+        descriptor["approvalId"] = call.approval_id
+        descriptor["allowEdits"] = call.allow_edits
+    if kind == "connect" and isinstance(call.input, dict):
+        descriptor["provider"] = call.input.get("provider")
+        descriptor["scopes"] = list(call.input.get("scopes") or [])
+    if render:
+        descriptor["render"] = render
+    return descriptor
