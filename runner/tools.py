@@ -60,7 +60,9 @@ def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
         canonical_json(tool_input)
     except Exception:
         return f"input for tool {spec.name!r} is not plain JSON"
-    errors = sorted(validator.iter_errors(tool_input), key=lambda e: list(e.absolute_path))
+    errors = sorted(
+        validator.iter_errors(tool_input), key=lambda e: ([str(p) for p in e.absolute_path], e.message)
+    )
     if not errors:
         return None
     first = errors[0]

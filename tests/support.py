@@ -1,0 +1,260 @@
+"""Test support: real servers (in a thread or as a process), SSE parsing, agent builders."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from runner.agentfile import parse_agent_file
+from transport.app import create_app
+from transport.settings import Secret, Settings
+
+TEST_SECRET = "parkway-test-secret-" + "x" * 32
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def sse_chunks(text: str) -> list[dict[str, Any]]:
+    """The JSON chunks of an SSE body (``[DONE]`` and comments dropped)."""
+    chunks = []
+    for event in text.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+        if not data:
+            continue
+        payload = "\n".join(data)
+        if payload == "[DONE]":
+            continue
+        chunks.append(json.loads(payload))
+    return chunks
+
+
+def types(chunks: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [c["type"] for c in chunks]
+
+
+# -- agents ---------------------------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "ref": "runner.demo:get_weather",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+PICK_TOOL = {
+    "type": "client",
+    "name": "pick",
+    "description": "Pick one option.",
+    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    "output_schema": {
+        "type": "object",
+        "properties": {"choice": {"type": "string"}},
+        "required": ["choice"],
+    },
+}
+CONFIRM_TOOL = {
+    "type": "client",
+    "name": "confirm",
+    "description": "Ask a yes/no question.",
+    "input_schema": {"type": "object"},
+}
+PUBLISH_TOOL = {
+    "type": "function",
+    "name": "publish",
+    "ref": "tests.tools:publish",
+    "needs_approval": True,
+    "input_schema": {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+        "required": ["title"],
+    },
+}
+EDITABLE_PUBLISH_TOOL = {**PUBLISH_TOOL, "name": "publish_editable", "allow_edits": True}
+CONNECT_EMBED = {"@ag.embed": {"@ag.references": {"workflow": {"slug": "__ag__request_connection"}}}}
+ALL_TOOLS = [WEATHER_TOOL, PICK_TOOL, CONFIRM_TOOL, PUBLISH_TOOL, EDITABLE_PUBLISH_TOOL, CONNECT_EMBED]
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"text": value}
+
+
+def call(name: str, tool_input: Any = None) -> dict[str, Any]:
+    return {"tool_call": {"name": name, "input": {} if tool_input is None else tool_input}}
+
+
+def agent_doc(turns: Sequence[Sequence[Mapping[str, Any]]], tools: Sequence[Any] = ALL_TOOLS) -> dict[str, Any]:
+    return {
+        "template": {"instructions": "test agent", "tools": list(tools)},
+        "model": {"scripted": {"turns": [list(t) for t in turns]}},
+    }
+
+
+# -- servers --------------------------------------------------------------------------
+
+
+def user_message(text_value: str, message_id: str = "u1") -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text_value}]}
+
+
+class ServerThread:
+    """A real uvicorn serving Parkway in a background thread."""
+
+    def __init__(self, redis_url: str, agent: Mapping[str, Any], **settings: Any) -> None:
+        self.port = free_port()
+        self.settings = Settings(
+            redis_url=redis_url,
+            secret_key=Secret(TEST_SECRET),
+            port=self.port,
+            **settings,
+        )
+        self.app = create_app(self.settings, agent=parse_agent_file(agent))
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+class ParkwayProcess:
+    """``parkway serve`` as a real OS process (for kill -9 and multi-worker tests)."""
+
+    def __init__(self, redis_url: str, agent_file: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.redis_url = redis_url
+        self.agent_file = agent_file
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ParkwayProcess:
+        env = {**os.environ, "PARKWAY_SECRET_KEY": TEST_SECRET, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "transport.cli", "serve",
+                "--port", str(self.port),
+                "--redis-url", self.redis_url,
+                "--agent", str(self.agent_file),
+                "--log-level", "warning",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"parkway serve exited: {err}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError("parkway serve did not become healthy")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no goodbyes."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+class Api:
+    """A client of a running Parkway with its own session (principal)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=30)
+        self.token = ""
+        self.principal = ""
+
+    async def login(self) -> Api:
+        response = await self.http.post("/api/sessions")
+        assert response.status_code == 201, response.text
+        body = response.json()
+        self.token, self.principal = body["token"], body["principal"]
+        self.http.headers["authorization"] = f"Bearer {self.token}"
+        self.http.cookies.clear()
+        return self
+
+    async def chat(self, chat_id: str, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+        body = {"id": chat_id, "messages": messages, "trigger": "submit-message", **extra}
+        return await self.http.post("/api/chat", json=body)
+
+    async def say(self, chat_id: str, text_value: str, message_id: str = "u1") -> list[dict[str, Any]]:
+        response = await self.chat(chat_id, [user_message(text_value, message_id)])
+        assert response.status_code == 200, response.text
+        return sse_chunks(response.text)
+
+    async def state(self, chat_id: str) -> dict[str, Any]:
+        response = await self.http.get(f"/api/chats/{chat_id}")
+        assert response.status_code == 200, response.text
+        return response.json()  # type: ignore[no-any-return]
+
+    async def settle(self, chat_id: str, call_id: str, outcome: dict[str, Any]) -> httpx.Response:
+        return await self.http.post(f"/api/chats/{chat_id}/calls/{call_id}", json=outcome)
+
+    async def resume(self, chat_id: str) -> httpx.Response:
+        return await self.http.post(f"/api/chats/{chat_id}/resume")
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def run_sync(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@contextlib.contextmanager
+def server_thread(redis_url: str, agent: Mapping[str, Any], **settings: Any) -> Iterator[ServerThread]:
+    server = ServerThread(redis_url, agent, **settings).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,418 @@
+"""The runner against a real Redis: park, settle, resume, supersede, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from runner import (
+    Answer,
+    AnswerMismatchError,
+    ChatBusyError,
+    ChatNotFoundError,
+    IncompatibleStateError,
+    InvalidOutcomeError,
+    NothingToResumeError,
+    OutcomeNotAllowedError,
+    Runner,
+    SettleConflictError,
+    parse_agent_file,
+)
+from runner.events import (
+    ApprovalRequested,
+    CallParked,
+    Event,
+    MessageFinished,
+    MessageStarted,
+    StepStarted,
+    TextDelta,
+    ToolCallIssued,
+    ToolDenied,
+    ToolFailed,
+    ToolInputRejected,
+    ToolSucceeded,
+)
+from tests import tools as test_tools
+from tests.support import agent_doc, call, text
+
+
+def make_runner(redis: Redis, turns: list[list[dict[str, Any]]], **kwargs: Any) -> Runner:
+    agent = parse_agent_file(agent_doc(turns, **kwargs))
+    return Runner(redis, agent.model, agent.template)
+
+
+def said(events: list[Event]) -> str:
+    return "".join(e.delta for e in events if isinstance(e, TextDelta))
+
+
+def parked(events: list[Event]) -> list[Any]:
+    return [e.call for e in events if isinstance(e, CallParked)]
+
+
+def finish(events: list[Event]) -> str:
+    last = events[-1]
+    assert isinstance(last, MessageFinished), last
+    return last.reason
+
+
+async def turn(runner: Runner, chat: str, message: str = "hi", uid: str | None = None) -> list[Event]:
+    run = await runner.start_turn(chat, "alice", message, user_message_id=uid)
+    return await run.collect()
+
+
+async def test_client_tool_round_trip_parks_then_resumes_the_same_message(redis: Redis) -> None:
+    """The core promise: a client call parks the turn cleanly and the answer resumes the
+    same assistant message with the output in the model's input."""
+    runner = make_runner(
+        redis, [[text("Pick one."), call("pick", {"q": "colour"})], [text("got {{last_tool_results}}")]]
+    )
+    first = await turn(runner, "c1")
+    assert finish(first) == "tool-calls"
+    [pending] = parked(first)
+    assert pending.tool_name == "pick" and pending.key == 'pick#{"q":"colour"}'
+    result = await runner.settle("c1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "red"}})
+    assert result.fresh and result.pending == 0
+    second = await (await runner.resume("c1", "alice")).collect()
+    assert isinstance(second[0], MessageStarted) and second[0].message_id == first[0].message_id
+    assert isinstance(second[1], ToolSucceeded) and second[1].output == {"choice": "red"}
+    assert isinstance(second[2], StepStarted)
+    assert said(second) == 'got [{"result":{"choice":"red"},"tool":"pick"}]'
+    assert finish(second) == "stop"
+
+
+async def test_approval_approved_executes_exactly_the_shown_input_once(redis: Redis) -> None:
+    """An approval authorises the input it was shown, once: the tool runs with that input,
+    and a repeated approval or resume never runs it again."""
+    test_tools.EXECUTIONS.clear()
+    runner = make_runner(redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]])
+    first = await turn(runner, "a1")
+    requests = [e for e in first if isinstance(e, ApprovalRequested)]
+    assert len(requests) == 1
+    [pending] = parked(first)
+    assert pending.kind == "approval" and pending.approval_id == requests[0].approval_id
+    await runner.settle("a1", "alice", pending.tool_call_id, {"outcome": "approved"})
+    again = await runner.settle("a1", "alice", pending.tool_call_id, {"outcome": "approved"})
+    assert not again.fresh
+    events = await (await runner.resume("a1", "alice")).collect()
+    assert said(events) == '[{"result":{"published":"T"},"tool":"publish"}]'
+    with pytest.raises(NothingToResumeError):
+        await runner.resume("a1", "alice")
+    assert [e["input"] for e in test_tools.EXECUTIONS if e["chat"] == "a1"] == [{"title": "T"}]
+
+
+async def test_approval_denied_gives_the_model_the_reason(redis: Redis) -> None:
+    """A denial is a definite result carrying the reason, and the tool never runs."""
+    test_tools.EXECUTIONS.clear()
+    runner = make_runner(redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]])
+    [pending] = parked(await turn(runner, "d1"))
+    await runner.settle("d1", "alice", pending.tool_call_id, {"outcome": "denied", "reason": "not today"})
+    events = await (await runner.resume("d1", "alice")).collect()
+    denied = [e for e in events if isinstance(e, ToolDenied)]
+    assert denied and denied[0].reason == "not today"
+    assert json.loads(said(events)) == [
+        {"tool": "publish", "result": {"approved": False, "reason": "not today"}}
+    ]
+    assert not [e for e in test_tools.EXECUTIONS if e["chat"] == "d1"]
+
+
+async def test_approval_edits_only_where_the_tool_allows_them(redis: Redis) -> None:
+    """Edited input is refused unless the tool allows edits; when allowed, the tool runs
+    with exactly the edited input (validated against its schema)."""
+    test_tools.EXECUTIONS.clear()
+    runner = make_runner(
+        redis,
+        [[call("publish", {"title": "A"}), call("publish_editable", {"title": "B"})], [text("ok")]],
+    )
+    fixed, editable = parked(await turn(runner, "e1"))
+    with pytest.raises(OutcomeNotAllowedError):
+        await runner.settle("e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "X"}})
+    with pytest.raises(InvalidOutcomeError):
+        await runner.settle("e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": 5}})
+    await runner.settle("e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "A"}})
+    await runner.settle("e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": "B2"}})
+    await (await runner.resume("e1", "alice")).collect()
+    assert sorted(e["input"]["title"] for e in test_tools.EXECUTIONS if e["chat"] == "e1") == ["A", "B2"]
+
+
+async def test_mixed_step_resumes_only_when_every_parked_call_is_settled(redis: Redis) -> None:
+    """One server tool and two client tools in one step: the server tool runs now, each
+    client call parks with its own widget, and the run resumes only after both answers."""
+    runner = make_runner(
+        redis,
+        [
+            [call("get_weather", {"city": "Oslo"}), call("pick", {"q": "a"}), call("confirm", {"q": "b"})],
+            [text("{{last_tool_results}}")],
+        ],
+    )
+    first = await turn(runner, "m1")
+    assert [e.output for e in first if isinstance(e, ToolSucceeded)] == [
+        {"city": "Oslo", "temperature_c": 4, "sky": "snow"}
+    ]
+    pick, confirm = parked(first)
+    result = await runner.settle("m1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True})
+    assert result.pending == 1
+    with pytest.raises(NothingToResumeError):
+        await runner.resume("m1", "alice")
+    await runner.settle("m1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}})
+    events = await (await runner.resume("m1", "alice")).collect()
+    assert [r["tool"] for r in json.loads(said(events))] == ["get_weather", "pick", "confirm"]
+
+
+async def test_settle_first_writer_wins_and_identical_repeat_is_idempotent(redis: Redis) -> None:
+    """Settle vs settle: the first outcome stands; the same outcome again is accepted,
+    a different one is refused with the winner's outcome."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})]])
+    [pending] = parked(await turn(runner, "s1"))
+    first = {"outcome": "output", "output": {"choice": "a"}}
+    assert (await runner.settle("s1", "alice", pending.tool_call_id, first)).fresh
+    assert not (await runner.settle("s1", "alice", pending.tool_call_id, first)).fresh
+    with pytest.raises(SettleConflictError) as conflict:
+        await runner.settle("s1", "alice", pending.tool_call_id, {"outcome": "declined"})
+    assert conflict.value.existing == first
+
+
+async def test_concurrent_settles_with_different_outcomes_have_exactly_one_winner(redis: Redis) -> None:
+    """Forty settles race; one wins, every loser learns the winner's outcome."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})]])
+    [pending] = parked(await turn(runner, "s2"))
+    outcomes = [{"outcome": "output", "output": {"choice": str(i)}} for i in range(40)]
+    results = await asyncio.gather(
+        *(runner.settle("s2", "alice", pending.tool_call_id, o) for o in outcomes), return_exceptions=True
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    losers = [r for r in results if isinstance(r, SettleConflictError)]
+    assert len(winners) == 1 and len(losers) == 39
+    assert all(loser.existing == winners[0].call.outcome for loser in losers)
+
+
+async def test_fifty_concurrent_resumes_produce_exactly_one_continuation(redis: Redis) -> None:
+    """Resume vs resume: exactly one caller continues the run; the model is called once."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})], [text("continued")]])
+    [pending] = parked(await turn(runner, "r1"))
+    await runner.settle("r1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "a"}})
+    results = await asyncio.gather(*(runner.resume("r1", "alice") for _ in range(50)), return_exceptions=True)
+    runs = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, NothingToResumeError | ChatBusyError)]
+    assert len(runs) == 1 and len(refused) == 49
+    assert said(await runs[0].collect()) == "continued"
+    record = await runner.chat("r1", "alice")
+    assert record.meta["model_calls"] == "2"
+    assert sum(1 for e in record.entries if e["t"] == "assistant") == 2
+
+
+async def test_new_user_message_supersedes_pending_calls(redis: Redis) -> None:
+    """A new message while calls wait settles them cancelled (superseded) before the new
+    turn, keeps an answer that already arrived, and the model sees both results."""
+    runner = make_runner(
+        redis,
+        [[call("pick", {"q": "a"}), call("confirm", {})], [text("{{last_tool_results}} / {{last_user_text}}")]],
+    )
+    pick, confirm = parked(await turn(runner, "n1", uid="u1"))
+    await runner.settle("n1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "a"}})
+    events = await turn(runner, "n1", "never mind", uid="u2")
+    record = await runner.chat("n1", "alice")
+    outcomes = {c.tool_call_id: c.outcome for c in record.calls}
+    assert outcomes[confirm.tool_call_id] == {"outcome": "cancelled", "reason": "superseded_by_user_message"}
+    assert outcomes[pick.tool_call_id] == {"outcome": "output", "output": {"choice": "a"}}
+    results = [e for e in record.entries if e["t"] == "result"]
+    assert [r["result"] for r in results] == [
+        {"choice": "a"},
+        {"status": "cancelled", "reason": "superseded_by_user_message"},
+    ]
+    # The model's latest input holds both results, then the new message.
+    assert said(events) == (
+        '[{"result":{"choice":"a"},"tool":"pick"},{"result":{"reason":'
+        '"superseded_by_user_message","status":"cancelled"},"tool":"confirm"}] / never mind'
+    )
+    with pytest.raises(SettleConflictError):
+        await runner.settle("n1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True})
+
+
+async def test_unknown_tool_and_invalid_input_give_deterministic_errors_and_the_run_continues(
+    redis: Redis,
+) -> None:
+    """A bad call is not fatal: the model gets an error result it can act on."""
+    runner = make_runner(
+        redis,
+        [[call("nope", {"x": 1}), call("get_weather", {"town": "Oslo"})], [text("{{last_tool_results}}")]],
+    )
+    events = await turn(runner, "u1")
+    rejected = [e for e in events if isinstance(e, ToolInputRejected)]
+    assert [r.tool_name for r in rejected] == ["nope", "get_weather"]
+    assert rejected[0].error == "unknown tool 'nope'"
+    assert "'city' is a required property" in rejected[1].error
+    assert finish(events) == "stop"
+    results = json.loads(said(events))
+    assert results[0] == {"tool": "nope", "result": {"error": "unknown tool 'nope'"}}
+
+
+async def test_server_tool_failures_become_error_results_without_internals(redis: Redis) -> None:
+    """A tool that raises gives the model a generic error, never the exception's text."""
+    broken = {"type": "function", "name": "broken", "ref": "tests.test_runner:explode"}
+    runner = make_runner(redis, [[call("broken", {})], [text("{{last_tool_results}}")]], tools=[broken])
+    events = await turn(runner, "b1")
+    failed = [e for e in events if isinstance(e, ToolFailed)]
+    assert failed[0].error == "tool 'broken' failed with an internal error"
+    assert "secret-detail" not in said(events)
+
+
+def explode(tool_input: dict[str, Any]) -> None:
+    raise RuntimeError("secret-detail")
+
+
+async def test_answers_match_by_call_id_then_by_parked_call_key_fifo(redis: Redis) -> None:
+    """A transcript replayed with fresh ids is matched by parkedCallKey, first in first
+    out among identical pending calls; an unknown call id with an unknown key is ignored."""
+    runner = make_runner(redis, [[call("pick", {"q": "same"}), call("pick", {"q": "same"})], [text("ok")]])
+    first, second = parked(await turn(runner, "k1"))
+    answers = [
+        Answer("fresh-1", "pick", {"q": "same"}, {"outcome": "output", "output": {"choice": "1"}}),
+        Answer("forged", "pick", {"q": "other"}, {"outcome": "output", "output": {"choice": "x"}}),
+    ]
+    report = await runner.answer("k1", "alice", answers)
+    assert report.settled == (first.tool_call_id,) and report.pending == 1
+    report = await runner.answer(
+        "k1", "alice", [Answer(second.tool_call_id, "pick", {"q": "same"}, {"outcome": "output", "output": {"choice": "2"}})]
+    )
+    assert report.settled == (second.tool_call_id,) and report.pending == 0
+    record = await runner.chat("k1", "alice")
+    assert [c.outcome["output"]["choice"] for c in record.calls if c.outcome] == ["1", "2"]
+
+
+async def test_an_answer_with_other_input_for_a_pending_call_is_refused(redis: Redis) -> None:
+    """An answer may not rewrite what was asked: same id, different input is refused and
+    nothing is settled."""
+    runner = make_runner(redis, [[call("publish", {"title": "T"})]])
+    [pending] = parked(await turn(runner, "x1"))
+    forged = Answer(pending.tool_call_id, "publish", {"title": "EVIL"}, {"outcome": "approved"})
+    with pytest.raises(AnswerMismatchError):
+        await runner.answer("x1", "alice", [forged])
+    wrong_approval = Answer(
+        pending.tool_call_id, "publish", {"title": "T"}, {"outcome": "approved"}, approval_id="apr_x"
+    )
+    with pytest.raises(AnswerMismatchError):
+        await runner.answer("x1", "alice", [wrong_approval])
+    assert (await runner.call("x1", "alice", pending.tool_call_id)).outcome is None
+
+
+async def test_connection_success_cannot_be_claimed_by_the_client(redis: Redis) -> None:
+    """Only the server's OAuth callback records a connection; the browser may report
+    only that it did not connect."""
+    runner = make_runner(redis, [[call("request_connection", {"provider": "github"})], [text("{{last_tool_results}}")]])
+    [pending] = parked(await turn(runner, "o1"))
+    claim = {"outcome": "output", "output": {"connected": True, "provider": "github", "connection_id": "x"}}
+    with pytest.raises(OutcomeNotAllowedError):
+        await runner.settle("o1", "alice", pending.tool_call_id, claim)
+    with pytest.raises(OutcomeNotAllowedError):
+        await runner.settle("o1", "alice", pending.tool_call_id, {"outcome": "timeout"})
+    await runner.settle(
+        "o1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"connected": False, "reason": "declined"}}
+    )
+    events = await (await runner.resume("o1", "alice")).collect()
+    assert json.loads(said(events)) == [
+        {"tool": "request_connection", "result": {"connected": False, "reason": "declined", "retryable": True}}
+    ]
+
+
+async def test_another_principal_cannot_see_settle_or_resume_a_chat(redis: Redis) -> None:
+    """Ownership: to anyone else a chat does not exist."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})]])
+    [pending] = parked(await turn(runner, "p1"))
+    with pytest.raises(ChatNotFoundError):
+        await runner.chat("p1", "mallory")
+    with pytest.raises(ChatNotFoundError):
+        await runner.settle("p1", "mallory", pending.tool_call_id, {"outcome": "declined"})
+    with pytest.raises(ChatNotFoundError):
+        await runner.resume("p1", "mallory")
+    with pytest.raises(ChatNotFoundError):
+        await runner.start_turn("p1", "mallory", "hi")
+    assert (await runner.call("p1", "alice", pending.tool_call_id)).outcome is None
+
+
+async def test_a_turn_while_a_run_holds_the_lease_is_refused(redis: Redis) -> None:
+    """Two turns of one chat never run at once."""
+    gate = asyncio.Event()
+    runner = make_runner(redis, [[text("slow")]])
+
+    class SlowModel:
+        async def stream(self, request: Any) -> Any:
+            await gate.wait()
+            yield TextDelta("t", "x")  # never used: replaced below
+
+    async def slow_stream(request: Any) -> Any:
+        await gate.wait()
+        async for item in original(request):
+            yield item
+
+    original = runner.model.stream
+    runner.model = type("M", (), {"stream": staticmethod(slow_stream)})()
+    run = await runner.start_turn("l1", "alice", "first")
+    with pytest.raises(ChatBusyError):
+        await runner.start_turn("l1", "alice", "second")
+    gate.set()
+    assert said(await run.collect()) == "slow"
+
+
+async def test_a_record_with_an_unknown_schema_version_fails_closed(redis: Redis) -> None:
+    """Parked state is versioned: a chat written by a newer Parkway is refused with a
+    clear error, never half-read."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})]])
+    await turn(runner, "v1")
+    await redis.hset("pw:{v1}:meta", "v", "99")
+    with pytest.raises(IncompatibleStateError, match="schema version 99"):
+        await runner.start_turn("v1", "alice", "again")
+    with pytest.raises(IncompatibleStateError):
+        await runner.chat("v1", "alice")
+
+
+async def test_the_script_counts_model_calls_across_turns_and_ends_cleanly(redis: Redis) -> None:
+    """Turn k answers the k-th model call of the chat; past the script the model says so."""
+    runner = make_runner(redis, [[text("one {{last_user_text}}")], [text("two")]])
+    assert said(await turn(runner, "sc", "a", uid="1")) == "one a"
+    assert said(await turn(runner, "sc", "b", uid="2")) == "two"
+    assert said(await turn(runner, "sc", "c", uid="3")) == "(end of script)"
+
+
+async def test_a_repeated_user_message_id_is_refused(redis: Redis) -> None:
+    """A resent user message (same id) never starts a second turn."""
+    from runner import DuplicateMessageError
+
+    runner = make_runner(redis, [[text("one")], [text("two")]])
+    await turn(runner, "dup", "a", uid="same")
+    with pytest.raises(DuplicateMessageError):
+        await runner.start_turn("dup", "alice", "a", user_message_id="same")
+
+
+async def test_server_tools_of_one_step_run_concurrently(redis: Redis) -> None:
+    """Server tools of a step run at the same time, not one after another."""
+    tools = [
+        {"type": "function", "name": f"meet{i}", "ref": "tests.test_runner:meet", "input_schema": {"type": "object"}}
+        for i in range(3)
+    ]
+    runner = make_runner(redis, [[call("meet0"), call("meet1"), call("meet2")], [text("done")]], tools=tools)
+    BARRIER.clear()
+    events = await asyncio.wait_for(turn(runner, "cc"), timeout=20)
+    assert [e.output for e in events if isinstance(e, ToolSucceeded)] == [{"met": 3}] * 3
+
+
+BARRIER: list[int] = []
+
+
+async def meet(tool_input: dict[str, Any]) -> dict[str, int]:
+    """Returns only once all three calls are running at the same time."""
+    BARRIER.append(1)
+    while len(BARRIER) < 3:
+        await asyncio.sleep(0.005)
+    return {"met": len(BARRIER)}
+
+
+def test_tool_call_events_precede_widgets() -> None:
+    """Event classes are plain frozen dataclasses with a kind tag."""
+    event = ToolCallIssued("c", "t", {})
+    assert event.kind == "tool-call-issued"
+    with pytest.raises(AttributeError):
+        event.tool_name = "x"  # type: ignore[misc]

@@ -1,0 +1,15 @@
+"""Function tools used by the tests' agents. Each records its executions in Redis-free
+process memory only for in-thread servers; cross-process checks use the history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.tools import ToolContext
+
+EXECUTIONS: list[dict[str, Any]] = []
+
+
+def publish(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    EXECUTIONS.append({"chat": ctx.chat_id, "call": ctx.tool_call_id, "input": tool_input})
+    return {"published": tool_input["title"]}
