@@ -27,7 +27,11 @@ def get_weather(tool_input: dict[str, Any]) -> dict[str, Any]:
 
 def publish_report(tool_input: dict[str, Any]) -> dict[str, Any]:
     """Publish a short report (the demo only echoes what it would publish)."""
-    return {"published": True, "title": tool_input["title"], "words": len(tool_input["body"].split())}
+    return {
+        "published": True,
+        "title": tool_input["title"],
+        "words": len(tool_input["body"].split()),
+    }
 
 
 DEMO_AGENT: dict[str, Any] = {
@@ -95,7 +99,11 @@ DEMO_AGENT: dict[str, Any] = {
         "scripted": {
             "turns": [
                 [
-                    {"text": "Hello! I'll check the weather and ask you to pick a city to report on."},
+                    {
+                        "text": (
+                            "Hello! I'll check the weather and ask you to pick a city to report on."
+                        )
+                    },
                     {"tool_call": {"name": "get_weather", "input": {"city": "Lisbon"}}},
                     {
                         "tool_call": {

@@ -106,9 +106,7 @@ class EmbeddedRedis:
                 break
             time.sleep(0.02)
         self.stop()
-        raise StateError(
-            f"the embedded Redis did not start; see {self.data_dir / 'redis.log'}"
-        )
+        raise StateError(f"the embedded Redis did not start; see {self.data_dir / 'redis.log'}")
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self._proc = self._proc, None

@@ -34,8 +34,8 @@ from runner.errors import (
     ChatNotFoundError,
     DuplicateMessageError,
     IncompatibleStateError,
-    NotPlainJSONError,
     NothingToResumeError,
+    NotPlainJSONError,
     ParkwayError,
     SettleConflictError,
 )
@@ -220,12 +220,12 @@ class Runner:
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def aclose(self, timeout: float = 10.0) -> None:
-        """Let running turns finish (up to ``timeout``), then cancel the rest."""
+    async def aclose(self, grace_s: float = 10.0) -> None:
+        """Let running turns finish (up to ``grace_s``), then cancel the rest."""
         tasks = list(self._tasks)
         if not tasks:
             return
-        _, still = await asyncio.wait(tasks, timeout=timeout)
+        _, still = await asyncio.wait(tasks, timeout=grace_s)
         for task in still:
             task.cancel()
         if still:
@@ -386,8 +386,10 @@ class Runner:
                 else:
                     run._emit(ToolSucceeded(call.tool_call_id, res))
             runs = await asyncio.gather(
-                *(self._execute(state, call.tool_call_id, spec, call.tool_name, inp)
-                  for call, spec, inp in approved)
+                *(
+                    self._execute(state, call.tool_call_id, spec, call.tool_name, inp)
+                    for call, spec, inp in approved
+                )
             )
             for (call, _, _), tool_run in zip(approved, runs, strict=True):
                 self._record_run(run, state, call.tool_call_id, call.tool_name, tool_run)
@@ -510,7 +512,9 @@ class Runner:
                 continue
             kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
             default = (
-                self.config.client_deadline_s if kind == "client" else self.config.approval_deadline_s
+                self.config.client_deadline_s
+                if kind == "client"
+                else self.config.approval_deadline_s
             )
             parked_call = ParkedCall(
                 tool_call_id=call_id,

@@ -117,7 +117,9 @@ def normalize_outcome(
         if schema is not None:
             problem = _schema_errors(schema, output)
             if problem:
-                raise InvalidOutcomeError(f"output does not match the tool's output_schema {problem}")
+                raise InvalidOutcomeError(
+                    f"output does not match the tool's output_schema {problem}"
+                )
         result["output"] = output
     elif name == "error":
         _only(raw, {"message"})

@@ -108,7 +108,9 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
     try:
         rec = _Record.model_validate(data)
     except ValidationError as exc:
-        raise IncompatibleStateError(f"a stored parked call is malformed: {exc.errors()[0]['msg']}")
+        raise IncompatibleStateError(
+            f"a stored parked call is malformed: {exc.errors()[0]['msg']}"
+        ) from None
     return ParkedCall(
         tool_call_id=rec.id,
         tool_name=rec.tool,

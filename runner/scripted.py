@@ -68,9 +68,7 @@ def last_tool_results(request: ModelRequest) -> list[dict[str, Any]]:
         return []
     turn = messages[last_assistant]
     assert isinstance(turn, AssistantTurn)
-    by_id = {
-        m.tool_call_id: m for m in messages[last_assistant + 1 :] if isinstance(m, ToolResult)
-    }
+    by_id = {m.tool_call_id: m for m in messages[last_assistant + 1 :] if isinstance(m, ToolResult)}
     ordered = [by_id[c.id] for c in turn.tool_calls if c.id in by_id]
     return [{"tool": r.tool_name, "result": r.result} for r in ordered]
 

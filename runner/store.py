@@ -169,9 +169,7 @@ class ChatStore:
         pipe.hmget(keys.calls, list(ids))
         pipe.hmget(keys.outcomes, list(ids))
         owner, records, outcomes = await pipe.execute()
-        calls = [
-            decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec
-        ]
+        calls = [decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec]
         return (None if owner is None else _s(owner)), calls
 
     async def load(self, keys: ChatKeys) -> ChatRecord | None:

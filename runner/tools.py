@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,8 +49,6 @@ class ToolRun:
 
 @functools.lru_cache(maxsize=1024)
 def _validator(schema_json: str) -> Draft202012Validator:
-    import json
-
     return Draft202012Validator(json.loads(schema_json))
 
 
@@ -61,7 +60,8 @@ def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
     except Exception:
         return f"input for tool {spec.name!r} is not plain JSON"
     errors = sorted(
-        validator.iter_errors(tool_input), key=lambda e: ([str(p) for p in e.absolute_path], e.message)
+        validator.iter_errors(tool_input),
+        key=lambda e: ([str(p) for p in e.absolute_path], e.message),
     )
     if not errors:
         return None

@@ -37,9 +37,7 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
         yield client
         # Every key a test leaves must expire on its own: a key without a TTL is a leak.
         leaked = [
-            key.decode()
-            async for key in client.scan_iter(count=1000)
-            if await client.ttl(key) < 0
+            key.decode() async for key in client.scan_iter(count=1000) if await client.ttl(key) < 0
         ]
         assert not leaked, f"keys without a TTL were left behind: {sorted(leaked)[:10]}"
     finally:

@@ -93,8 +93,17 @@ PUBLISH_TOOL = {
     },
 }
 EDITABLE_PUBLISH_TOOL = {**PUBLISH_TOOL, "name": "publish_editable", "allow_edits": True}
-CONNECT_EMBED = {"@ag.embed": {"@ag.references": {"workflow": {"slug": "__ag__request_connection"}}}}
-ALL_TOOLS = [WEATHER_TOOL, PICK_TOOL, CONFIRM_TOOL, PUBLISH_TOOL, EDITABLE_PUBLISH_TOOL, CONNECT_EMBED]
+CONNECT_EMBED = {
+    "@ag.embed": {"@ag.references": {"workflow": {"slug": "__ag__request_connection"}}}
+}
+ALL_TOOLS = [
+    WEATHER_TOOL,
+    PICK_TOOL,
+    CONFIRM_TOOL,
+    PUBLISH_TOOL,
+    EDITABLE_PUBLISH_TOOL,
+    CONNECT_EMBED,
+]
 
 
 def text(value: str) -> dict[str, Any]:
@@ -105,7 +114,9 @@ def call(name: str, tool_input: Any = None) -> dict[str, Any]:
     return {"tool_call": {"name": name, "input": {} if tool_input is None else tool_input}}
 
 
-def agent_doc(turns: Sequence[Sequence[Mapping[str, Any]]], tools: Sequence[Any] = ALL_TOOLS) -> dict[str, Any]:
+def agent_doc(
+    turns: Sequence[Sequence[Mapping[str, Any]]], tools: Sequence[Any] = ALL_TOOLS
+) -> dict[str, Any]:
     return {
         "template": {"instructions": "test agent", "tools": list(tools)},
         "model": {"scripted": {"turns": [list(t) for t in turns]}},
@@ -181,6 +192,7 @@ class ParkwayProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                self._close_pipe()
                 raise RuntimeError(f"parkway serve exited: {err}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
@@ -193,6 +205,11 @@ class ParkwayProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -201,8 +218,7 @@ class ParkwayProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
+        self._close_pipe()
 
 
 class Api:
@@ -223,11 +239,15 @@ class Api:
         self.http.cookies.clear()
         return self
 
-    async def chat(self, chat_id: str, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+    async def chat(
+        self, chat_id: str, messages: list[dict[str, Any]], **extra: Any
+    ) -> httpx.Response:
         body = {"id": chat_id, "messages": messages, "trigger": "submit-message", **extra}
         return await self.http.post("/api/chat", json=body)
 
-    async def say(self, chat_id: str, text_value: str, message_id: str = "u1") -> list[dict[str, Any]]:
+    async def say(
+        self, chat_id: str, text_value: str, message_id: str = "u1"
+    ) -> list[dict[str, Any]]:
         response = await self.chat(chat_id, [user_message(text_value, message_id)])
         assert response.status_code == 200, response.text
         return sse_chunks(response.text)
@@ -252,7 +272,9 @@ def run_sync(coro: Any) -> Any:
 
 
 @contextlib.contextmanager
-def server_thread(redis_url: str, agent: Mapping[str, Any], **settings: Any) -> Iterator[ServerThread]:
+def server_thread(
+    redis_url: str, agent: Mapping[str, Any], **settings: Any
+) -> Iterator[ServerThread]:
     server = ServerThread(redis_url, agent, **settings).start()
     try:
         yield server

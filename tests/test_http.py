@@ -47,7 +47,9 @@ def tool_part(chunks: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     return next(c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool)
 
 
-def answered_history(chunks: list[dict[str, Any]], output: Any, user: str = "hi") -> list[dict[str, Any]]:
+def answered_history(
+    chunks: list[dict[str, Any]], output: Any, user: str = "hi"
+) -> list[dict[str, Any]]:
     """The history an AI SDK client sends after answering the parked client call."""
     start = chunks[0]
     part = tool_part(chunks, "pick")
@@ -89,14 +91,18 @@ async def test_turn_parks_with_a_clean_finish_and_widget_part(api: Api) -> None:
     widget = chunks[6]
     assert widget["id"] == part["toolCallId"] and widget["data"]["tool"] == "pick"
     assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
-    assert all(v is not None for c in chunks for k, v in c.items() if k not in {"input", "output", "data"})
+    assert all(
+        v is not None for c in chunks for k, v in c.items() if k not in {"input", "output", "data"}
+    )
 
 
 async def test_answer_post_resumes_the_same_message_with_start_step(api: Api) -> None:
     """The AI SDK continuation contract: same messageId, then start-step, and the
     client's own output is not echoed back."""
     chunks = await api.say("h2", "hi")
-    response = await api.chat("h2", answered_history(chunks, {"choice": "red"}), messageId=chunks[0]["messageId"])
+    response = await api.chat(
+        "h2", answered_history(chunks, {"choice": "red"}), messageId=chunks[0]["messageId"]
+    )
     assert response.status_code == 200, response.text
     cont = sse_chunks(response.text)
     assert cont[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
@@ -135,16 +141,22 @@ async def test_settle_endpoint_then_resume_endpoint_streams_the_outcome(api: Api
 
 
 async def test_fifty_concurrent_resume_requests_stream_exactly_one_continuation(api: Api) -> None:
-    """Resume vs resume over real HTTP: one 200 stream with the continuation, 49 × 409."""
+    """Resume vs resume over real HTTP: one 200 stream with the continuation, 49 refusals (409)."""
     chunks = await api.say("h4", "hi")
     call_id = tool_part(chunks, "pick")["toolCallId"]
-    assert (await api.settle("h4", call_id, {"outcome": "output", "output": {"choice": "c"}})).status_code == 200
+    assert (
+        await api.settle("h4", call_id, {"outcome": "output", "output": {"choice": "c"}})
+    ).status_code == 200
     responses = await asyncio.gather(*(api.resume("h4") for _ in range(50)))
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] + [409] * 49
     winner = next(r for r in responses if r.status_code == 200)
     assert "seen" in "".join(c.get("delta", "") for c in sse_chunks(winner.text))
-    assert all(r.json()["error"]["code"] in {"nothing_to_resume", "chat_busy"} for r in responses if r.status_code == 409)
+    assert all(
+        r.json()["error"]["code"] in {"nothing_to_resume", "chat_busy"}
+        for r in responses
+        if r.status_code == 409
+    )
 
 
 async def test_fifty_concurrent_answer_posts_resume_once(api: Api) -> None:
@@ -159,7 +171,9 @@ async def test_fifty_concurrent_answer_posts_resume_once(api: Api) -> None:
     assert len([p for p in state["messages"][1]["parts"] if p["type"] == "step-start"]) == 2
 
 
-async def test_forged_answer_for_a_call_never_issued_is_refused_and_never_reaches_the_model(api: Api) -> None:
+async def test_forged_answer_for_a_call_never_issued_is_refused_and_never_reaches_the_model(
+    api: Api,
+) -> None:
     """The browser's history is not trusted: an answer for a call the server never
     parked is refused, the real call stays pending, and the model never sees it."""
     chunks = await api.say("h6", "hi")
@@ -195,13 +209,25 @@ async def test_output_failing_the_output_schema_is_refused_and_the_chat_is_intac
         (b"", 400, "invalid_json"),
         (b"[]", 422, "invalid_body"),
         (b'{"id": "x", "messages": []}', 422, "invalid_body"),
-        (b'{"id": "bad id!", "messages": [{"id": "u", "role": "user", "parts": []}]}', 400, "invalid_request"),
-        (b'{"id": "x", "messages": [{"id": "u", "role": "robot", "parts": []}]}', 422, "invalid_body"),
+        (
+            b'{"id": "bad id!", "messages": [{"id": "u", "role": "user", "parts": []}]}',
+            400,
+            "invalid_request",
+        ),
+        (
+            b'{"id": "x", "messages": [{"id": "u", "role": "robot", "parts": []}]}',
+            422,
+            "invalid_body",
+        ),
     ],
 )
-async def test_malformed_chat_posts_get_clear_json_errors(api: Api, body: bytes, status: int, code: str) -> None:
+async def test_malformed_chat_posts_get_clear_json_errors(
+    api: Api, body: bytes, status: int, code: str
+) -> None:
     """Bad input gets a JSON error with the right status, never a stack trace."""
-    response = await api.http.post("/api/chat", content=body, headers={"content-type": "application/json"})
+    response = await api.http.post(
+        "/api/chat", content=body, headers={"content-type": "application/json"}
+    )
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
 
@@ -209,12 +235,16 @@ async def test_malformed_chat_posts_get_clear_json_errors(api: Api, body: bytes,
 async def test_oversized_body_is_refused_with_413(api: Api) -> None:
     """Size limits hold before anything is parsed."""
     huge = json.dumps({"id": "big", "messages": [user_message("x" * 1_100_000)]})
-    response = await api.http.post("/api/chat", content=huge, headers={"content-type": "application/json"})
+    response = await api.http.post(
+        "/api/chat", content=huge, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "body_too_large"
 
 
-async def test_other_principals_get_404_and_anonymous_requests_401(api: Api, server: ServerThread) -> None:
+async def test_other_principals_get_404_and_anonymous_requests_401(
+    api: Api, server: ServerThread
+) -> None:
     """A chat, its calls and its stream exist only for their owner."""
     chunks = await api.say("h8", "hi")
     call_id = tool_part(chunks, "pick")["toolCallId"]
@@ -223,14 +253,18 @@ async def test_other_principals_get_404_and_anonymous_requests_401(api: Api, ser
         assert (await other.http.get("/api/chats/h8")).status_code == 404
         assert (await other.settle("h8", call_id, {"outcome": "declined"})).status_code == 404
         assert (await other.resume("h8")).status_code == 404
-        assert (await other.chat("h8", answered_history(chunks, {"choice": "x"}))).status_code == 404
+        assert (
+            await other.chat("h8", answered_history(chunks, {"choice": "x"}))
+        ).status_code == 404
         assert (await other.chat("h8", [user_message("hijack", "u9")])).status_code == 404
     finally:
         await other.aclose()
     async with httpx.AsyncClient(base_url=server.base_url) as anon:
         response = await anon.get("/api/chats/h8")
         assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
-        forged = await anon.get("/api/chats/h8", headers={"authorization": "Bearer forged.token.value"})
+        forged = await anon.get(
+            "/api/chats/h8", headers={"authorization": "Bearer forged.token.value"}
+        )
         assert forged.status_code == 401
     assert (await api.state("h8"))["calls"][0]["status"] == "pending"
 
@@ -264,8 +298,12 @@ async def test_cookie_sessions_work_and_foreign_origins_are_refused(server: Serv
         assert "httponly" in created.headers["set-cookie"].lower()
         assert "samesite=lax" in created.headers["set-cookie"].lower()
         body = {"id": "ck1", "messages": [user_message("hi")]}
-        foreign = await browser.post("/api/chat", json=body, headers={"origin": "https://evil.example"})
-        assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "origin_not_allowed"
+        foreign = await browser.post(
+            "/api/chat", json=body, headers={"origin": "https://evil.example"}
+        )
+        assert (
+            foreign.status_code == 403 and foreign.json()["error"]["code"] == "origin_not_allowed"
+        )
         own = await browser.post("/api/chat", json=body, headers={"origin": server.base_url})
         assert own.status_code == 200
         again = await browser.post("/api/sessions")
@@ -284,7 +322,10 @@ async def test_new_user_message_over_http_supersedes_the_pending_call(api: Api) 
     assert response.status_code == 200
     assert sse_chunks(response.text)[0]["messageId"] != chunks[0]["messageId"]
     state = await api.state("h11")
-    assert state["calls"][0]["outcome"] == {"outcome": "cancelled", "reason": "superseded_by_user_message"}
+    assert state["calls"][0]["outcome"] == {
+        "outcome": "cancelled",
+        "reason": "superseded_by_user_message",
+    }
 
 
 async def test_get_chat_rebuilds_ui_messages_and_calls(api: Api) -> None:

@@ -59,7 +59,9 @@ def finish(events: list[Event]) -> str:
     return last.reason
 
 
-async def turn(runner: Runner, chat: str, message: str = "hi", uid: str | None = None) -> list[Event]:
+async def turn(
+    runner: Runner, chat: str, message: str = "hi", uid: str | None = None
+) -> list[Event]:
     run = await runner.start_turn(chat, "alice", message, user_message_id=uid)
     return await run.collect()
 
@@ -68,13 +70,16 @@ async def test_client_tool_round_trip_parks_then_resumes_the_same_message(redis:
     """The core promise: a client call parks the turn cleanly and the answer resumes the
     same assistant message with the output in the model's input."""
     runner = make_runner(
-        redis, [[text("Pick one."), call("pick", {"q": "colour"})], [text("got {{last_tool_results}}")]]
+        redis,
+        [[text("Pick one."), call("pick", {"q": "colour"})], [text("got {{last_tool_results}}")]],
     )
     first = await turn(runner, "c1")
     assert finish(first) == "tool-calls"
     [pending] = parked(first)
     assert pending.tool_name == "pick" and pending.key == 'pick#{"q":"colour"}'
-    result = await runner.settle("c1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "red"}})
+    result = await runner.settle(
+        "c1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "red"}}
+    )
     assert result.fresh and result.pending == 0
     second = await (await runner.resume("c1", "alice")).collect()
     assert isinstance(second[0], MessageStarted) and second[0].message_id == first[0].message_id
@@ -88,7 +93,9 @@ async def test_approval_approved_executes_exactly_the_shown_input_once(redis: Re
     """An approval authorises the input it was shown, once: the tool runs with that input,
     and a repeated approval or resume never runs it again."""
     test_tools.EXECUTIONS.clear()
-    runner = make_runner(redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]])
+    runner = make_runner(
+        redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]]
+    )
     first = await turn(runner, "a1")
     requests = [e for e in first if isinstance(e, ApprovalRequested)]
     assert len(requests) == 1
@@ -107,9 +114,13 @@ async def test_approval_approved_executes_exactly_the_shown_input_once(redis: Re
 async def test_approval_denied_gives_the_model_the_reason(redis: Redis) -> None:
     """A denial is a definite result carrying the reason, and the tool never runs."""
     test_tools.EXECUTIONS.clear()
-    runner = make_runner(redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]])
+    runner = make_runner(
+        redis, [[call("publish", {"title": "T"})], [text("{{last_tool_results}}")]]
+    )
     [pending] = parked(await turn(runner, "d1"))
-    await runner.settle("d1", "alice", pending.tool_call_id, {"outcome": "denied", "reason": "not today"})
+    await runner.settle(
+        "d1", "alice", pending.tool_call_id, {"outcome": "denied", "reason": "not today"}
+    )
     events = await (await runner.resume("d1", "alice")).collect()
     denied = [e for e in events if isinstance(e, ToolDenied)]
     assert denied and denied[0].reason == "not today"
@@ -129,13 +140,24 @@ async def test_approval_edits_only_where_the_tool_allows_them(redis: Redis) -> N
     )
     fixed, editable = parked(await turn(runner, "e1"))
     with pytest.raises(OutcomeNotAllowedError):
-        await runner.settle("e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "X"}})
+        await runner.settle(
+            "e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "X"}}
+        )
     with pytest.raises(InvalidOutcomeError):
-        await runner.settle("e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": 5}})
-    await runner.settle("e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "A"}})
-    await runner.settle("e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": "B2"}})
+        await runner.settle(
+            "e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": 5}}
+        )
+    await runner.settle(
+        "e1", "alice", fixed.tool_call_id, {"outcome": "approved", "input": {"title": "A"}}
+    )
+    await runner.settle(
+        "e1", "alice", editable.tool_call_id, {"outcome": "approved", "input": {"title": "B2"}}
+    )
     await (await runner.resume("e1", "alice")).collect()
-    assert sorted(e["input"]["title"] for e in test_tools.EXECUTIONS if e["chat"] == "e1") == ["A", "B2"]
+    assert sorted(e["input"]["title"] for e in test_tools.EXECUTIONS if e["chat"] == "e1") == [
+        "A",
+        "B2",
+    ]
 
 
 async def test_mixed_step_resumes_only_when_every_parked_call_is_settled(redis: Redis) -> None:
@@ -144,7 +166,11 @@ async def test_mixed_step_resumes_only_when_every_parked_call_is_settled(redis: 
     runner = make_runner(
         redis,
         [
-            [call("get_weather", {"city": "Oslo"}), call("pick", {"q": "a"}), call("confirm", {"q": "b"})],
+            [
+                call("get_weather", {"city": "Oslo"}),
+                call("pick", {"q": "a"}),
+                call("confirm", {"q": "b"}),
+            ],
             [text("{{last_tool_results}}")],
         ],
     )
@@ -153,11 +179,15 @@ async def test_mixed_step_resumes_only_when_every_parked_call_is_settled(redis: 
         {"city": "Oslo", "temperature_c": 4, "sky": "snow"}
     ]
     pick, confirm = parked(first)
-    result = await runner.settle("m1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True})
+    result = await runner.settle(
+        "m1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True}
+    )
     assert result.pending == 1
     with pytest.raises(NothingToResumeError):
         await runner.resume("m1", "alice")
-    await runner.settle("m1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}})
+    await runner.settle(
+        "m1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}}
+    )
     events = await (await runner.resume("m1", "alice")).collect()
     assert [r["tool"] for r in json.loads(said(events))] == ["get_weather", "pick", "confirm"]
 
@@ -175,13 +205,16 @@ async def test_settle_first_writer_wins_and_identical_repeat_is_idempotent(redis
     assert conflict.value.existing == first
 
 
-async def test_concurrent_settles_with_different_outcomes_have_exactly_one_winner(redis: Redis) -> None:
+async def test_concurrent_settles_with_different_outcomes_have_exactly_one_winner(
+    redis: Redis,
+) -> None:
     """Forty settles race; one wins, every loser learns the winner's outcome."""
     runner = make_runner(redis, [[call("pick", {"q": "a"})]])
     [pending] = parked(await turn(runner, "s2"))
     outcomes = [{"outcome": "output", "output": {"choice": str(i)}} for i in range(40)]
     results = await asyncio.gather(
-        *(runner.settle("s2", "alice", pending.tool_call_id, o) for o in outcomes), return_exceptions=True
+        *(runner.settle("s2", "alice", pending.tool_call_id, o) for o in outcomes),
+        return_exceptions=True,
     )
     winners = [r for r in results if not isinstance(r, BaseException)]
     losers = [r for r in results if isinstance(r, SettleConflictError)]
@@ -193,8 +226,12 @@ async def test_fifty_concurrent_resumes_produce_exactly_one_continuation(redis: 
     """Resume vs resume: exactly one caller continues the run; the model is called once."""
     runner = make_runner(redis, [[call("pick", {"q": "a"})], [text("continued")]])
     [pending] = parked(await turn(runner, "r1"))
-    await runner.settle("r1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "a"}})
-    results = await asyncio.gather(*(runner.resume("r1", "alice") for _ in range(50)), return_exceptions=True)
+    await runner.settle(
+        "r1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "a"}}
+    )
+    results = await asyncio.gather(
+        *(runner.resume("r1", "alice") for _ in range(50)), return_exceptions=True
+    )
     runs = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, NothingToResumeError | ChatBusyError)]
     assert len(runs) == 1 and len(refused) == 49
@@ -209,14 +246,22 @@ async def test_new_user_message_supersedes_pending_calls(redis: Redis) -> None:
     turn, keeps an answer that already arrived, and the model sees both results."""
     runner = make_runner(
         redis,
-        [[call("pick", {"q": "a"}), call("confirm", {})], [text("{{last_tool_results}} / {{last_user_text}}")]],
+        [
+            [call("pick", {"q": "a"}), call("confirm", {})],
+            [text("{{last_tool_results}} / {{last_user_text}}")],
+        ],
     )
     pick, confirm = parked(await turn(runner, "n1", uid="u1"))
-    await runner.settle("n1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "a"}})
+    await runner.settle(
+        "n1", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "a"}}
+    )
     events = await turn(runner, "n1", "never mind", uid="u2")
     record = await runner.chat("n1", "alice")
     outcomes = {c.tool_call_id: c.outcome for c in record.calls}
-    assert outcomes[confirm.tool_call_id] == {"outcome": "cancelled", "reason": "superseded_by_user_message"}
+    assert outcomes[confirm.tool_call_id] == {
+        "outcome": "cancelled",
+        "reason": "superseded_by_user_message",
+    }
     assert outcomes[pick.tool_call_id] == {"outcome": "output", "output": {"choice": "a"}}
     results = [e for e in record.entries if e["t"] == "result"]
     assert [r["result"] for r in results] == [
@@ -229,7 +274,9 @@ async def test_new_user_message_supersedes_pending_calls(redis: Redis) -> None:
         '"superseded_by_user_message","status":"cancelled"},"tool":"confirm"}] / never mind'
     )
     with pytest.raises(SettleConflictError):
-        await runner.settle("n1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True})
+        await runner.settle(
+            "n1", "alice", confirm.tool_call_id, {"outcome": "output", "output": True}
+        )
 
 
 async def test_unknown_tool_and_invalid_input_give_deterministic_errors_and_the_run_continues(
@@ -238,7 +285,10 @@ async def test_unknown_tool_and_invalid_input_give_deterministic_errors_and_the_
     """A bad call is not fatal: the model gets an error result it can act on."""
     runner = make_runner(
         redis,
-        [[call("nope", {"x": 1}), call("get_weather", {"town": "Oslo"})], [text("{{last_tool_results}}")]],
+        [
+            [call("nope", {"x": 1}), call("get_weather", {"town": "Oslo"})],
+            [text("{{last_tool_results}}")],
+        ],
     )
     events = await turn(runner, "u1")
     rejected = [e for e in events if isinstance(e, ToolInputRejected)]
@@ -253,7 +303,9 @@ async def test_unknown_tool_and_invalid_input_give_deterministic_errors_and_the_
 async def test_server_tool_failures_become_error_results_without_internals(redis: Redis) -> None:
     """A tool that raises gives the model a generic error, never the exception's text."""
     broken = {"type": "function", "name": "broken", "ref": "tests.test_runner:explode"}
-    runner = make_runner(redis, [[call("broken", {})], [text("{{last_tool_results}}")]], tools=[broken])
+    runner = make_runner(
+        redis, [[call("broken", {})], [text("{{last_tool_results}}")]], tools=[broken]
+    )
     events = await turn(runner, "b1")
     failed = [e for e in events if isinstance(e, ToolFailed)]
     assert failed[0].error == "tool 'broken' failed with an internal error"
@@ -267,7 +319,9 @@ def explode(tool_input: dict[str, Any]) -> None:
 async def test_answers_match_by_call_id_then_by_parked_call_key_fifo(redis: Redis) -> None:
     """A transcript replayed with fresh ids is matched by parkedCallKey, first in first
     out among identical pending calls; an unknown call id with an unknown key is ignored."""
-    runner = make_runner(redis, [[call("pick", {"q": "same"}), call("pick", {"q": "same"})], [text("ok")]])
+    runner = make_runner(
+        redis, [[call("pick", {"q": "same"}), call("pick", {"q": "same"})], [text("ok")]]
+    )
     first, second = parked(await turn(runner, "k1"))
     answers = [
         Answer("fresh-1", "pick", {"q": "same"}, {"outcome": "output", "output": {"choice": "1"}}),
@@ -276,7 +330,16 @@ async def test_answers_match_by_call_id_then_by_parked_call_key_fifo(redis: Redi
     report = await runner.answer("k1", "alice", answers)
     assert report.settled == (first.tool_call_id,) and report.pending == 1
     report = await runner.answer(
-        "k1", "alice", [Answer(second.tool_call_id, "pick", {"q": "same"}, {"outcome": "output", "output": {"choice": "2"}})]
+        "k1",
+        "alice",
+        [
+            Answer(
+                second.tool_call_id,
+                "pick",
+                {"q": "same"},
+                {"outcome": "output", "output": {"choice": "2"}},
+            )
+        ],
     )
     assert report.settled == (second.tool_call_id,) and report.pending == 0
     record = await runner.chat("k1", "alice")
@@ -292,7 +355,11 @@ async def test_an_answer_with_other_input_for_a_pending_call_is_refused(redis: R
     with pytest.raises(AnswerMismatchError):
         await runner.answer("x1", "alice", [forged])
     wrong_approval = Answer(
-        pending.tool_call_id, "publish", {"title": "T"}, {"outcome": "approved"}, approval_id="apr_x"
+        pending.tool_call_id,
+        "publish",
+        {"title": "T"},
+        {"outcome": "approved"},
+        approval_id="apr_x",
     )
     with pytest.raises(AnswerMismatchError):
         await runner.answer("x1", "alice", [wrong_approval])
@@ -302,19 +369,31 @@ async def test_an_answer_with_other_input_for_a_pending_call_is_refused(redis: R
 async def test_connection_success_cannot_be_claimed_by_the_client(redis: Redis) -> None:
     """Only the server's OAuth callback records a connection; the browser may report
     only that it did not connect."""
-    runner = make_runner(redis, [[call("request_connection", {"provider": "github"})], [text("{{last_tool_results}}")]])
+    runner = make_runner(
+        redis,
+        [[call("request_connection", {"provider": "github"})], [text("{{last_tool_results}}")]],
+    )
     [pending] = parked(await turn(runner, "o1"))
-    claim = {"outcome": "output", "output": {"connected": True, "provider": "github", "connection_id": "x"}}
+    claim = {
+        "outcome": "output",
+        "output": {"connected": True, "provider": "github", "connection_id": "x"},
+    }
     with pytest.raises(OutcomeNotAllowedError):
         await runner.settle("o1", "alice", pending.tool_call_id, claim)
     with pytest.raises(OutcomeNotAllowedError):
         await runner.settle("o1", "alice", pending.tool_call_id, {"outcome": "timeout"})
     await runner.settle(
-        "o1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"connected": False, "reason": "declined"}}
+        "o1",
+        "alice",
+        pending.tool_call_id,
+        {"outcome": "output", "output": {"connected": False, "reason": "declined"}},
     )
     events = await (await runner.resume("o1", "alice")).collect()
     assert json.loads(said(events)) == [
-        {"tool": "request_connection", "result": {"connected": False, "reason": "declined", "retryable": True}}
+        {
+            "tool": "request_connection",
+            "result": {"connected": False, "reason": "declined", "retryable": True},
+        }
     ]
 
 
@@ -337,11 +416,6 @@ async def test_a_turn_while_a_run_holds_the_lease_is_refused(redis: Redis) -> No
     """Two turns of one chat never run at once."""
     gate = asyncio.Event()
     runner = make_runner(redis, [[text("slow")]])
-
-    class SlowModel:
-        async def stream(self, request: Any) -> Any:
-            await gate.wait()
-            yield TextDelta("t", "x")  # never used: replaced below
 
     async def slow_stream(request: Any) -> Any:
         await gate.wait()
@@ -390,10 +464,17 @@ async def test_a_repeated_user_message_id_is_refused(redis: Redis) -> None:
 async def test_server_tools_of_one_step_run_concurrently(redis: Redis) -> None:
     """Server tools of a step run at the same time, not one after another."""
     tools = [
-        {"type": "function", "name": f"meet{i}", "ref": "tests.test_runner:meet", "input_schema": {"type": "object"}}
+        {
+            "type": "function",
+            "name": f"meet{i}",
+            "ref": "tests.test_runner:meet",
+            "input_schema": {"type": "object"},
+        }
         for i in range(3)
     ]
-    runner = make_runner(redis, [[call("meet0"), call("meet1"), call("meet2")], [text("done")]], tools=tools)
+    runner = make_runner(
+        redis, [[call("meet0"), call("meet1"), call("meet2")], [text("done")]], tools=tools
+    )
     BARRIER.clear()
     events = await asyncio.wait_for(turn(runner, "cc"), timeout=20)
     assert [e.output for e in events if isinstance(e, ToolSucceeded)] == [{"met": 3}] * 3

@@ -96,8 +96,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     ref = secrets.token_hex(4)
-    log.error("unhandled error (ref %s) on %s %s", ref, request.method, request.url.path,
-              exc_info=exc)
+    log.error(
+        "unhandled error (ref %s) on %s %s", ref, request.method, request.url.path, exc_info=exc
+    )
     error = HTTPError(500, "internal_error", f"internal error (reference {ref})")
     return JSONResponse(error.body(), status_code=500)
 

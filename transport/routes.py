@@ -37,8 +37,10 @@ def _principal(request: Request) -> str:
     principal = request.app.state.authenticator.authenticate(request)
     if principal is None:
         raise HTTPError(
-            401, "unauthenticated", "no valid session: POST /api/sessions first, then send "
-            "the cookie or 'Authorization: Bearer <token>'"
+            401,
+            "unauthenticated",
+            "no valid session: POST /api/sessions first, then send "
+            "the cookie or 'Authorization: Bearer <token>'",
         )
     return str(principal)
 

@@ -41,7 +41,7 @@ class _ChatBody(BaseModel):
     id: str = Field(min_length=1, max_length=128)
     messages: list[_UIMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     trigger: str | None = None
-    messageId: str | None = None  # noqa: N815 - the wire's name
+    messageId: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,9 @@ def _answer(part: Mapping[str, Any], in_last_step: bool) -> Answer | None:
 
 
 def _answers(message: _UIMessage) -> list[Answer]:
-    last_step = max((i for i, p in enumerate(message.parts) if p.get("type") == "step-start"), default=-1)
+    last_step = max(
+        (i for i, p in enumerate(message.parts) if p.get("type") == "step-start"), default=-1
+    )
     found = []
     for index, part in enumerate(message.parts):
         answer = _answer(part, in_last_step=index > last_step)
@@ -123,7 +125,9 @@ def parse_chat_post(body: Any) -> ChatPost:
         texts = [p.get("text") for p in last.parts if p.get("type") == "text"]
         user_text = "\n".join(t for t in texts if isinstance(t, str))
         if len(user_text) > MAX_TEXT:
-            raise HTTPError(413, "message_too_large", f"the user message exceeds {MAX_TEXT} characters")
+            raise HTTPError(
+                413, "message_too_large", f"the user message exceeds {MAX_TEXT} characters"
+            )
         user_id = last.id or None
     assistant = next((m for m in reversed(parsed.messages) if m.role == "assistant"), None)
     answers = tuple(_answers(assistant)) if assistant is not None else ()

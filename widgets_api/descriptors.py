@@ -26,7 +26,9 @@ def describe_call(chat_id: str, call: ParkedCall) -> dict[str, Any]:
         "tool": call.tool_name,
         "toolCallId": call.tool_call_id,
         "callKind": call.kind,
-        "statusUrl": f"/api/chats/{quote(chat_id, safe='')}/calls/{quote(call.tool_call_id, safe='')}",
+        "statusUrl": (
+            f"/api/chats/{quote(chat_id, safe='')}/calls/{quote(call.tool_call_id, safe='')}"
+        ),
     }
     if call.description:
         descriptor["description"] = call.description

@@ -1,0 +1,60 @@
+"""The package layout's rules: one-way imports and explicit public surfaces."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["runner", "transport", "widgets_api"]
+
+
+def imported_modules(package: str) -> set[tuple[str, str]]:
+    found = set()
+    for path in (ROOT / package).rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update((path.name, alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add((path.name, node.module))
+    return found
+
+
+def test_runner_imports_neither_transport_nor_widgets_api() -> None:
+    """The runner knows nothing of HTTP or wire protocols; the dependency is one way."""
+    bad = {
+        (f, m)
+        for f, m in imported_modules("runner")
+        if m.split(".")[0] in {"transport", "widgets_api", "starlette", "sse_starlette", "uvicorn"}
+    }
+    assert not bad, f"runner imports what it must not: {sorted(bad)}"
+
+
+def test_widgets_api_does_not_import_transport() -> None:
+    """transport mounts widgets_api's routes, never the other way round."""
+    bad = {(f, m) for f, m in imported_modules("widgets_api") if m.split(".")[0] == "transport"}
+    assert not bad, sorted(bad)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_declares_its_public_names(package: str) -> None:
+    """Every package re-exports its public names through an explicit __all__."""
+    module = importlib.import_module(package)
+    names = module.__all__
+    missing = [name for name in names if not hasattr(module, name)]
+    assert not missing, f"{package}.__all__ names what it does not define: {missing}"
+
+
+def test_redis_key_names_come_from_one_module() -> None:
+    """Only runner/keys.py spells Redis key prefixes."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "keys.py" and '"pw:' in path.read_text()
+    ]
+    assert not offenders, offenders

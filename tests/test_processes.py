@@ -1,0 +1,184 @@
+"""Claims about processes, tested with real processes: cold resume after SIGKILL, the
+embedded Redis persisting across restarts, and startup validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from tests.support import (
+    ROOT,
+    Api,
+    ParkwayProcess,
+    agent_doc,
+    call,
+    free_port,
+    sse_chunks,
+    text,
+    user_message,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def write_agent(tmp_path: Path, turns: list[list[dict[str, Any]]]) -> Path:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(agent_doc(turns)))
+    return path
+
+
+def answered(chunks: list[dict[str, Any]], tool: str, output: Any) -> list[dict[str, Any]]:
+    part = next(c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool)
+    return [
+        user_message("hi"),
+        {
+            "id": chunks[0]["messageId"],
+            "role": "assistant",
+            "parts": [
+                {"type": "step-start"},
+                {
+                    "type": f"tool-{tool}",
+                    "toolCallId": part["toolCallId"],
+                    "state": "output-available",
+                    "input": part["input"],
+                    "output": output,
+                },
+            ],
+        },
+    ]
+
+
+async def test_cold_resume_after_sigkill_continues_on_a_new_process(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Nothing about a parked run lives only in a process: process A parks and is killed
+    with SIGKILL; process B, sharing only Redis (and the session key), takes the answer
+    and continues with the right script turn in the same assistant message."""
+    agent = write_agent(
+        tmp_path,
+        [
+            [text("first"), call("get_weather", {"city": "Paris"}), call("pick", {"q": "city"})],
+            [text("resumed with {{last_tool_results}}")],
+        ],
+    )
+    first = ParkwayProcess(redis_url, agent).start()
+    try:
+        api = await Api(first.base_url).login()
+        chunks = await api.say("cold", "hi")
+        await api.aclose()
+    finally:
+        first.kill()
+    assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
+
+    second = ParkwayProcess(redis_url, agent).start()
+    try:
+        # Same principal: session tokens are signed with the key all workers share.
+        other = Api(second.base_url)
+        other.http.headers["authorization"] = f"Bearer {api.token}"
+        response = await other.chat("cold", answered(chunks, "pick", {"choice": "Paris"}))
+        await other.aclose()
+    finally:
+        second.stop()
+    assert response.status_code == 200, response.text
+    cont = sse_chunks(response.text)
+    assert cont[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
+    said = "".join(c.get("delta", "") for c in cont)
+    assert said == (
+        'resumed with [{"result":{"city":"Paris","sky":"cloudy","temperature_c":14},'
+        '"tool":"get_weather"},{"result":{"choice":"Paris"},"tool":"pick"}]'
+    )
+
+
+def _serve_embedded(data_dir: Path, agent: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "transport.cli", "serve", "--port", str(port),
+         "--data-dir", str(data_dir), "--agent", str(agent), "--log-level", "warning"],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _wait_healthy(base_url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "parkway serve exited early"
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("server did not become healthy")
+
+
+async def test_embedded_redis_keeps_parked_runs_across_a_restart(tmp_path: Path) -> None:
+    """The default needs no Redis at all, and a parked run survives stopping and
+    starting Parkway again on the same data folder."""
+    data_dir = Path(os.path.relpath(tmp_path / "data"))  # relative: keeps the socket path short
+    agent = write_agent(
+        tmp_path, [[call("pick", {"q": "a"})], [text("after restart {{last_tool_results}}")]]
+    )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _serve_embedded(data_dir, agent, port)
+    try:
+        _wait_healthy(base, proc)
+        api = await Api(base).login()
+        chunks = await api.say("persist", "hi")
+        await api.aclose()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert b"Parkway is serving" in out and b"embedded" in out
+    assert (data_dir / "secret.key").exists()
+
+    proc = _serve_embedded(data_dir, agent, port)
+    try:
+        _wait_healthy(base, proc)
+        again = Api(base)
+        again.http.headers["authorization"] = f"Bearer {api.token}"
+        response = await again.chat("persist", answered(chunks, "pick", {"choice": "kept"}))
+        await again.aclose()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert response.status_code == 200, response.text
+    assert "after restart" in "".join(c.get("delta", "") for c in sse_chunks(response.text))
+
+
+def test_an_invalid_agent_file_fails_at_startup_naming_the_entry(tmp_path: Path) -> None:
+    """A bad template never reaches a run: startup fails with the entry named."""
+    bad = tmp_path / "bad.json"
+    doc = agent_doc(
+        [[text("x")]], tools=[{"type": "function", "name": "f", "ref": "no.such.module:fn"}]
+    )
+    bad.write_text(json.dumps(doc))
+    result = subprocess.run(
+        [sys.executable, "-m", "transport.cli", "serve", "--agent", str(bad), "--data-dir", str(tmp_path / "d")],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert b"tools[0] 'f'" in result.stderr and b"no.such.module" in result.stderr
+
+
+def test_an_external_redis_without_a_secret_key_is_refused_at_startup(tmp_path: Path) -> None:
+    """Several workers must share one signing key, so it is required with an external
+    Redis; the error says which variable to set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "transport.cli", "serve", "--redis-url", "redis://127.0.0.1:1/0"],
+        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert b"PARKWAY_SECRET_KEY is required" in result.stderr
