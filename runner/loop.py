@@ -335,8 +335,9 @@ class Runner:
         """Continue a parked chat whose calls are all settled. Exactly one caller wins;
         the others get :class:`NothingToResumeError` or :class:`ChatBusyError`.
 
-        ``skip_echo`` names calls whose outcome the caller supplied itself; their results
-        are not reported back to it.
+        ``skip_echo`` names client calls whose output the caller supplied itself; their
+        results are not reported back to it. Approvals are always reported: the caller
+        needs the execution result or the denial to finish the tool part.
         """
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
@@ -377,8 +378,8 @@ class Runner:
                 state.unsaved.append(
                     result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
                 )
-                if call.tool_call_id in state.skip_echo:
-                    continue
+                if call.kind == "client" and call.tool_call_id in state.skip_echo:
+                    continue  # the caller supplied this output itself
                 if status == "denied":
                     run._emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
                 elif status == "error":

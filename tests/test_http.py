@@ -350,3 +350,35 @@ async def test_health_and_unknown_routes_answer_json(server: ServerThread) -> No
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
         wrong = await client.get("/api/chat")
         assert wrong.status_code == 405
+
+
+async def test_approval_responses_in_the_chat_post_stream_the_result_or_the_denial(
+    redis: Redis, redis_url: str
+) -> None:
+    """AI SDK approvals: the continuation carries tool-output-available after an
+    approval and tool-output-denied after a denial, so the part leaves approval-responded."""
+    turns = [[call("publish", {"title": "A"}), call("publish", {"title": "B"})], [text("done")]]
+    with server_thread(redis_url, agent_doc(turns)) as srv:
+        api = await Api(srv.base_url).login()
+        chunks = await api.say("ap1", "hi")
+        requests = {
+            c["toolCallId"]: c["approvalId"] for c in chunks if c["type"] == "tool-approval-request"
+        }
+        calls = [c for c in chunks if c["type"] == "tool-input-available"]
+        parts = [{"type": "step-start"}]
+        for index, part in enumerate(calls):
+            parts.append({
+                "type": "tool-publish", "toolCallId": part["toolCallId"], "state": "approval-responded",
+                "input": part["input"],
+                "approval": {"id": requests[part["toolCallId"]], "approved": index == 0, "reason": "no"},
+            })  # fmt: skip
+        history = [
+            user_message("hi"),
+            {"id": chunks[0]["messageId"], "role": "assistant", "parts": parts},
+        ]
+        response = await api.chat("ap1", history)
+        await api.aclose()
+    cont = sse_chunks(response.text)
+    assert types(cont)[:4] == ["start", "tool-output-denied", "tool-output-available", "start-step"]
+    assert cont[1] == {"type": "tool-output-denied", "toolCallId": calls[1]["toolCallId"]}
+    assert cont[2]["output"] == {"published": "A"}
