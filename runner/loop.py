@@ -386,6 +386,11 @@ class Runner:
                     run._emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
                 else:
                     run._emit(ToolSucceeded(call.tool_call_id, res))
+            if approved:
+                # Persist the known outcomes and that execution is starting: if this worker
+                # dies while an approved tool runs, the model later reads "result unknown"
+                # for it instead of the tool silently running twice.
+                await self._commit(state, "running")
             runs = await asyncio.gather(
                 *(
                     self._execute(state, call.tool_call_id, spec, call.tool_name, inp)
@@ -465,6 +470,9 @@ class Runner:
                 run._emit(MessageFinished("stop"))
                 return
             parked, to_run = self._classify(run, state, calls)
+            if to_run:
+                # Persist the step before its server tools run, for the same reason.
+                await self._commit(state, "running")
             runs = await asyncio.gather(
                 *(self._execute(state, c.id or "", spec, c.name, c.input) for c, spec in to_run)
             )

@@ -166,7 +166,14 @@ class ServerThread:
 class ParkwayProcess:
     """``parkway serve`` as a real OS process (for kill -9 and multi-worker tests)."""
 
-    def __init__(self, redis_url: str, agent_file: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        agent_file: Path,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.extra_env = dict(env or {})
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.redis_url = redis_url
@@ -174,7 +181,12 @@ class ParkwayProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ParkwayProcess:
-        env = {**os.environ, "PARKWAY_SECRET_KEY": TEST_SECRET, "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "PARKWAY_SECRET_KEY": TEST_SECRET,
+            "PYTHONPATH": str(ROOT),
+            **self.extra_env,
+        }
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "transport.cli", "serve",

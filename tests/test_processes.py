@@ -3,6 +3,8 @@ embedded Redis persisting across restarts, and startup validation."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -97,6 +99,71 @@ async def test_cold_resume_after_sigkill_continues_on_a_new_process(
         'resumed with [{"result":{"city":"Paris","sky":"cloudy","temperature_c":14},'
         '"tool":"get_weather"},{"result":{"choice":"Paris"},"tool":"pick"}]'
     )
+
+
+async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A server tool whose worker died while it ran is never silently run again: the
+    next turn (on another worker, once the dead worker's lease lapses) tells the model
+    the result is unknown."""
+    marker = tmp_path / "marker.txt"
+    hang_tool = {"type": "function", "name": "hang", "ref": "tests.tools:hang", "timeout_s": 60}
+    agent = tmp_path / "agent.json"
+    agent.write_text(
+        json.dumps(
+            agent_doc(
+                [[call("hang", {"marker": str(marker)})], [text("{{last_tool_results}}")]],
+                tools=[hang_tool],
+            )
+        )
+    )
+    first = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
+    api = await Api(first.base_url).login()
+    try:
+        sending = asyncio.create_task(api.say("crash", "go", "u1"))
+        await _until(marker.exists)
+        first.kill()
+        with contextlib.suppress(httpx.HTTPError):
+            await sending
+    finally:
+        first.kill()
+        await api.aclose()
+
+    second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
+    try:
+        other = Api(second.base_url)
+        other.http.headers["authorization"] = f"Bearer {api.token}"
+
+        async def next_turn() -> httpx.Response | None:
+            response = await other.chat("crash", [user_message("again", "u2")])
+            return None if response.status_code == 409 else response
+
+        response = await _until_value(next_turn)  # the dead worker's lease lapses first
+        await other.aclose()
+    finally:
+        second.stop()
+    assert response.status_code == 200, response.text
+    said = "".join(c.get("delta", "") for c in sse_chunks(response.text))
+    [result] = json.loads(said)
+    assert result["tool"] == "hang"
+    assert result["result"]["error"].startswith("result unknown")
+    assert marker.read_text() == "started\n"  # executed exactly once
+
+
+async def _until(predicate: Any, limit_s: float = 30) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def _until_value(produce: Any, limit_s: float = 30) -> Any:
+    deadline = time.monotonic() + limit_s
+    while (value := await produce()) is None:
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+    return value
 
 
 def _serve_embedded(data_dir: Path, agent: Path, port: int) -> subprocess.Popen[bytes]:

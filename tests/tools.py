@@ -13,3 +13,14 @@ EXECUTIONS: list[dict[str, Any]] = []
 def publish(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     EXECUTIONS.append({"chat": ctx.chat_id, "call": ctx.tool_call_id, "input": tool_input})
     return {"published": tool_input["title"]}
+
+
+def hang(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Notes each start in a file, then blocks: for killing a worker mid-tool."""
+    import time
+    from pathlib import Path
+
+    with Path(tool_input["marker"]).open("a") as marker:
+        marker.write("started\n")
+    time.sleep(float(tool_input.get("seconds", 25)))
+    return {"finished": True}
