@@ -382,3 +382,28 @@ async def test_approval_responses_in_the_chat_post_stream_the_result_or_the_deni
     assert types(cont)[:4] == ["start", "tool-output-denied", "tool-output-available", "start-step"]
     assert cont[1] == {"type": "tool-output-denied", "toolCallId": calls[1]["toolCallId"]}
     assert cont[2]["output"] == {"published": "A"}
+
+
+async def test_a_browser_disconnect_does_not_stop_the_run(redis: Redis, redis_url: str) -> None:
+    """The response is only a view: when the browser goes away mid-turn, the run still
+    finishes its step and persists, so a reload finds the result."""
+    from tests import tools as test_tools
+
+    gated = {"type": "function", "name": "gated", "ref": "tests.tools:gated"}
+    turns = [[text("working"), call("gated")], [text("finished after the disconnect")]]
+    test_tools.GATE.clear()
+    with server_thread(redis_url, agent_doc(turns, tools=[gated])) as srv:
+        api = await Api(srv.base_url).login()
+        body = {"id": "dc1", "messages": [user_message("go")]}
+        async with api.http.stream("POST", "/api/chat", json=body) as response:
+            async for line in response.aiter_lines():
+                if "tool-input-available" in line:
+                    break  # the tool is running now; drop the connection
+        test_tools.GATE.set()
+        deadline = asyncio.get_running_loop().time() + 20
+        while (state := await api.state("dc1"))["state"] != "idle":
+            assert asyncio.get_running_loop().time() < deadline, state
+            await asyncio.sleep(0.02)
+        await api.aclose()
+    texts = [p["text"] for m in state["messages"] for p in m["parts"] if p["type"] == "text"]
+    assert texts[-1] == "finished after the disconnect"

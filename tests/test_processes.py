@@ -249,3 +249,37 @@ def test_an_external_redis_without_a_secret_key_is_refused_at_startup(tmp_path: 
     )  # fmt: skip
     assert result.returncode == 2
     assert b"PARKWAY_SECRET_KEY is required" in result.stderr
+
+
+async def test_resumes_racing_across_three_worker_processes_have_one_winner(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Resume vs resume across processes: 60 requests spread over three workers that
+    share only Redis produce exactly one continuation, and the model runs once."""
+    agent = write_agent(tmp_path, [[call("pick", {"q": "a"})], [text("the one continuation")]])
+    workers = [ParkwayProcess(redis_url, agent).start() for _ in range(3)]
+    try:
+        owner = await Api(workers[0].base_url).login()
+        chunks = await owner.say("race", "hi")
+        call_id = next(c["toolCallId"] for c in chunks if c["type"] == "tool-input-available")
+        settled = await owner.settle(
+            "race", call_id, {"outcome": "output", "output": {"choice": "a"}}
+        )
+        assert settled.status_code == 200
+        clients = []
+        for worker in workers:
+            client = Api(worker.base_url)
+            client.http.headers["authorization"] = f"Bearer {owner.token}"
+            clients.append(client)
+        responses = await asyncio.gather(*(clients[i % 3].resume("race") for i in range(60)))
+        state = await owner.state("race")
+        for client in [owner, *clients]:
+            await client.aclose()
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert sorted(r.status_code for r in responses) == [200] + [409] * 59
+    winner = next(r for r in responses if r.status_code == 200)
+    assert "".join(c.get("delta", "") for c in sse_chunks(winner.text)) == "the one continuation"
+    steps = [p for p in state["messages"][1]["parts"] if p["type"] == "step-start"]
+    assert len(steps) == 2

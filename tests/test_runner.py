@@ -497,3 +497,18 @@ def test_tool_call_events_precede_widgets() -> None:
     assert event.kind == "tool-call-issued"
     with pytest.raises(AttributeError):
         event.tool_name = "x"  # type: ignore[misc]
+
+
+async def test_resume_uses_the_template_snapshot_the_run_started_with(redis: Redis) -> None:
+    """A worker whose agent template changed (or lacks the tool) still resumes a parked
+    run with the template the run started with."""
+    test_tools.EXECUTIONS.clear()
+    before = make_runner(
+        redis, [[call("publish", {"title": "S"})], [text("{{last_tool_results}}")]]
+    )
+    [pending] = parked(await turn(before, "snap"))
+    await before.settle("snap", "alice", pending.tool_call_id, {"outcome": "approved"})
+    after = make_runner(redis, [[text("unused")], [text("{{last_tool_results}}")]], tools=[])
+    events = await (await after.resume("snap", "alice")).collect()
+    assert json.loads(said(events)) == [{"tool": "publish", "result": {"published": "S"}}]
+    assert [e["chat"] for e in test_tools.EXECUTIONS] == ["snap"]

@@ -24,3 +24,13 @@ def hang(tool_input: dict[str, Any]) -> dict[str, Any]:
         marker.write("started\n")
     time.sleep(float(tool_input.get("seconds", 25)))
     return {"finished": True}
+
+
+GATE = __import__("threading").Event()
+
+
+def gated(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Blocks until the test opens the gate (in-process servers only)."""
+    if not GATE.wait(30):
+        raise TimeoutError("gate never opened")
+    return {"passed": True}
