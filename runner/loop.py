@@ -303,7 +303,7 @@ class Runner:
             supersede_outcome=canonical_json(SUPERSEDED),
             message_id=message_id,
             template_digest=template.digest,
-            template_json=canonical_json(template.raw),
+            template_json=template.canonical,
         )
         self._check_claim(result)
         state = _RunState(

@@ -109,6 +109,7 @@ class AgentTemplate:
     instructions: str
     tools: Mapping[str, ToolSpec]
     digest: str
+    canonical: str = field(repr=False, default="")
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
@@ -277,4 +278,6 @@ def _load_cached(text: str) -> AgentTemplate:
         if spec.name in tools:
             raise TemplateError(f"{where}: duplicate tool name {spec.name!r}")
         tools[spec.name] = spec
-    return AgentTemplate(raw=document, instructions=doc.instructions, tools=tools, digest=digest)
+    return AgentTemplate(
+        raw=document, instructions=doc.instructions, tools=tools, digest=digest, canonical=text
+    )
