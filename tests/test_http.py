@@ -407,3 +407,24 @@ async def test_a_browser_disconnect_does_not_stop_the_run(redis: Redis, redis_ur
         await api.aclose()
     texts = [p["text"] for m in state["messages"] for p in m["parts"] if p["type"] == "text"]
     assert texts[-1] == "finished after the disconnect"
+
+
+async def test_resume_stream_replays_a_parked_message_and_is_204_otherwise(api: Api) -> None:
+    """AI SDK resumeStream(): a parked chat's message is replayed from its start —
+    finished calls rebuilt without re-firing onToolCall, the pending call and its widget
+    as they were — and a chat with nothing waiting answers 204."""
+    turns_chat = "rs1"
+    chunks = await api.say(turns_chat, "hi")
+    response = await api.http.get(f"/api/chat/{turns_chat}/stream")
+    assert response.status_code == 200
+    replay = sse_chunks(response.text)
+    assert replay[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
+    assert types(replay) == [
+        "start", "start-step", "text-start", "text-delta", "text-end",
+        "tool-input-available", "data-parkway-widget", "finish-step", "finish",
+    ]  # fmt: skip
+    assert tool_part(replay, "pick") == tool_part(chunks, "pick")
+    answer = await api.chat(turns_chat, answered_history(chunks, {"choice": "r"}))
+    assert answer.status_code == 200
+    assert (await api.http.get(f"/api/chat/{turns_chat}/stream")).status_code == 204
+    assert (await api.http.get("/api/chat/unknown-chat/stream")).status_code == 404

@@ -203,3 +203,47 @@ def test_settings_read_flags_over_environment_and_redact_the_secret() -> None:
         Settings.from_sources({}, {"PARKWAY_SECRET_KEY": "short"})
     with pytest.raises(SettingsError, match="redis://"):
         Settings.from_sources({"redis_url": "http://x"}, {})
+
+
+def test_replay_rebuilds_finished_calls_without_re_firing_and_pending_ones_as_they_were() -> None:
+    """The resume replay of a continued message: the answered call of step one comes back
+    as input-start/delta/output (no onToolCall), the pending approval of step two as
+    input-available plus its approval request."""
+    from transport.replay import replay_message
+
+    message = {
+        "id": "M",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "one", "state": "done"},
+            {
+                "type": "tool-pick",
+                "toolCallId": "c1",
+                "state": "output-available",
+                "input": {"q": 1},
+                "output": {"choice": "a"},
+            },
+            {"type": "step-start"},
+            {
+                "type": "tool-publish",
+                "toolCallId": "c2",
+                "state": "approval-requested",
+                "input": {"t": 1},
+                "approval": {"id": "apr"},
+            },
+            {"type": "data-parkway-widget", "id": "c2", "data": {"kind": "approval"}},
+        ],
+    }
+    chunks = replay_message(message, "tool-calls")
+    assert [c["type"] for c in chunks] == [
+        "start", "start-step", "text-start", "text-delta", "text-end",
+        "tool-input-start", "tool-input-delta", "tool-output-available", "finish-step",
+        "start-step", "tool-input-available", "tool-approval-request", "data-parkway-widget",
+        "finish-step", "finish",
+    ]  # fmt: skip
+    assert chunks[6] == {
+        "type": "tool-input-delta",
+        "toolCallId": "c1",
+        "inputTextDelta": '{"q":1}',
+    }
+    assert chunks[11] == {"type": "tool-approval-request", "approvalId": "apr", "toolCallId": "c2"}

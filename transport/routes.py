@@ -19,9 +19,10 @@ from runner.keys import check_chat_id
 from runner.loop import Runner
 from runner.parking import ParkedCall
 from transport.errors import HTTPError
+from transport.replay import replay_message
 from transport.sessions import COOKIE_NAME, SessionAuthenticator
 from transport.settings import Settings
-from transport.streaming import stream_response
+from transport.streaming import replay_response, stream_response
 from transport.uimessages import chat_messages, parse_chat_post
 from widgets_api.descriptors import describe_call
 
@@ -143,6 +144,26 @@ async def get_chat(request: Request) -> Response:
     )
 
 
+async def resume_stream(request: Request) -> Response:
+    """AI SDK ``resumeStream()``: replay the current assistant message from its start.
+
+    A parked chat's message is rebuilt from Redis, so a client that lost the end of the
+    stream (or reloaded) gets the pending call and its widget back. Otherwise 204: this
+    version keeps no event log to follow a run that is still streaming.
+    """
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    record = await _runner(request).chat(chat_id, principal)
+    message_id = record.meta.get("message_id")
+    if record.meta.get("state") != "parked" or not message_id:
+        return Response(status_code=204)
+    messages = chat_messages(record, lambda c: describe_call(chat_id, c))
+    current = next((m for m in reversed(messages) if m["id"] == message_id), None)
+    if current is None:
+        return Response(status_code=204)
+    return replay_response(replay_message(current, "tool-calls"))
+
+
 async def get_call(request: Request) -> Response:
     principal = _principal(request)
     chat_id = _chat_id(request)
@@ -219,6 +240,7 @@ async def create_session(request: Request) -> Response:
 def api_routes() -> list[Route]:
     return [
         Route("/api/chat", post_chat, methods=["POST"]),
+        Route("/api/chat/{chat_id}/stream", resume_stream, methods=["GET"]),
         Route("/api/chats/{chat_id}", get_chat, methods=["GET"]),
         Route("/api/chats/{chat_id}/calls/{call_id}", get_call, methods=["GET"]),
         Route("/api/chats/{chat_id}/calls/{call_id}", settle_call, methods=["POST"]),

@@ -17,7 +17,7 @@ from runner.loop import Run
 from transport.encoder import encode_event
 from widgets_api.descriptors import describe_call
 
-__all__ = ["STREAM_HEADERS", "stream_response"]
+__all__ = ["STREAM_HEADERS", "replay_response", "stream_response"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,17 @@ def stream_response(chat_id: str, run: Run) -> EventSourceResponse:
     async def body() -> AsyncIterator[dict[str, str]]:
         async for event in run.events():
             yield {"data": _dump(encode_event(event, describe).to_dict())}
+        yield {"data": "[DONE]"}
+
+    return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)
+
+
+def replay_response(chunks: list[dict[str, Any]]) -> EventSourceResponse:
+    """An AI SDK UI message stream response of ready-made chunks (a replay)."""
+
+    async def body() -> AsyncIterator[dict[str, str]]:
+        for chunk in chunks:
+            yield {"data": _dump(chunk)}
         yield {"data": "[DONE]"}
 
     return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)
