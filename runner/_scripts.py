@@ -2,25 +2,34 @@
 
 Each header documents KEYS, ARGV and the return value. All KEYS of a script belong to
 one chat (same hash tag), so every script runs on one Redis Cluster slot.
+
+Two meta fields carry the crash-safety invariants:
+
+- ``lease`` / ``lease_until``: the run lease. A chat in state ``running`` whose lease
+  has lapsed belonged to a worker that died; a new turn or a resume may take it over.
+- ``parked_ids``: the calls of the last parked step whose results are not yet in the
+  history. A claim hands them to the new run; the run's first commit clears them, in
+  the same atomic step that appends their results. So a crash between claim and commit
+  loses nothing: the next claim hands them out again.
 """
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "SETTLE"]
+__all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "RENEW", "SETTLE"]
 
-# Start a new turn: take the chat's run lease, create the chat on first use, and settle
-# every still-pending call of a parked step as superseded.
+# Start a new turn: take the run lease (creating the chat on first use), and settle
+# every still-pending call as superseded. Returns the history in the same round trip.
 # KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
 #       9 new assistant message id, 10 template digest, 11 template JSON
-# Returns: {'ok', model_calls, previous state, parked ids JSON}
+# Returns: {'ok', model_calls, parked ids JSON, history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
 CLAIM_TURN = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'owner', ARGV[2], 'state', 'idle',
-             'model_calls', '0', 'created_at', ARGV[4])
+             'model_calls', '0', 'parked_ids', '[]', 'created_at', ARGV[4])
 elseif v ~= ARGV[1] then
   return {'incompatible', v}
 end
@@ -29,46 +38,48 @@ local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'lease_until', 'last_ui
 if m[1] ~= ARGV[2] then return {'forbidden'} end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
-local parked = '[]'
-if m[2] == 'parked' then
-  parked = m[6] or '[]'
-  local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
-  for _, id in ipairs(ids) do
-    redis.call('HSETNX', KEYS[3], id, ARGV[7])
-  end
-  redis.call('DEL', KEYS[2])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  redis.call('HSETNX', KEYS[3], id, ARGV[7])
 end
+redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
-           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]),
-           'message_id', ARGV[9], 'parked_ids', '[]')
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_uid', ARGV[6]) end
+           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9])
 if m[7] ~= ARGV[10] then
   redis.call('HSET', KEYS[1], 'template_digest', ARGV[10], 'template', ARGV[11])
 end
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
-return {'ok', m[5] or '0', m[2] or 'idle', parked}
+local out = {'ok', m[5] or '0', m[6] or '[]'}
+for _, entry in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do table.insert(out, entry) end
+return out
 """
 
-# Resume a parked chat whose calls are all settled: exactly one caller wins the lease.
-# KEYS: 1 meta, 2 pending
+# Resume a chat whose parked calls are all settled, or take over one whose worker died
+# (state running, lease lapsed): exactly one caller wins the lease.
+# KEYS: 1 meta, 2 pending, 3 history
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms), 6 TTL (s)
-# Returns: {'ok', model_calls, message id, parked ids JSON, template JSON}
-#        | {'missing'} | {'incompatible', version} | {'forbidden'}
+# Returns: {'ok', model_calls, message id, parked ids JSON, template JSON, history entry, ...}
+#        | {'missing'} | {'incompatible', version} | {'forbidden'} | {'busy'}
 #        | {'not_parked', state} | {'pending', count}
 CLAIM_RESUME = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then return {'missing'} end
 if v ~= ARGV[1] then return {'incompatible', v} end
 local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'model_calls', 'message_id',
-                     'parked_ids', 'template')
+                     'parked_ids', 'template', 'lease_until')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
-if m[2] ~= 'parked' then return {'not_parked', m[2]} end
+if m[2] == 'running' then
+  if tonumber(m[7] or '0') > tonumber(ARGV[4]) then return {'busy'} end
+elseif m[2] ~= 'parked' then
+  return {'not_parked', m[2]}
+end
 local n = redis.call('ZCARD', KEYS[2])
 if n > 0 then return {'pending', n} end
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]))
 redis.call('EXPIRE', KEYS[1], ARGV[6])
-return {'ok', m[3], m[4], m[5], m[6]}
+local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
+for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do table.insert(out, entry) end
+return out
 """
 
 # Persist one step (or the end of a run) if the caller still holds the lease: append
@@ -76,29 +87,41 @@ return {'ok', m[3], m[4], m[5], m[6]}
 # KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
-#       8 number of history entries N, 9 number of calls C,
-#       then N entry JSONs, then C triples (toolCallId, record JSON, park order)
+#       8 last user message id ('' = unchanged), 9 number of history entries N,
+#       10 number of calls C, then N entry JSONs, then C triples
+#       (toolCallId, record JSON, park order)
 # Returns: 1 on success, 0 when the lease was lost (nothing written).
 COMMIT = """
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
-local n = tonumber(ARGV[8])
-local c = tonumber(ARGV[9])
+local n = tonumber(ARGV[9])
+local c = tonumber(ARGV[10])
 if n > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + n))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 11, 10 + n))
 end
 for i = 0, c - 1 do
-  local base = 10 + n + i * 3
+  local base = 11 + n + i * 3
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5])
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'last_uid', ARGV[8]) end
 if ARGV[2] == 'running' then
   redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[5]) + tonumber(ARGV[6]))
 else
   redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
 end
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return 1
+"""
+
+# Extend the run lease while a long step runs, if the caller still holds it.
+# KEYS: 1 meta
+# ARGV: 1 lease token, 2 now (ms), 3 lease (ms)
+# Returns: 1 if extended, 0 if the lease is no longer the caller's.
+RENEW = """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[2]) + tonumber(ARGV[3]))
 return 1
 """
 
@@ -116,6 +139,6 @@ if cur then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return {'settled', redis.call('ZCARD', KEYS[3])}
 """

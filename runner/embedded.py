@@ -55,6 +55,27 @@ def _answers(sock: Path) -> bool:
         return False
 
 
+def _other_clients(sock: Path) -> int:
+    """How many clients besides this check are connected (0 if it cannot tell)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(1.0)
+            conn.connect(str(sock))
+            conn.sendall(b"INFO clients\r\n")
+            data = b""
+            while b"connected_clients:" not in data or not data.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        return 0
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("connected_clients:"):
+            return max(int(line.split(":", 1)[1]) - 1, 0)
+    return 0
+
+
 class EmbeddedRedis:
     """Starts (or reuses) the private Redis for ``data_dir``; :meth:`stop` ends it if
     this object started it."""
@@ -109,8 +130,14 @@ class EmbeddedRedis:
         raise StateError(f"the embedded Redis did not start; see {self.data_dir / 'redis.log'}")
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server if this object started it and no other client still uses
+        it (another Parkway process may share the data folder)."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
+            return
+        others = _other_clients(self.socket_path)
+        if others:
+            log.info("leaving the embedded Redis running: %d other client(s) use it", others)
             return
         proc.terminate()  # SIGTERM: redis-server flushes the append-only file and exits
         try:

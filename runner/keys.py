@@ -4,9 +4,10 @@ All keys of one chat share the hash tag ``{<chat id>}`` so each multi-key operat
 (every Lua script here) stays on one Redis Cluster slot. Chat ids are restricted to
 ``[A-Za-z0-9_.:-]`` so they can never break out of the tag.
 
-Lifetime: every per-chat key is given the chat TTL (settings ``chat_ttl_s``, default
-7 days) on every write, so an abandoned chat disappears on its own; nothing else
-deletes them.
+Lifetime: every per-chat key gets the chat TTL (settings ``chat_ttl_s``, default
+7 days) from each script that writes the chat (a claim, a commit, a settle refreshes the
+keys it is given), so an abandoned chat disappears on its own; nothing else deletes
+them.
 """
 
 from __future__ import annotations

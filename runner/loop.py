@@ -20,7 +20,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,7 +69,7 @@ from runner.model import Model, ModelRequest, ModelTextDelta, ModelToolCall, Too
 from runner.outcomes import model_result, normalize_outcome
 from runner.parking import ParkedCall
 from runner.store import ChatRecord, ChatStore
-from runner.template import AgentTemplate, ToolSpec, load_template
+from runner.template import AgentTemplate, load_template
 from runner.tools import ToolContext, ToolRun, execute_tool, input_problem
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
@@ -160,12 +160,20 @@ class _RunState:
     template: AgentTemplate
     model_calls: int
     entries: list[dict[str, Any]]
+    parked_ids: list[str] = field(default_factory=list)
     skip_echo: frozenset[str] = frozenset()
     unsaved: list[dict[str, Any]] = field(default_factory=list)
+    # Set once the parked ids handed over by the claim are consumed: the next commit
+    # clears them together with the results it appends.
+    clear_parked: bool = False
+    user_message_id: str | None = None
 
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(12)}"
+
+
+Work = Callable[[Run, _RunState], Awaitable[None]]
 
 
 class Runner:
@@ -196,11 +204,22 @@ class Runner:
     def _lease_ms(self) -> int:
         return int(self.config.lease_s * 1000)
 
-    def _start(self, run: Run, state: _RunState, prelude: Sequence[Event], work: Any) -> Run:
+    def _start(self, run: Run, state: _RunState, work: Work) -> Run:
+        async def keep_lease() -> None:
+            # Long tools must not let the lease lapse: another worker would take over.
+            while True:
+                await asyncio.sleep(self.config.lease_s / 3)
+                held = await self.store.renew(
+                    state.keys, token=state.token, now_ms=self._now_ms(), lease_ms=self._lease_ms
+                )
+                if not held:
+                    log.warning("run of chat %s lost its lease", state.chat_id)
+                    return
+
         async def main() -> None:
+            renewer = asyncio.create_task(keep_lease())
             try:
-                for event in prelude:
-                    run._emit(event)
+                run._emit(MessageStarted(state.message_id))
                 await work(run, state)
             except asyncio.CancelledError:
                 run._emit(RunFailed("The run was stopped before it finished."))
@@ -212,6 +231,7 @@ class Runner:
                     await self._commit(state, "idle", parked_ids=[])
                 run._emit(RunFailed(f"The run failed (reference {ref})."))
             finally:
+                renewer.cancel()
                 run._close()
 
         task = asyncio.create_task(main(), name=f"parkway-run-{state.chat_id}")
@@ -239,6 +259,8 @@ class Runner:
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
     ) -> None:
+        if parked_ids is None and state.clear_parked:
+            parked_ids = []
         ok = await self.store.commit(
             state.keys,
             token=state.token,
@@ -249,14 +271,19 @@ class Runner:
             entries=state.unsaved,
             calls=calls,
             parked_ids=parked_ids,
+            last_uid=state.user_message_id,
         )
         if not ok:
             raise ChatBusyError("this run lost the chat's lease to another worker")
         state.entries.extend(state.unsaved)
         state.unsaved = []
+        state.clear_parked = False
+        state.user_message_id = None
 
     def _check_claim(self, result: Sequence[str]) -> None:
         status = result[0]
+        if status == "ok":
+            return
         if status == "incompatible":
             raise IncompatibleStateError(
                 f"this chat was stored with schema version {result[1]}; this Parkway reads "
@@ -272,6 +299,7 @@ class Runner:
             raise NothingToResumeError(f"the chat is {result[1]}, not waiting on any call")
         if status == "pending":
             raise NothingToResumeError(f"{result[1]} parked call(s) are still pending")
+        raise ChatBusyError(f"unexpected claim result {status!r}")
 
     # -- public operations ------------------------------------------------------------
 
@@ -287,13 +315,14 @@ class Runner:
         """Start a new turn with a user message.
 
         Pending calls of a parked step are settled ``cancelled`` (reason
-        ``superseded_by_user_message``) first, atomically with taking the lease.
+        ``superseded_by_user_message``) first, atomically with taking the lease; calls
+        already answered keep their outcome (an approved call runs before the turn).
         """
         keys = chat_keys(chat_id)
         template = template or self.template
         message_id = _new_id("msg")
         token = secrets.token_hex(16)
-        result, history = await self.store.claim_turn(
+        result = await self.store.claim_turn(
             keys,
             principal=principal,
             token=token,
@@ -314,26 +343,25 @@ class Runner:
             message_id=message_id,
             template=template,
             model_calls=int(result[1]),
-            entries=decode_entries(history),
+            entries=decode_entries(result[3:]),
+            parked_ids=json.loads(result[2]),
+            user_message_id=user_message_id,
         )
-        parked_ids = json.loads(result[3]) if result[2] == "parked" else []
-        if parked_ids:
-            _, calls = await self.store.calls(keys, parked_ids)
-            for call in calls:
-                outcome = call.outcome or SUPERSEDED
-                res, status = model_result(call, outcome)
-                state.unsaved.append(
-                    result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
-                )
-        state.unsaved.append(user_entry(text, user_message_id))
-        run = Run(message_id)
-        return self._start(run, state, [MessageStarted(message_id)], self._drive)
+
+        async def work(run: Run, state: _RunState) -> None:
+            # The earlier message's calls finish off-stream: this is a new message.
+            await self._apply_outcomes(run, state, emit=False)
+            state.unsaved.append(user_entry(text, user_message_id))
+            await self._drive(run, state)
+
+        return self._start(Run(message_id), state, work)
 
     async def resume(
         self, chat_id: str, principal: str, *, skip_echo: frozenset[str] = frozenset()
     ) -> Run:
-        """Continue a parked chat whose calls are all settled. Exactly one caller wins;
-        the others get :class:`NothingToResumeError` or :class:`ChatBusyError`.
+        """Continue a parked chat whose calls are all settled (or take over a chat whose
+        worker died, once its lease lapsed). Exactly one caller wins; the others get
+        :class:`NothingToResumeError` or :class:`ChatBusyError`.
 
         ``skip_echo`` names client calls whose output the caller supplied itself; their
         results are not reported back to it. Approvals are always reported: the caller
@@ -341,85 +369,109 @@ class Runner:
         """
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
-        result, history = await self.store.claim_resume(
+        result = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
         self._check_claim(result)
-        template = load_template(json.loads(result[4])) if result[4] else self.template
         state = _RunState(
             keys=keys,
             chat_id=chat_id,
             principal=principal,
             token=token,
             message_id=result[2],
-            template=template,
+            template=self.template,
             model_calls=int(result[1]),
-            entries=decode_entries(history),
+            entries=decode_entries(result[5:]),
+            parked_ids=json.loads(result[3]),
             skip_echo=skip_echo,
         )
-        parked_ids = json.loads(result[3])
-        run = Run(state.message_id)
-        return self._start(
-            run, state, [MessageStarted(state.message_id)], self._resume_work(parked_ids)
-        )
-
-    def _resume_work(self, parked_ids: Sequence[str]) -> Any:
-        async def work(run: Run, state: _RunState) -> None:
-            _, calls = await self.store.calls(state.keys, parked_ids) if parked_ids else (None, [])
-            approved: list[tuple[ParkedCall, ToolSpec | None, Any]] = []
-            for call in calls:
-                outcome = call.outcome
-                assert outcome is not None, "resume claimed with a pending call"
-                if call.kind == "approval" and outcome["outcome"] == "approved":
-                    tool_input = outcome.get("input", call.input)
-                    approved.append((call, state.template.tool(call.tool_name), tool_input))
-                    continue
-                res, status = model_result(call, outcome)
-                state.unsaved.append(
-                    result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
-                )
-                if call.kind == "client" and call.tool_call_id in state.skip_echo:
-                    continue  # the caller supplied this output itself
-                if status == "denied":
-                    run._emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
-                elif status == "error":
-                    run._emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
-                else:
-                    run._emit(ToolSucceeded(call.tool_call_id, res))
-            if approved:
-                # Persist the known outcomes and that execution is starting: if this worker
-                # dies while an approved tool runs, the model later reads "result unknown"
-                # for it instead of the tool silently running twice.
-                await self._commit(state, "running")
-            runs = await asyncio.gather(
-                *(
-                    self._execute(state, call.tool_call_id, spec, call.tool_name, inp)
-                    for call, spec, inp in approved
-                )
+        try:
+            if result[4]:
+                state.template = load_template(json.loads(result[4]))
+        except Exception:
+            # Hand the chat back untouched, so a fixed deployment can resume it.
+            await self.store.commit(
+                keys,
+                token=token,
+                state="parked",
+                model_calls=state.model_calls,
+                now_ms=self._now_ms(),
+                lease_ms=self._lease_ms,
+                entries=(),
             )
-            for (call, _, _), tool_run in zip(approved, runs, strict=True):
-                self._record_run(run, state, call.tool_call_id, call.tool_name, tool_run)
+            raise
+
+        async def work(run: Run, state: _RunState) -> None:
+            await self._apply_outcomes(run, state, emit=True)
             await self._drive(run, state)
 
-        return work
+        return self._start(Run(state.message_id), state, work)
 
-    async def _execute(
-        self, state: _RunState, call_id: str, spec: ToolSpec | None, name: str, tool_input: Any
-    ) -> ToolRun:
+    async def _apply_outcomes(self, run: Run, state: _RunState, *, emit: bool) -> None:
+        """Turn the outcomes of the parked step into tool results, running approved calls
+        with exactly the approved input."""
+        if not state.parked_ids:
+            return
+        _, calls = await self.store.calls(state.keys, state.parked_ids)
+        state.clear_parked = True
+        approved: list[tuple[ParkedCall, Any]] = []
+        for call in calls:
+            outcome = call.outcome or SUPERSEDED
+            if call.kind == "approval" and outcome["outcome"] == "approved":
+                approved.append((call, outcome.get("input", call.input)))
+                continue
+            res, status = model_result(call, outcome)
+            state.unsaved.append(
+                result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
+            )
+            if not emit or (call.kind == "client" and call.tool_call_id in state.skip_echo):
+                continue  # a new message, or the caller supplied this output itself
+            if status == "denied":
+                run._emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
+            elif status == "error":
+                run._emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
+            else:
+                run._emit(ToolSucceeded(call.tool_call_id, res))
+        if not approved:
+            return
+        # Persist the known results, and that execution starts, before running anything:
+        # if this worker dies mid-tool, the model later reads "result unknown" for it
+        # instead of the tool silently running twice.
+        await self._commit(state, "running")
+        runs = await asyncio.gather(
+            *(
+                self._execute(state, call.tool_call_id, call.tool_name, tool_input)
+                for call, tool_input in approved
+            )
+        )
+        for (call, _), tool_run in zip(approved, runs, strict=True):
+            self._record_run(run, state, call.tool_call_id, call.tool_name, tool_run, emit=emit)
+
+    async def _execute(self, state: _RunState, call_id: str, name: str, tool_input: Any) -> ToolRun:
+        spec = state.template.tool(name)
         if spec is None:
             return ToolRun(error=f"tool {name!r} is no longer in the agent template")
         ctx = ToolContext(state.chat_id, state.principal, call_id, name)
-        return await execute_tool(spec, tool_input, ctx)
+        return await execute_tool(spec, tool_input, ctx, max_bytes=self.config.max_output_bytes)
 
     def _record_run(
-        self, run: Run, state: _RunState, call_id: str, name: str, tool_run: ToolRun
+        self,
+        run: Run,
+        state: _RunState,
+        call_id: str,
+        name: str,
+        tool_run: ToolRun,
+        *,
+        emit: bool = True,
     ) -> None:
         if tool_run.error is None:
             state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
-            run._emit(ToolSucceeded(call_id, tool_run.output))
+            if emit:
+                run._emit(ToolSucceeded(call_id, tool_run.output))
         else:
             state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
-            run._emit(ToolFailed(call_id, tool_run.error))
+            if emit:
+                run._emit(ToolFailed(call_id, tool_run.error))
 
     async def _drive(self, run: Run, state: _RunState) -> None:
         """Model steps until the model stops calling tools, a call parks, or the step
@@ -469,32 +521,54 @@ class Runner:
                 run._emit(StepFinished())
                 run._emit(MessageFinished("stop"))
                 return
-            parked, to_run = self._classify(run, state, calls)
+            parked, to_run, announced = self._classify(state, calls)
+            ids = [p.tool_call_id for p in parked]
             if to_run:
-                # Persist the step before its server tools run, for the same reason.
-                await self._commit(state, "running")
-            runs = await asyncio.gather(
-                *(self._execute(state, c.id or "", spec, c.name, c.input) for c, spec in to_run)
-            )
-            for (call, _), tool_run in zip(to_run, runs, strict=True):
-                self._record_run(run, state, call.id or "", call.name, tool_run)
-            if parked:
-                ids = [p.tool_call_id for p in parked]
+                # Persist the step (and its parked calls) before server tools run, then
+                # tell the client: a widget never names a call the server does not have.
+                await self._commit(state, "running", calls=parked, parked_ids=ids or None)
+                for event in announced:
+                    run._emit(event)
+                runs = await asyncio.gather(
+                    *(self._execute(state, c.id or "", c.name, c.input) for c in to_run)
+                )
+                for call, tool_run in zip(to_run, runs, strict=True):
+                    self._record_run(run, state, call.id or "", call.name, tool_run)
+                if parked:
+                    await self._commit(state, "parked", parked_ids=ids)
+            elif parked:
                 await self._commit(state, "parked", calls=parked, parked_ids=ids)
-                run._emit(StepFinished())
+                for event in announced:
+                    run._emit(event)
+            else:
+                await self._commit(state, "running")
+                for event in announced:
+                    run._emit(event)
+            run._emit(StepFinished())
+            if parked:
                 run._emit(MessageFinished("tool-calls"))
                 return
-            await self._commit(state, "running")
-            run._emit(StepFinished())
+        # Out of steps. End on a text-only step: ending on a step whose tool calls are
+        # all answered would make an AI SDK client resend the message automatically.
+        notice = f"(stopped after {self.config.max_steps} steps without a final answer)"
+        run._emit(StepStarted())
+        text_id = f"t{state.model_calls}-limit"
+        run._emit(TextStarted(text_id))
+        run._emit(TextDelta(text_id, notice))
+        run._emit(TextEnded(text_id))
+        state.unsaved.append(assistant_entry(state.message_id, notice, []))
         await self._commit(state, "idle", parked_ids=[])
+        run._emit(StepFinished())
         run._emit(MessageFinished("length"))
 
     def _classify(
-        self, run: Run, state: _RunState, calls: Sequence[ModelToolCall]
-    ) -> tuple[list[ParkedCall], list[tuple[ModelToolCall, ToolSpec]]]:
-        """Emit each call; return the calls that park and the server calls to run now."""
+        self, state: _RunState, calls: Sequence[ModelToolCall]
+    ) -> tuple[list[ParkedCall], list[ModelToolCall], list[Event]]:
+        """Sort a step's calls: those that park, the server calls to run now, and the
+        events announcing them (emitted only once the step is persisted)."""
         parked: list[ParkedCall] = []
-        to_run: list[tuple[ModelToolCall, ToolSpec]] = []
+        to_run: list[ModelToolCall] = []
+        events: list[Event] = []
         now = self.clock()
         for call in calls:
             call_id = call.id or ""
@@ -513,11 +587,11 @@ class Runner:
                 state.unsaved.append(
                     result_entry(call_id, call.name, {"error": problem}, "input_error")
                 )
-                run._emit(ToolInputRejected(call_id, call.name, call.input, problem))
+                events.append(ToolInputRejected(call_id, call.name, call.input, problem))
                 continue
-            run._emit(ToolCallIssued(call_id, call.name, call.input))
+            events.append(ToolCallIssued(call_id, call.name, call.input))
             if not spec.parks:
-                to_run.append((call, spec))
+                to_run.append(call)
                 continue
             kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
             default = (
@@ -540,12 +614,14 @@ class Runner:
                 render=spec.render,
                 result_style=spec.result_style,
                 description=spec.description,
+                output_schema=spec.output_schema if kind == "client" else None,
+                edit_schema=spec.input_schema if kind == "approval" and spec.allow_edits else None,
             )
             parked.append(parked_call)
             if parked_call.approval_id is not None:
-                run._emit(ApprovalRequested(call_id, parked_call.approval_id))
-            run._emit(CallParked(parked_call))
-        return parked, to_run
+                events.append(ApprovalRequested(call_id, parked_call.approval_id))
+            events.append(CallParked(parked_call))
+        return parked, to_run, events
 
     # -- settling -----------------------------------------------------------------------
 
@@ -557,7 +633,6 @@ class Runner:
         outcome: Mapping[str, Any],
         *,
         by: Literal["client", "server"] = "client",
-        template: AgentTemplate | None = None,
     ) -> SettleResult:
         """Record the outcome of one parked call. The first writer wins; an identical
         repeat returns the same result, a different one raises
@@ -568,7 +643,7 @@ class Runner:
             raise ChatNotFoundError("no such chat")
         if not calls:
             raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
-        return await self._settle_one(keys, calls[0], outcome, by=by, template=template)
+        return await self._settle_one(keys, calls[0], outcome, by=by)
 
     async def _settle_one(
         self,
@@ -577,16 +652,14 @@ class Runner:
         outcome: Mapping[str, Any],
         *,
         by: Literal["client", "server"],
-        template: AgentTemplate | None,
     ) -> SettleResult:
-        spec = (template or self.template).tool(call.tool_name)
         if call.outcome is not None:
             # Already settled: an identical repeat is fine; anything else conflicts.
             try:
                 same = canonical_json(dict(outcome)) == canonical_json(dict(call.outcome))
                 if not same:
                     normalized = normalize_outcome(
-                        call, outcome, spec, by="server", max_bytes=self.config.max_output_bytes
+                        call, outcome, by="server", max_bytes=self.config.max_output_bytes
                     )
                     same = canonical_json(normalized) == canonical_json(dict(call.outcome))
             except ParkwayError:
@@ -594,9 +667,7 @@ class Runner:
             if same:
                 return SettleResult(call, fresh=False)
             raise SettleConflictError("the call is already settled", dict(call.outcome))
-        normalized = normalize_outcome(
-            call, outcome, spec, by=by, max_bytes=self.config.max_output_bytes
-        )
+        normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.config.max_output_bytes)
         text = canonical_json(normalized)
         result = await self.store.settle(keys, call.tool_call_id, text)
         status = result[0]
@@ -613,8 +684,6 @@ class Runner:
         chat_id: str,
         principal: str,
         answers: Sequence[Answer],
-        *,
-        template: AgentTemplate | None = None,
     ) -> AnswerReport:
         """Settle the pending calls that ``answers`` answer; ignore the rest.
 
@@ -655,7 +724,7 @@ class Runner:
             used.add(call.tool_call_id)
             matched.append((call, answer))
         for call, answer in matched:
-            await self._settle_one(keys, call, answer.outcome, by="client", template=template)
+            await self._settle_one(keys, call, answer.outcome, by="client")
         left = await self.store.pending_count(keys) if matched else len(pending)
         return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
 

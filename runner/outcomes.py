@@ -22,7 +22,6 @@ from jsonschema import Draft202012Validator
 from runner.canonical import canonical_json, is_plain_json
 from runner.errors import InvalidOutcomeError, OutcomeNotAllowedError
 from runner.parking import ParkedCall
-from runner.template import ToolSpec
 
 __all__ = ["ResultStatus", "model_result", "normalize_outcome"]
 
@@ -82,9 +81,7 @@ def _connection_output(output: Any, by: Settler) -> dict[str, Any]:
     return settled
 
 
-def normalize_outcome(
-    call: ParkedCall, raw: Any, tool: ToolSpec | None, *, by: Settler, max_bytes: int
-) -> dict[str, Any]:
+def normalize_outcome(call: ParkedCall, raw: Any, *, by: Settler, max_bytes: int) -> dict[str, Any]:
     """Check ``raw`` against what ``call`` accepts from ``by`` and return its stored form.
 
     Raises :class:`InvalidOutcomeError` (the value is wrong) or
@@ -113,9 +110,8 @@ def normalize_outcome(
             raise InvalidOutcomeError(f"'output' is larger than {max_bytes} bytes")
         if call.result_style == "connection":
             return _connection_output(output, by)
-        schema = tool.output_schema if tool is not None else None
-        if schema is not None:
-            problem = _schema_errors(schema, output)
+        if call.output_schema is not None:
+            problem = _schema_errors(call.output_schema, output)
             if problem:
                 raise InvalidOutcomeError(
                     f"output does not match the tool's output_schema {problem}"
@@ -140,8 +136,8 @@ def normalize_outcome(
                     raise OutcomeNotAllowedError(
                         f"tool {call.tool_name!r} does not allow edits: approve the input as shown"
                     )
-                if tool is not None:
-                    problem = _schema_errors(tool.input_schema, edited)
+                if call.edit_schema is not None:
+                    problem = _schema_errors(call.edit_schema, edited)
                     if problem:
                         raise InvalidOutcomeError(f"edited input is invalid {problem}")
                 result["input"] = edited

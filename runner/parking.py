@@ -1,6 +1,9 @@
 """Parked calls: the stored record of a tool call that waits for the browser or a human.
 
-A record is written once, when the call parks, and never rewritten; its outcome lives
+A record is written once, when the call parks, and never rewritten. It carries the
+schemas its outcome is checked against (the client tool's output schema; an editable
+approval's input schema), so a settle is judged by the template the run started with,
+whatever template the settling worker has. Its outcome lives
 beside it (one field per call in the chat's outcomes hash), so settling is a single
 atomic write that compares strings. Records carry a schema version: a record this code
 cannot read fails closed with :class:`IncompatibleStateError`, never a crash mid-stream.
@@ -41,6 +44,8 @@ class _Record(BaseModel):
     render: dict[str, Any] | None = None
     result_style: str | None = None
     description: str = ""
+    output_schema: dict[str, Any] | None = None
+    edit_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class ParkedCall:
     render: Mapping[str, Any] | None = None
     result_style: str | None = None
     description: str = ""
+    output_schema: Mapping[str, Any] | None = None
+    edit_schema: Mapping[str, Any] | None = None
     outcome: Mapping[str, Any] | None = None
 
     @property
@@ -89,6 +96,8 @@ def encode_call(call: ParkedCall) -> str:
         render=dict(call.render) if call.render is not None else None,
         result_style=call.result_style,
         description=call.description,
+        output_schema=dict(call.output_schema) if call.output_schema is not None else None,
+        edit_schema=dict(call.edit_schema) if call.edit_schema is not None else None,
     )
     return record.model_dump_json(exclude_defaults=True)
 
@@ -126,5 +135,7 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         render=rec.render,
         result_style=rec.result_style,
         description=rec.description,
+        output_schema=rec.output_schema,
+        edit_schema=rec.edit_schema,
         outcome=json.loads(outcome) if outcome is not None else None,
     )

@@ -50,6 +50,7 @@ class ChatStore:
         self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
         self._commit = redis.register_script(_scripts.COMMIT)
         self._settle = redis.register_script(_scripts.SETTLE)
+        self._renew = redis.register_script(_scripts.RENEW)
 
     async def claim_turn(
         self,
@@ -64,10 +65,9 @@ class ChatStore:
         message_id: str,
         template_digest: str,
         template_json: str,
-    ) -> tuple[list[str], list[str]]:
-        """Run CLAIM_TURN and read the history in the same round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        await self._claim_turn(
+    ) -> list[str]:
+        """Run CLAIM_TURN (one round trip; the history comes back with the claim)."""
+        result = await self._claim_turn(
             keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls],
             args=[
                 SCHEMA_VERSION,
@@ -82,25 +82,21 @@ class ChatStore:
                 template_digest,
                 template_json,
             ],
-            client=pipe,
         )
-        pipe.lrange(keys.history, 0, -1)
-        result, history = await pipe.execute()
-        return [_s(x) for x in result], [_s(x) for x in history]
+        return [_s(x) for x in result]
 
     async def claim_resume(
         self, keys: ChatKeys, *, principal: str, token: str, now_ms: int, lease_ms: int
-    ) -> tuple[list[str], list[str]]:
-        """Run CLAIM_RESUME and read the history in the same round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        await self._claim_resume(
-            keys=[keys.meta, keys.pending],
+    ) -> list[str]:
+        """Run CLAIM_RESUME (one round trip; the history comes back with the claim)."""
+        result = await self._claim_resume(
+            keys=[keys.meta, keys.pending, keys.history],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, self.ttl_s],
-            client=pipe,
         )
-        pipe.lrange(keys.history, 0, -1)
-        result, history = await pipe.execute()
-        return [_s(x) for x in result], [_s(x) for x in history]
+        return [_s(x) for x in result]
+
+    async def renew(self, keys: ChatKeys, *, token: str, now_ms: int, lease_ms: int) -> bool:
+        return bool(await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms]))
 
     async def commit(
         self,
@@ -114,6 +110,7 @@ class ChatStore:
         entries: Sequence[Mapping[str, Any]],
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
+        last_uid: str | None = None,
     ) -> bool:
         """Persist a step if ``token`` still holds the lease; False if it was lost."""
         args: list[Any] = [
@@ -124,6 +121,7 @@ class ChatStore:
             now_ms,
             lease_ms,
             "" if parked_ids is None else json.dumps(list(parked_ids)),
+            last_uid or "",
             len(entries),
             len(calls),
         ]
@@ -156,6 +154,9 @@ class ChatStore:
 
         With ``ids=None``: the pending calls, in park order (one more round trip).
         """
+        if ids is not None and not ids:
+            owner = await self.redis.hget(keys.meta, "owner")
+            return (None if owner is None else _s(owner)), []
         if ids is None:
             pipe = self.redis.pipeline(transaction=False)
             pipe.hget(keys.meta, "owner")

@@ -132,6 +132,16 @@ def _import_ref(ref: str) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
+def _policy(needs_approval: bool | str) -> str | None:
+    """The approval policy's name. Any named policy requires approval (fail safe); an
+    empty name is a mistake, not a way to turn approval off."""
+    if isinstance(needs_approval, str):
+        if not needs_approval.strip():
+            raise ValueError("needs_approval must be true, false or a policy name, not ''")
+        return needs_approval
+    return None
+
+
 def _check_schema(schema: Mapping[str, Any], what: str) -> None:
     try:
         Draft202012Validator.check_schema(schema)
@@ -146,7 +156,7 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         func = _import_ref(fn_entry.ref)
         schema = fn_entry.input_schema or getattr(func, "input_schema", None) or ANY_OBJECT
         _check_schema(schema, "input_schema")
-        policy = fn_entry.needs_approval if isinstance(fn_entry.needs_approval, str) else None
+        policy = _policy(fn_entry.needs_approval)
         return ToolSpec(
             name=fn_entry.name,
             kind="function",
@@ -185,6 +195,7 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             known = ", ".join(sorted(PLATFORM_OPS)) or "none are registered"
             raise ValueError(f"unknown platform op {pl_entry.op!r} (known: {known})")
         approval = op.needs_approval if pl_entry.needs_approval is None else pl_entry.needs_approval
+        _policy(approval)
         return ToolSpec(
             name=op.name,
             kind="platform",

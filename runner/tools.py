@@ -82,7 +82,9 @@ def _wants_context(func: Callable[..., Any]) -> bool:
     return len(params) >= 2
 
 
-async def execute_tool(spec: ToolSpec, tool_input: Mapping[str, Any], ctx: ToolContext) -> ToolRun:
+async def execute_tool(
+    spec: ToolSpec, tool_input: Mapping[str, Any], ctx: ToolContext, *, max_bytes: int
+) -> ToolRun:
     """Run a server tool with a timeout; never raises for the tool's own failures."""
     func = spec.func
     if func is None:
@@ -102,7 +104,11 @@ async def execute_tool(spec: ToolSpec, tool_input: Mapping[str, Any], ctx: ToolC
         log.exception("tool %s raised (chat %s, call %s)", spec.name, ctx.chat_id, ctx.tool_call_id)
         return ToolRun(error=f"tool {spec.name!r} failed with an internal error")
     try:
-        canonical_json(output)
+        size = len(canonical_json(output).encode())
     except Exception:
         return ToolRun(error=f"tool {spec.name!r} returned a value that is not plain JSON")
+    if size > max_bytes:
+        return ToolRun(
+            error=f"tool {spec.name!r} returned {size} bytes, over the {max_bytes} limit"
+        )
     return ToolRun(output=output)

@@ -428,3 +428,18 @@ async def test_resume_stream_replays_a_parked_message_and_is_204_otherwise(api: 
     assert answer.status_code == 200
     assert (await api.http.get(f"/api/chat/{turns_chat}/stream")).status_code == 204
     assert (await api.http.get("/api/chat/unknown-chat/stream")).status_code == 404
+
+
+async def test_an_answer_post_resumes_when_the_server_already_settled_the_call(api: Api) -> None:
+    """When the call was settled another way first (another tab, the settle endpoint, the
+    server itself), the AI SDK's automatic POST still continues the run, with the
+    recorded outcome rather than the browser's claim."""
+    chunks = await api.say("pre", "hi")
+    call_id = tool_part(chunks, "pick")["toolCallId"]
+    assert (
+        await api.settle("pre", call_id, {"outcome": "output", "output": {"choice": "tab"}})
+    ).status_code == 200
+    response = await api.chat("pre", answered_history(chunks, {"choice": "browser"}))
+    assert response.status_code == 200, response.text
+    said = "".join(c.get("delta", "") for c in sse_chunks(response.text))
+    assert said == 'seen [{"result":{"choice":"tab"},"tool":"pick"}]'

@@ -19,7 +19,9 @@ from runner import (
     NothingToResumeError,
     OutcomeNotAllowedError,
     Runner,
+    RunnerConfig,
     SettleConflictError,
+    chat_keys,
     parse_agent_file,
 )
 from runner.events import (
@@ -28,6 +30,7 @@ from runner.events import (
     Event,
     MessageFinished,
     MessageStarted,
+    StepFinished,
     StepStarted,
     TextDelta,
     ToolCallIssued,
@@ -37,6 +40,7 @@ from runner.events import (
     ToolSucceeded,
 )
 from tests import tools as test_tools
+from tests.support import PICK_TOOL as PICK
 from tests.support import agent_doc, call, text
 
 
@@ -512,3 +516,161 @@ async def test_resume_uses_the_template_snapshot_the_run_started_with(redis: Red
     events = await (await after.resume("snap", "alice")).collect()
     assert json.loads(said(events)) == [{"tool": "publish", "result": {"published": "S"}}]
     assert [e["chat"] for e in test_tools.EXECUTIONS] == ["snap"]
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def clocked_runner(
+    redis: Redis, turns: list[list[dict[str, Any]]], clock: Clock, **kwargs: Any
+) -> Runner:
+    agent = parse_agent_file(agent_doc(turns, **kwargs))
+    return Runner(redis, agent.model, agent.template, clock=clock)
+
+
+async def test_an_approval_granted_before_a_new_message_still_runs(redis: Redis) -> None:
+    """The human approved; a new message arriving before the resume must not turn that
+    approval into a denial: the tool runs, with the approved input, before the new turn."""
+    test_tools.EXECUTIONS.clear()
+    runner = make_runner(
+        redis,
+        [
+            [call("publish", {"title": "P"}), call("pick", {"q": "a"})],
+            [text("{{last_tool_results}}")],
+        ],
+    )
+    approval, _ = parked(await turn(runner, "ap", uid="u1"))
+    await runner.settle("ap", "alice", approval.tool_call_id, {"outcome": "approved"})
+    events = await turn(runner, "ap", "moving on", uid="u2")
+    assert [e["input"] for e in test_tools.EXECUTIONS if e["chat"] == "ap"] == [{"title": "P"}]
+    assert json.loads(said(events)) == [
+        {"tool": "publish", "result": {"published": "P"}},
+        {"tool": "pick", "result": {"status": "cancelled", "reason": "superseded_by_user_message"}},
+    ]
+
+
+async def test_a_resume_whose_worker_died_is_taken_over_once_the_lease_lapses(redis: Redis) -> None:
+    """Resume vs crash: a worker that claimed the resume and died holds the chat only
+    until its lease lapses; then another worker resumes with every stored outcome."""
+    clock = Clock()
+    runner = clocked_runner(
+        redis, [[call("pick", {"q": "a"})], [text("{{last_tool_results}}")]], clock
+    )
+    [pending] = parked(await turn(runner, "to"))
+    await runner.settle(
+        "to", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "k"}}
+    )
+    # A worker claims the resume and dies before it commits anything.
+    dead = await runner.store.claim_resume(
+        chat_keys("to"),
+        principal="alice",
+        token="dead-worker",
+        now_ms=runner._now_ms(),
+        lease_ms=60_000,
+    )
+    assert dead[0] == "ok"
+    with pytest.raises(ChatBusyError):
+        await runner.resume("to", "alice")
+    clock.now += 61
+    events = await (await runner.resume("to", "alice")).collect()
+    assert json.loads(said(events)) == [{"tool": "pick", "result": {"choice": "k"}}]
+
+
+async def test_a_turn_whose_worker_died_after_its_claim_loses_no_outcome(redis: Redis) -> None:
+    """Turn vs crash: a new message's claim superseded the pending call, then its worker
+    died before writing; the next turn still gives the model every result."""
+    clock = Clock()
+    runner = clocked_runner(
+        redis,
+        [[call("pick", {"q": "a"}), call("confirm", {})], [text("{{last_tool_results}}")]],
+        clock,
+    )
+    pick, _ = parked(await turn(runner, "tc", uid="u1"))
+    await runner.settle(
+        "tc", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}}
+    )
+    template = runner.template
+    dead = await runner.store.claim_turn(
+        chat_keys("tc"), principal="alice", token="dead", now_ms=runner._now_ms(), lease_ms=60_000,
+        user_message_id="u2", supersede_outcome='{"outcome":"cancelled","reason":"superseded_by_user_message"}',
+        message_id="msg_dead", template_digest=template.digest, template_json=template.canonical,
+    )  # fmt: skip
+    assert dead[0] == "ok"
+    clock.now += 61
+    events = await turn(runner, "tc", "again", uid="u2")  # the dead turn never stored u2
+    assert json.loads(said(events)) == [
+        {"tool": "pick", "result": {"choice": "z"}},
+        {
+            "tool": "confirm",
+            "result": {"status": "cancelled", "reason": "superseded_by_user_message"},
+        },
+    ]
+
+
+async def test_a_parked_call_exists_before_anyone_hears_of_it(redis: Redis) -> None:
+    """A client that answers the instant it sees a widget must find the call: call
+    events are emitted only after the step is persisted, even while server tools run."""
+    test_tools.GATE.clear()
+    gated = {"type": "function", "name": "gated", "ref": "tests.tools:gated"}
+    runner = make_runner(
+        redis, [[call("gated"), call("pick", {"q": "a"})], [text("ok")]], tools=[gated, PICK]
+    )
+    run = await runner.start_turn("early", "alice", "go")
+    async for event in run.events():
+        if isinstance(event, CallParked):
+            result = await runner.settle(
+                "early",
+                "alice",
+                event.call.tool_call_id,
+                {"outcome": "output", "output": {"choice": "fast"}},
+            )
+            assert result.fresh
+            test_tools.GATE.set()
+    state = (await runner.chat("early", "alice")).meta["state"]
+    assert state == "parked"
+    assert said(await (await runner.resume("early", "alice")).collect()) == "ok"
+
+
+async def test_settles_are_judged_by_the_schema_the_call_was_parked_with(redis: Redis) -> None:
+    """A worker with a changed template judges an answer by the run's own snapshot."""
+    runner = make_runner(redis, [[call("pick", {"q": "a"})]])
+    [pending] = parked(await turn(runner, "sch"))
+    loose = {**PICK, "output_schema": {"type": "object"}}
+    other = make_runner(redis, [[text("x")]], tools=[loose])
+    with pytest.raises(InvalidOutcomeError, match="output_schema"):
+        await other.settle(
+            "sch", "alice", pending.tool_call_id, {"outcome": "output", "output": {"x": 1}}
+        )
+
+
+async def test_oversized_server_tool_output_becomes_an_error_result(redis: Redis) -> None:
+    big = {"type": "function", "name": "big", "ref": "tests.test_runner:big_output"}
+    agent = parse_agent_file(
+        agent_doc([[call("big")], [text("{{last_tool_results}}")]], tools=[big])
+    )
+    runner = Runner(redis, agent.model, agent.template, config=RunnerConfig(max_output_bytes=1000))
+    events = await turn(runner, "big")
+    [failed] = [e for e in events if isinstance(e, ToolFailed)]
+    assert "over the 1000 limit" in failed.error
+
+
+def big_output(tool_input: dict[str, Any]) -> str:
+    return "x" * 5000
+
+
+async def test_a_run_out_of_steps_ends_on_a_text_step(redis: Redis) -> None:
+    """A model that never stops calling tools is cut off with a visible notice, on a
+    text-only step so an AI SDK client does not resend automatically."""
+    agent = parse_agent_file(agent_doc([[call("get_weather", {"city": "Oslo"})]] * 5))
+    runner = Runner(redis, agent.model, agent.template, config=RunnerConfig(max_steps=3))
+    events = await turn(runner, "steps")
+    assert finish(events) == "length"
+    assert said(events) == "(stopped after 3 steps without a final answer)"
+    assert isinstance(events[-2], StepFinished)

@@ -247,3 +247,21 @@ def test_replay_rebuilds_finished_calls_without_re_firing_and_pending_ones_as_th
         "inputTextDelta": '{"q":1}',
     }
     assert chunks[11] == {"type": "tool-approval-request", "approvalId": "apr", "toolCallId": "c2"}
+
+
+def test_settings_repr_hides_the_redis_password() -> None:
+    settings = Settings.from_sources({"redis_url": "redis://:hunter2@db.internal:6379/0"}, {})
+    assert "hunter2" not in repr(settings)
+    assert "db.internal" in repr(settings)
+
+
+def test_an_empty_approval_policy_name_is_refused() -> None:
+    """An empty policy name must not silently turn approval off."""
+    entry = {
+        "type": "function",
+        "name": "f",
+        "ref": "runner.demo:get_weather",
+        "needs_approval": "",
+    }
+    with pytest.raises(TemplateError, match="policy name"):
+        load_template({"tools": [entry]})

@@ -28,7 +28,7 @@ from runner.errors import ParkwayError, SettleConflictError
 from runner.loop import Runner, RunnerConfig
 from transport.errors import HTTPError, status_for
 from transport.routes import api_routes
-from transport.sessions import SessionAuthenticator
+from transport.sessions import Authenticator, SessionAuthenticator
 from transport.settings import Settings
 from widgets_api import widget_routes
 
@@ -44,10 +44,9 @@ class OriginGuard:
 
     Threat answered: cross-site request forgery with the session cookie. The default
     allowed origin is the server's own (``public_url``, else the request's own host);
-    more come from ``allowed_origins``. Requests without ``Origin`` (non-browser
-    clients) pass: they carry no ambient cookie authority a page could abuse... unless
-    they send the cookie, which only a browser does, and browsers send ``Origin`` on
-    every cross-origin POST.
+    more come from ``allowed_origins``. Requests without ``Origin`` pass: browsers send
+    ``Origin`` on every cross-origin POST, so a request without it is not a forged
+    browser request riding on the cookie.
     """
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
@@ -122,8 +121,10 @@ def create_app(
     settings: Settings | None = None,
     *,
     agent: AgentFile | None = None,
+    authenticator: Authenticator | None = None,
 ) -> Starlette:
-    """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo)."""
+    """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo);
+    ``authenticator`` replaces the default signed-session authenticator."""
     settings = settings or Settings()
     if agent is None:
         agent = (
@@ -131,7 +132,8 @@ def create_app(
             if settings.agent_file is not None
             else parse_agent_file(DEMO_AGENT)
         )
-    secret = settings.resolve_secret()
+    if authenticator is None:
+        authenticator = SessionAuthenticator(settings.resolve_secret().get())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -180,5 +182,5 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.authenticator = SessionAuthenticator(secret.get())
+    app.state.authenticator = authenticator
     return app

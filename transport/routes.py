@@ -113,7 +113,7 @@ async def post_chat(request: Request) -> Response:
             post.chat_id, principal, post.user_text, user_message_id=post.user_message_id
         )
         return stream_response(post.chat_id, run)
-    if not settled:
+    if pending and not settled:
         raise HTTPError(
             409,
             "no_pending_call_answered",
@@ -121,6 +121,8 @@ async def post_chat(request: Request) -> Response:
         )
     if pending:
         return JSONResponse({"settled": list(settled), "pending": pending}, status_code=202)
+    # Every parked call is settled (by these answers, or earlier: the settle endpoint, the
+    # server itself). The stored outcomes are what the run continues with.
     try:
         run = await runner.resume(post.chat_id, principal, skip_echo=frozenset(settled))
     except NothingToResumeError as exc:
@@ -213,8 +215,10 @@ async def resume_chat(request: Request) -> Response:
 async def create_session(request: Request) -> Response:
     """Issue a session: a signed token, as a cookie and in the body (for bearer use).
     A request that already carries a valid session keeps its principal."""
-    authenticator: SessionAuthenticator = request.app.state.authenticator
+    authenticator = request.app.state.authenticator
     settings: Settings = request.app.state.settings
+    if not isinstance(authenticator, SessionAuthenticator):
+        raise HTTPError(404, "not_found", "this server does not issue sessions")
     if request.headers.get("content-length") not in (None, "0"):
         body = await read_json(request)
         if not isinstance(body, dict) or body:

@@ -50,7 +50,7 @@ def _origin(value: str, what: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
     """Everything Parkway can be configured with. See docs/operations.md."""
 
@@ -164,10 +164,32 @@ class Settings:
         path = self.data_dir / "secret.key"
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            # Write the whole key to a private temporary file, then publish it with a
+            # hard link, which fails if another process published first: nobody ever
+            # reads a half-written key, and both processes end up with the same one.
+            tmp = path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(secrets.token_urlsafe(48))
-        return Secret(path.read_text().strip())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        key = path.read_text().strip()
+        if len(key) < 32:
+            raise SettingsError(f"{path} holds no usable key; delete it to make a new one")
+        return Secret(key)
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "redis_url" and value is not None:
+                value = self.redacted_redis_url()
+            shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
 
     def redacted_redis_url(self) -> str:
         if self.redis_url is None:
