@@ -23,18 +23,21 @@ __all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "RENEW", "SETTLE"]
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
 #       9 new assistant message id, 10 template digest, 11 template JSON
-# Returns: {'ok', model_calls, parked ids JSON, history entry, ...}
+# Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
+#          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
 CLAIM_TURN = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
+  -- A new chat: nothing of an expired chat with the same id may leak into it.
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'owner', ARGV[2], 'state', 'idle',
              'model_calls', '0', 'parked_ids', '[]', 'created_at', ARGV[4])
 elseif v ~= ARGV[1] then
   return {'incompatible', v}
 end
 local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'lease_until', 'last_uid',
-                     'model_calls', 'parked_ids', 'template_digest')
+                     'model_calls', 'parked_ids', 'template_digest', 'template')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
@@ -43,12 +46,16 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
-           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9])
+           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9],
+           'run', 'turn', 'run_committed', '0')
+-- Calls of the previous step are finished with the template they were made under.
+local previous = ''
 if m[7] ~= ARGV[10] then
+  if (m[6] or '[]') ~= '[]' then previous = m[8] or '' end
   redis.call('HSET', KEYS[1], 'template_digest', ARGV[10], 'template', ARGV[11])
 end
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
-local out = {'ok', m[5] or '0', m[6] or '[]'}
+local out = {'ok', m[5] or '0', m[6] or '[]', previous}
 for _, entry in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do table.insert(out, entry) end
 return out
 """
@@ -65,17 +72,20 @@ local v = redis.call('HGET', KEYS[1], 'v')
 if not v then return {'missing'} end
 if v ~= ARGV[1] then return {'incompatible', v} end
 local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'model_calls', 'message_id',
-                     'parked_ids', 'template', 'lease_until')
+                     'parked_ids', 'template', 'lease_until', 'run', 'run_committed')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
 if m[2] == 'running' then
   if tonumber(m[7] or '0') > tonumber(ARGV[4]) then return {'busy'} end
+  -- A dead turn that stored nothing has nothing to continue: its message must be sent
+  -- again. A dead resume, or a run that stored a step, continues from what is stored.
+  if m[8] ~= 'resume' and m[9] ~= '1' then return {'not_parked', 'interrupted'} end
 elseif m[2] ~= 'parked' then
   return {'not_parked', m[2]}
 end
 local n = redis.call('ZCARD', KEYS[2])
 if n > 0 then return {'pending', n} end
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
-           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]))
+           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume')
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
 for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do table.insert(out, entry) end
@@ -103,7 +113,8 @@ for i = 0, c - 1 do
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5])
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
+           'run_committed', '1')
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'last_uid', ARGV[8]) end
 if ARGV[2] == 'running' then
@@ -126,7 +137,8 @@ return 1
 """
 
 # Settle one parked call: the first writer wins; a repeat is compared with the winner.
-# KEYS: 1 calls, 2 outcomes, 3 pending
+# KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two only to keep
+#       the whole chat alive together)
 # ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s)
 # Returns: {'settled', pending count left} | {'same', outcome} | {'conflict', outcome}
 #        | {'missing'}

@@ -9,6 +9,7 @@ SIGKILL leaves its Redis running), it is reused rather than replaced.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -97,6 +98,15 @@ class EmbeddedRedis:
                 f"data folder path is too long for a unix socket ({self.socket_path}); "
                 "choose a shorter --data-dir"
             )
+        # One starter at a time per data folder: a second process waits, then reuses.
+        with (self.data_dir / "redis.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return self._start_locked(timeout)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _start_locked(self, timeout: float) -> str:
         if _answers(self.socket_path):
             log.info("reusing the embedded Redis already running in %s", self.data_dir)
             return self.url

@@ -209,9 +209,16 @@ class Runner:
             # Long tools must not let the lease lapse: another worker would take over.
             while True:
                 await asyncio.sleep(self.config.lease_s / 3)
-                held = await self.store.renew(
-                    state.keys, token=state.token, now_ms=self._now_ms(), lease_ms=self._lease_ms
-                )
+                try:
+                    held = await self.store.renew(
+                        state.keys,
+                        token=state.token,
+                        now_ms=self._now_ms(),
+                        lease_ms=self._lease_ms,
+                    )
+                except Exception:
+                    log.warning("could not renew the lease of chat %s", state.chat_id)
+                    continue  # try again next period; commits stay fenced by the token
                 if not held:
                     log.warning("run of chat %s lost its lease", state.chat_id)
                     return
@@ -228,7 +235,8 @@ class Runner:
                 ref = secrets.token_hex(4)
                 log.exception("run failed (chat %s, ref %s)", state.chat_id, ref)
                 with contextlib.suppress(Exception):
-                    await self._commit(state, "idle", parked_ids=[])
+                    # Parked ids stay: calls already stored are finished by the next turn.
+                    await self._commit(state, "idle")
                 run._emit(RunFailed(f"The run failed (reference {ref})."))
             finally:
                 renewer.cancel()
@@ -271,14 +279,16 @@ class Runner:
             entries=state.unsaved,
             calls=calls,
             parked_ids=parked_ids,
-            last_uid=state.user_message_id,
+            # The duplicate guard is written with the user message itself, never before.
+            last_uid=state.user_message_id
+            if any(e["t"] == "user" for e in state.unsaved)
+            else None,
         )
         if not ok:
             raise ChatBusyError("this run lost the chat's lease to another worker")
         state.entries.extend(state.unsaved)
         state.unsaved = []
         state.clear_parked = False
-        state.user_message_id = None
 
     def _check_claim(self, result: Sequence[str]) -> None:
         status = result[0]
@@ -343,14 +353,17 @@ class Runner:
             message_id=message_id,
             template=template,
             model_calls=int(result[1]),
-            entries=decode_entries(result[3:]),
+            entries=decode_entries(result[4:]),
             parked_ids=json.loads(result[2]),
             user_message_id=user_message_id,
         )
+        previous = result[3]
 
         async def work(run: Run, state: _RunState) -> None:
-            # The earlier message's calls finish off-stream: this is a new message.
-            await self._apply_outcomes(run, state, emit=False)
+            # The earlier message's calls finish off-stream (this is a new message), with
+            # the template they were made under.
+            earlier = load_template(json.loads(previous)) if previous else None
+            await self._apply_outcomes(run, state, emit=False, template=earlier)
             state.unsaved.append(user_entry(text, user_message_id))
             await self._drive(run, state)
 
@@ -407,7 +420,9 @@ class Runner:
 
         return self._start(Run(state.message_id), state, work)
 
-    async def _apply_outcomes(self, run: Run, state: _RunState, *, emit: bool) -> None:
+    async def _apply_outcomes(
+        self, run: Run, state: _RunState, *, emit: bool, template: AgentTemplate | None = None
+    ) -> None:
         """Turn the outcomes of the parked step into tool results, running approved calls
         with exactly the approved input."""
         if not state.parked_ids:
@@ -440,15 +455,22 @@ class Runner:
         await self._commit(state, "running")
         runs = await asyncio.gather(
             *(
-                self._execute(state, call.tool_call_id, call.tool_name, tool_input)
+                self._execute(state, call.tool_call_id, call.tool_name, tool_input, template)
                 for call, tool_input in approved
             )
         )
         for (call, _), tool_run in zip(approved, runs, strict=True):
             self._record_run(run, state, call.tool_call_id, call.tool_name, tool_run, emit=emit)
 
-    async def _execute(self, state: _RunState, call_id: str, name: str, tool_input: Any) -> ToolRun:
-        spec = state.template.tool(name)
+    async def _execute(
+        self,
+        state: _RunState,
+        call_id: str,
+        name: str,
+        tool_input: Any,
+        template: AgentTemplate | None = None,
+    ) -> ToolRun:
+        spec = (template or state.template).tool(name)
         if spec is None:
             return ToolRun(error=f"tool {name!r} is no longer in the agent template")
         ctx = ToolContext(state.chat_id, state.principal, call_id, name)
@@ -536,6 +558,8 @@ class Runner:
                     self._record_run(run, state, call.id or "", call.name, tool_run)
                 if parked:
                     await self._commit(state, "parked", parked_ids=ids)
+                else:
+                    await self._commit(state, "running")
             elif parked:
                 await self._commit(state, "parked", calls=parked, parked_ids=ids)
                 for event in announced:

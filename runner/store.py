@@ -135,7 +135,7 @@ class ChatStore:
 
     async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> list[str]:
         result = await self._settle(
-            keys=[keys.calls, keys.outcomes, keys.pending],
+            keys=[keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history],
             args=[tool_call_id, outcome_json, self.ttl_s],
         )
         return [_s(x) for x in result]

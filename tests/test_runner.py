@@ -674,3 +674,73 @@ async def test_a_run_out_of_steps_ends_on_a_text_step(redis: Redis) -> None:
     assert finish(events) == "length"
     assert said(events) == "(stopped after 3 steps without a final answer)"
     assert isinstance(events[-2], StepFinished)
+
+
+async def test_a_dead_turn_that_stored_nothing_is_not_resumed_and_its_message_can_be_resent(
+    redis: Redis,
+) -> None:
+    """A turn whose worker died before storing its message has nothing to continue: a
+    resume is refused, and the same message may be sent again."""
+    clock = Clock()
+    runner = clocked_runner(redis, [[text("one")], [text("two {{last_user_text}}")]], clock)
+    await turn(runner, "dt", "first", uid="u1")
+    template = runner.template
+    await runner.store.claim_turn(
+        chat_keys("dt"), principal="alice", token="dead", now_ms=runner._now_ms(), lease_ms=60_000,
+        user_message_id="u2", supersede_outcome="{}", message_id="msg_dead",
+        template_digest=template.digest, template_json=template.canonical,
+    )  # fmt: skip
+    clock.now += 61
+    with pytest.raises(NothingToResumeError, match="interrupted"):
+        await runner.resume("dt", "alice")
+    assert said(await turn(runner, "dt", "second", uid="u2")) == "two second"
+
+
+async def test_a_new_chat_never_sees_leftovers_of_an_expired_one(redis: Redis) -> None:
+    """Keys of a chat live and die together; a chat created under a reused id starts
+    empty even if stray keys of an old one remain."""
+    runner = make_runner(redis, [[call("pick", {"q": "secret input"})]])
+    [pending] = parked(await turn(runner, "reuse"))
+    await runner.settle("reuse", "alice", pending.tool_call_id, {"outcome": "declined"})
+    ttls = {
+        key: await redis.ttl(key) for key in chat_keys("reuse").all() if await redis.exists(key)
+    }
+    assert len(ttls) == 4 and all(t > 0 for t in ttls.values())  # pending is empty, so absent
+    await redis.delete(chat_keys("reuse").meta)  # as if only the meta key had expired
+    fresh = make_runner(redis, [[text("hello")]])
+    await (await fresh.start_turn("reuse", "bob", "hi")).collect()
+    record = await fresh.chat("reuse", "bob")
+    assert record.calls == []
+    assert [e["t"] for e in record.entries] == ["user", "assistant"]
+
+
+async def test_approvals_finished_by_a_new_turn_use_the_template_they_were_made_under(
+    redis: Redis,
+) -> None:
+    """A worker with a newer template (here without the tool) still runs an approval that
+    was granted under the old one, with that template's tool."""
+    test_tools.EXECUTIONS.clear()
+    old = make_runner(redis, [[call("publish", {"title": "old"})], [text("{{last_tool_results}}")]])
+    [pending] = parked(await turn(old, "tpl", uid="u1"))
+    await old.settle("tpl", "alice", pending.tool_call_id, {"outcome": "approved"})
+    new = make_runner(redis, [[text("x")], [text("{{last_tool_results}}")]], tools=[])
+    events = await turn(new, "tpl", "next", uid="u2")
+    assert json.loads(said(events)) == [{"tool": "publish", "result": {"published": "old"}}]
+
+
+async def test_server_tool_results_are_stored_as_soon_as_the_tools_finish(redis: Redis) -> None:
+    """Results of a step that does not park are persisted before the next model step, so
+    a worker dying during that step loses nothing the client already saw."""
+    runner = make_runner(redis, [[call("get_weather", {"city": "Oslo"})], [text("next")]])
+    original = runner.model.stream
+    seen: list[list[str]] = []
+
+    async def observing(request: Any) -> Any:
+        history = await redis.lrange(chat_keys("early-r").history, 0, -1)
+        seen.append([json.loads(h)["t"] for h in history])
+        async for item in original(request):
+            yield item
+
+    runner.model = type("M", (), {"stream": staticmethod(observing)})()
+    await turn(runner, "early-r")
+    assert seen[1] == ["user", "assistant", "result"]
