@@ -15,7 +15,7 @@ Two meta fields carry the crash-safety invariants:
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "RENEW", "SETTLE"]
+__all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "PENDING", "RENEW", "SETTLE"]
 
 # Start a new turn: take the run lease (creating the chat on first use), and settle
 # every still-pending call as superseded. Returns the history in the same round trip.
@@ -62,9 +62,10 @@ return out
 
 # Resume a chat whose parked calls are all settled, or take over one whose worker died
 # (state running, lease lapsed): exactly one caller wins the lease.
-# KEYS: 1 meta, 2 pending, 3 history
+# KEYS: 1 meta, 2 pending, 3 history, 4 calls, 5 outcomes
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms), 6 TTL (s)
-# Returns: {'ok', model_calls, message id, parked ids JSON, template JSON, history entry, ...}
+# Returns: {'ok', model_calls, message id, parked ids JSON, template JSON, C,
+#           C pairs (call record JSON, outcome JSON or ''), history entry, ...}
 #        | {'missing'} | {'incompatible', version} | {'forbidden'} | {'busy'}
 #        | {'not_parked', state} | {'pending', count}
 CLAIM_RESUME = """
@@ -88,6 +89,17 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume')
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
+-- The parked step's records and outcomes come along: resuming is one round trip.
+local ids = cjson.decode(m[5] or '[]')
+table.insert(out, tostring(#ids))
+if #ids > 0 then
+  local recs = redis.call('HMGET', KEYS[4], unpack(ids))
+  local outs = redis.call('HMGET', KEYS[5], unpack(ids))
+  for i = 1, #ids do
+    table.insert(out, recs[i] or '')
+    table.insert(out, outs[i] or '')
+  end
+end
 for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do table.insert(out, entry) end
 return out
 """
@@ -134,6 +146,25 @@ RENEW = """
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[2]) + tonumber(ARGV[3]))
 return 1
+"""
+
+# Read a chat's owner and its pending calls (records and outcomes), in park order.
+# KEYS: 1 meta, 2 pending, 3 calls, 4 outcomes
+# ARGV: none
+# Returns: {owner or '', C, C pairs (call record JSON, outcome JSON or '')}
+PENDING = """
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+local out = {owner, tostring(#ids)}
+if #ids > 0 then
+  local recs = redis.call('HMGET', KEYS[3], unpack(ids))
+  local outs = redis.call('HMGET', KEYS[4], unpack(ids))
+  for i = 1, #ids do
+    table.insert(out, recs[i] or '')
+    table.insert(out, outs[i] or '')
+  end
+end
+return out
 """
 
 # Settle one parked call: the first writer wins; a repeat is compared with the winner.

@@ -17,7 +17,7 @@ a deterministic "result unknown" result, never a silent re-execution.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.model import AssistantTurn, ModelMessage, ModelToolCall, ToolResult, UserTurn
@@ -56,8 +56,16 @@ def result_entry(
     return entry
 
 
-def decode_entries(raw: Iterable[str | bytes]) -> list[dict[str, Any]]:
-    return [json.loads(item) for item in raw]
+def decode_entries(raw: Sequence[str]) -> list[dict[str, Any]]:
+    """Parse stored entries: each is one JSON object this runner wrote, so the list is
+    parsed as one JSON array (one C-level parse, not one call per entry); if the count
+    comes out different, something odd is stored and each entry is parsed alone."""
+    if not raw:
+        return []
+    entries: list[dict[str, Any]] = json.loads("[" + ",".join(raw) + "]")
+    if len(entries) != len(raw):
+        entries = [json.loads(item) for item in raw]
+    return entries
 
 
 def to_model_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:

@@ -161,6 +161,8 @@ class _RunState:
     model_calls: int
     entries: list[dict[str, Any]]
     parked_ids: list[str] = field(default_factory=list)
+    # The parked step's calls, when the claim already brought them (a resume).
+    parked_calls: list[ParkedCall] | None = None
     skip_echo: frozenset[str] = frozenset()
     unsaved: list[dict[str, Any]] = field(default_factory=list)
     # Set once the parked ids handed over by the claim are consumed: the next commit
@@ -382,7 +384,7 @@ class Runner:
         """
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
-        result = await self.store.claim_resume(
+        result, parked_calls = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
         self._check_claim(result)
@@ -396,6 +398,7 @@ class Runner:
             model_calls=int(result[1]),
             entries=decode_entries(result[5:]),
             parked_ids=json.loads(result[3]),
+            parked_calls=parked_calls,
             skip_echo=skip_echo,
         )
         try:
@@ -427,7 +430,10 @@ class Runner:
         with exactly the approved input."""
         if not state.parked_ids:
             return
-        _, calls = await self.store.calls(state.keys, state.parked_ids)
+        if state.parked_calls is not None:
+            calls = state.parked_calls
+        else:
+            _, calls = await self.store.calls(state.keys, state.parked_ids)
         state.clear_parked = True
         approved: list[tuple[ParkedCall, Any]] = []
         for call in calls:

@@ -27,6 +27,11 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _decode_pairs(flat: Sequence[Any]) -> list[ParkedCall]:
+    """Calls from a flat list of (record JSON, outcome JSON or '') pairs."""
+    return [decode_call(flat[i], flat[i + 1] or None) for i in range(0, len(flat), 2) if flat[i]]
+
+
 @dataclass(frozen=True)
 class ChatRecord:
     """Everything stored for one chat, read in one round trip."""
@@ -51,6 +56,7 @@ class ChatStore:
         self._commit = redis.register_script(_scripts.COMMIT)
         self._settle = redis.register_script(_scripts.SETTLE)
         self._renew = redis.register_script(_scripts.RENEW)
+        self._pending = redis.register_script(_scripts.PENDING)
 
     async def claim_turn(
         self,
@@ -87,13 +93,18 @@ class ChatStore:
 
     async def claim_resume(
         self, keys: ChatKeys, *, principal: str, token: str, now_ms: int, lease_ms: int
-    ) -> list[str]:
-        """Run CLAIM_RESUME (one round trip; the history comes back with the claim)."""
-        result = await self._claim_resume(
-            keys=[keys.meta, keys.pending, keys.history],
+    ) -> tuple[list[str], list[ParkedCall]]:
+        """Run CLAIM_RESUME. One round trip brings the claim's fields, the parked step's
+        calls with their outcomes, and the history (``fields[5:]``)."""
+        raw = await self._claim_resume(
+            keys=[keys.meta, keys.pending, keys.history, keys.calls, keys.outcomes],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, self.ttl_s],
         )
-        return [_s(x) for x in result]
+        if _s(raw[0]) != "ok":
+            return [_s(x) for x in raw], []
+        count = int(raw[5])
+        calls = _decode_pairs(raw[6 : 6 + 2 * count])
+        return [_s(x) for x in raw[:5]] + [_s(x) for x in raw[6 + 2 * count :]], calls
 
     async def renew(self, keys: ChatKeys, *, token: str, now_ms: int, lease_ms: int) -> bool:
         return bool(await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms]))
@@ -152,19 +163,17 @@ class ChatStore:
     ) -> tuple[str | None, list[ParkedCall]]:
         """The chat's owner and its parked calls named by ``ids``, with their outcomes.
 
-        With ``ids=None``: the pending calls, in park order (one more round trip).
+        With ``ids=None``: the pending calls, in park order. One round trip either way.
         """
-        if ids is not None and not ids:
+        if ids is None:
+            raw = await self._pending(
+                keys=[keys.meta, keys.pending, keys.calls, keys.outcomes], args=[]
+            )
+            owner_raw = _s(raw[0])
+            return (owner_raw or None), _decode_pairs(raw[2:])
+        if not ids:
             owner = await self.redis.hget(keys.meta, "owner")
             return (None if owner is None else _s(owner)), []
-        if ids is None:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.hget(keys.meta, "owner")
-            pipe.zrange(keys.pending, 0, -1)
-            owner, pending = await pipe.execute()
-            ids = [_s(x) for x in pending]
-            if not ids:
-                return (None if owner is None else _s(owner)), []
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(keys.meta, "owner")
         pipe.hmget(keys.calls, list(ids))

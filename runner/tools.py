@@ -9,9 +9,7 @@ other exception becomes a generic error result, so internal details never leak.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,15 +45,25 @@ class ToolRun:
     error: str | None = None
 
 
-@functools.lru_cache(maxsize=1024)
-def _validator(schema_json: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema_json))
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    """A validator per schema object (templates are cached, so their schemas live on)."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    validator = Draft202012Validator(schema)
+    if len(_VALIDATORS) > 4096:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
 
 
 def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
     """A deterministic message saying why ``tool_input`` is not valid for ``spec``."""
     try:
-        validator = _validator(canonical_json(dict(spec.input_schema)))
+        validator = _validator(spec.input_schema)
         canonical_json(tool_input)
     except Exception:
         return f"input for tool {spec.name!r} is not plain JSON"

@@ -568,7 +568,7 @@ async def test_a_resume_whose_worker_died_is_taken_over_once_the_lease_lapses(re
         "to", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "k"}}
     )
     # A worker claims the resume and dies before it commits anything.
-    dead = await runner.store.claim_resume(
+    dead, _ = await runner.store.claim_resume(
         chat_keys("to"),
         principal="alice",
         token="dead-worker",
