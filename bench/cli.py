@@ -1,0 +1,154 @@
+"""``python -m bench``: run the whole suite, print Markdown, write docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+
+from bench.http_level import HttpResult, run_http_size
+from bench.redis_server import LoopbackRedis
+from bench.report import Report, machine_facts
+from bench.roundtrips import install
+from bench.runner_level import SizeResult, run_baseline, run_size
+from bench.workload import Workload
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Parkway park/resume benchmarks on a loopback Redis (see docs/benchmarks.md).",
+    )
+    parser.add_argument(
+        "--redis-url",
+        help="use this Redis instead of starting a private one (keys pw:{bench-*} are "
+        "written and deleted)",
+    )
+    parser.add_argument(
+        "--sizes", default="2,20,200", help="history sizes in messages (default 2,20,200)"
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=1500, help="runner-level samples per size (1500)"
+    )
+    parser.add_argument(
+        "--http-iterations", type=int, default=600, help="HTTP samples per size (600)"
+    )
+    parser.add_argument("--skip-http", action="store_true", help="runner level only")
+    parser.add_argument(
+        "--quick", action="store_true", help="few samples (a smoke run; numbers are rough)"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help="report file (docs/benchmarks.md)"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only; write no file")
+    return parser
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"--sizes: {text!r} is not a comma-separated list of numbers") from None
+    for size in sizes:
+        Workload(size)  # validates
+    return sizes
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+    return url
+
+
+async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
+    install()
+    sizes = _sizes(args.sizes)
+    iterations, http_iterations = args.iterations, args.http_iterations
+    warmup, http_warmup = 50, 20
+    if args.quick:
+        iterations, http_iterations, warmup, http_warmup = 100, 40, 10, 5
+    redis = Redis.from_url(url)
+    helper = Redis.from_url(url)
+    try:
+        info = await helper.info("server")
+        version = f"Redis {info.get('redis_version', '?')}"
+        log = _progress()
+        log("reference: PING, SET + GETDEL 4 KB")
+        baseline = await run_baseline(redis, max(iterations, 500))
+        runner: list[SizeResult] = []
+        for size in sizes:
+            log(f"runner level, {size} messages, {iterations} samples")
+            runner.append(
+                await run_size(redis, helper, Workload(size), iterations=iterations, warmup=warmup)
+            )
+        http: list[HttpResult] = []
+        if not args.skip_http:
+            for size in sizes:
+                log(f"HTTP, {size} messages, {http_iterations} samples")
+                http.append(
+                    await run_http_size(
+                        url,
+                        helper,
+                        Workload(size),
+                        iterations=http_iterations,
+                        warmup=http_warmup,
+                        probes=6,
+                    )
+                )
+        await helper.delete("bench:baseline")
+    finally:
+        await redis.aclose()
+        await helper.aclose()
+    return Report(
+        arguments=shlex.join(sys.argv[1:]),
+        machine=machine_facts(version, where, ROOT),
+        baseline=baseline,
+        runner=runner,
+        http=http,
+        iterations=iterations,
+        http_iterations=http_iterations,
+    )
+
+
+def _progress() -> _Log:
+    return _Log(time.monotonic())
+
+
+class _Log:
+    """Progress lines on stderr, so stdout stays pure Markdown."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+
+    def __call__(self, message: str) -> None:
+        print(
+            f"[bench {time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.redis_url:
+        report = asyncio.run(_suite(args, args.redis_url, f"at {_redacted(args.redis_url)}"))
+    else:
+        with LoopbackRedis() as server:
+            where = "private loopback server on 127.0.0.1 TCP, no persistence"
+            report = asyncio.run(_suite(args, server.url, where))
+    print(report.tables())
+    if not args.no_write:
+        report.write(args.output)
+        print(f"[bench] wrote {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,347 @@
+"""Runner-level benchmark: park, settle and resume through :class:`runner.loop.Runner`.
+
+Definitions (all wall-clock, ``time.perf_counter``, one operation at a time, the runner
+and the benchmark in one asyncio event loop, Redis on loopback TCP):
+
+- **turn that parks**: from calling ``Runner.start_turn`` until the caller receives
+  ``MessageFinished("tool-calls")``. Claims the chat's lease, reads the history, builds
+  the model request, streams the model's sentence and tool call, parks.
+- **park**: the part of that turn after the model has spoken: from the moment the
+  model's stream ends with the ``choose_option`` call until the caller receives
+  ``MessageFinished("tool-calls")``. Validates the call's input, computes its
+  parkedCallKey, builds and encodes the parked-call record, persists the step (one
+  ``COMMIT`` script: history entry, call record, pending set, chat state) and emits the
+  events. This is the work parking adds to a turn.
+- **park commit**: just the ``ChatStore.commit`` call inside *park* (the Redis write).
+- **settle**: ``Runner.settle`` of the parked call with ``{"choice": "Oslo"}``.
+- **answer**: ``Runner.answer`` with the same outcome, the path ``POST /api/chat``
+  takes when an AI SDK client sends a tool output (matches pending calls, settles,
+  counts what is left). Settle and answer alternate between samples.
+- **resume -> model request**: from calling ``Runner.resume`` until the model is called
+  with the rebuilt request (lease claimed, history, template snapshot and outcomes
+  loaded, tool result added, model messages built). This is the cold-resume cost.
+- **resume -> finished**: from calling ``Runner.resume`` until the caller receives
+  ``MessageFinished("stop")``: the above, plus the scripted model streaming a 14-word
+  answer, the final ``COMMIT`` and the events.
+
+Round trips are counted by :mod:`bench.roundtrips` over the same regions.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bench.roundtrips import ROUND_TRIPS
+from bench.stats import Counts, Latency
+from bench.workload import (
+    CHOICE,
+    PARK_TOOL,
+    SeedSnapshot,
+    StoredBytes,
+    Workload,
+    finished_reason,
+    measured_user_text,
+    parked_call_id,
+    seed_chat,
+    stored_bytes,
+)
+from runner.canonical import canonical_json
+from runner.events import CallParked, Event, MessageFinished
+from runner.history import decode_entries, to_model_messages
+from runner.keys import chat_keys
+from runner.loop import Answer, Runner
+from runner.model import Model, ModelEvent, ModelRequest
+from runner.store import ChatStore
+from runner.template import load_template
+
+__all__ = ["Baseline", "SizeResult", "run_baseline", "run_size"]
+
+PRINCIPAL = "bench-principal"
+
+
+# -- instruments ------------------------------------------------------------------------
+
+
+@dataclass
+class _Marks:
+    """When (and after how many round trips) the model was called and finished."""
+
+    request_at: float = 0.0
+    request_rt: int = 0
+    end_at: float = 0.0
+    end_rt: int = 0
+
+    def reset(self) -> None:
+        self.request_at = self.end_at = 0.0
+        self.request_rt = self.end_rt = 0
+
+
+class _MarkingModel:
+    """Wraps a model to stamp the start and the end of each model step."""
+
+    def __init__(self, inner: Model, marks: _Marks) -> None:
+        self.inner = inner
+        self.marks = marks
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.marks.request_at = time.perf_counter()
+        self.marks.request_rt = ROUND_TRIPS.count
+        async for item in self.inner.stream(request):
+            yield item
+        self.marks.end_at = time.perf_counter()
+        self.marks.end_rt = ROUND_TRIPS.count
+
+
+class _StoreTimer:
+    """Times the calls a runner makes on its :class:`ChatStore`.
+
+    It wraps the named methods of the runner's own store instance (whatever their
+    signatures), so the runner code runs unchanged; each call logs its duration and
+    its Redis round trips.
+    """
+
+    METHODS = ("claim_turn", "claim_resume", "commit", "calls", "settle", "pending_count")
+
+    def __init__(self, store: ChatStore) -> None:
+        self.log: list[tuple[str, float, int]] = []
+        for name in self.METHODS:
+            original = getattr(store, name, None)
+            if original is not None:
+                setattr(store, name, self._wrap(name, original))
+
+    def _wrap(self, name: str, original: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            rt = ROUND_TRIPS.count
+            start = time.perf_counter()
+            result = await original(*args, **kwargs)
+            self.log.append((name, time.perf_counter() - start, ROUND_TRIPS.count - rt))
+            return result
+
+        return timed
+
+    def took(self, name: str) -> float:
+        """Total seconds of the logged calls named ``name``."""
+        return sum(seconds for n, seconds, _ in self.log if n == name)
+
+    def trips(self, name: str) -> int:
+        """Total round trips of the logged calls named ``name``."""
+        return sum(trips for n, _, trips in self.log if n == name)
+
+
+# -- results ------------------------------------------------------------------------------
+
+OPERATIONS = (
+    "turn",
+    "park",
+    "commit",
+    "settle",
+    "answer",
+    "resume_request",
+    "resume_finish",
+)
+
+
+@dataclass
+class SizeResult:
+    """Everything measured for one history size."""
+
+    messages: int
+    latency: dict[str, Latency] = field(default_factory=lambda: {k: Latency() for k in OPERATIONS})
+    round_trips: dict[str, Counts] = field(
+        default_factory=lambda: {k: Counts() for k in OPERATIONS}
+    )
+    bytes_sent: dict[str, Counts] = field(default_factory=lambda: {k: Counts() for k in OPERATIONS})
+    breakdown: dict[str, Latency] = field(default_factory=dict)
+    breakdown_trips: dict[str, Counts] = field(default_factory=dict)
+    stored_parked: StoredBytes | None = None
+    stored_idle: StoredBytes | None = None
+    history_bytes: int = 0
+
+    def part(self, name: str, round_trips: int | None = None) -> Latency:
+        """The breakdown entry ``name``, noting its round trips when given."""
+        if round_trips is not None:
+            self.breakdown_trips.setdefault(name, Counts()).add(round_trips)
+        return self.breakdown.setdefault(name, Latency())
+
+
+@dataclass
+class Baseline:
+    """Reference operations on the same Redis and client library."""
+
+    ping: Latency = field(default_factory=Latency)
+    set_getdel: Latency = field(default_factory=Latency)
+
+
+# -- the benchmark ------------------------------------------------------------------------
+
+
+async def _events_until_finished(events: AsyncIterator[Event]) -> tuple[list[Event], float, int]:
+    """Drain a run; return its events and when (and at which round trip) it finished."""
+    seen: list[Event] = []
+    finished_at, finished_rt = 0.0, 0
+    async for event in events:
+        if isinstance(event, MessageFinished):
+            finished_at, finished_rt = time.perf_counter(), ROUND_TRIPS.count
+        seen.append(event)
+    return seen, finished_at, finished_rt
+
+
+async def run_size(
+    redis: Redis, helper: Redis, workload: Workload, *, iterations: int, warmup: int
+) -> SizeResult:
+    """Measure ``iterations`` park/settle-or-answer/resume cycles at one history size."""
+    marks = _Marks()
+    runner = Runner(redis, _MarkingModel(workload.model(), marks), workload.template())
+    store = _StoreTimer(runner.store)
+    seed_id = f"bench-seed-{workload.messages}"
+    await SeedSnapshot.drop(helper, seed_id)
+    await seed_chat(runner, seed_id, PRINCIPAL, workload.messages)
+    snapshot = await SeedSnapshot.take(helper, seed_id)
+    history = [
+        x.decode() if isinstance(x, bytes) else str(x)
+        for x in await helper.lrange(chat_keys(seed_id).history, 0, -1)
+    ]
+    result = SizeResult(workload.messages)
+    result.history_bytes = sum(len(x.encode()) for x in history)
+    gc.collect()
+    for i in range(warmup + iterations):
+        measured = i >= warmup
+        chat_id = f"bench-{workload.messages}-{i}"
+        await snapshot.clone(helper, chat_id)
+        await _cycle(
+            runner, store, marks, helper, chat_id, i=i, result=result if measured else None
+        )
+        await SeedSnapshot.drop(helper, chat_id)
+    await SeedSnapshot.drop(helper, seed_id)
+    _python_parts(result, history=history, runner=runner)
+    return result
+
+
+async def _cycle(
+    runner: Runner,
+    store: _StoreTimer,
+    marks: _Marks,
+    helper: Redis,
+    chat_id: str,
+    *,
+    i: int,
+    result: SizeResult | None,
+) -> None:
+    """One measured park, settle (or answer) and resume of a fresh copy of the seed."""
+    # Turn that parks.
+    marks.reset()
+    store.log.clear()
+    rt0, sent0 = ROUND_TRIPS.snapshot()
+    t0 = time.perf_counter()
+    run = await runner.start_turn(
+        chat_id, PRINCIPAL, measured_user_text(i), user_message_id=f"m{i}"
+    )
+    events, t1, rt1 = await _events_until_finished(run.events())
+    sent1 = ROUND_TRIPS.bytes_sent
+    if finished_reason(events) != "tool-calls":
+        raise RuntimeError("the measured turn did not park")
+    call_id = parked_call_id(events)
+    call_input = next(e.call.input for e in events if isinstance(e, CallParked))
+    if result is not None:
+        result.latency["turn"].add(t1 - t0)
+        result.latency["park"].add(t1 - marks.end_at)
+        result.latency["commit"].add(store.took("commit"))
+        result.round_trips["turn"].add(rt1 - rt0)
+        result.round_trips["park"].add(rt1 - marks.end_rt)
+        result.round_trips["commit"].add(store.trips("commit"))
+        result.bytes_sent["turn"].add(sent1 - sent0)
+        result.part("turn: claim_turn", store.trips("claim_turn")).add(store.took("claim_turn"))
+        result.part("turn: start_turn -> model request", marks.request_rt - rt0).add(
+            marks.request_at - t0
+        )
+        if result.stored_parked is None:
+            result.stored_parked = await stored_bytes(helper, chat_id)
+
+    # Settle (even samples) or answer (odd samples).
+    store.log.clear()
+    rt0, sent0 = ROUND_TRIPS.snapshot()
+    t0 = time.perf_counter()
+    name = "settle" if i % 2 == 0 else "answer"
+    if name == "settle":
+        await runner.settle(chat_id, PRINCIPAL, call_id, CHOICE)
+    else:
+        answer = Answer(call_id, PARK_TOOL, call_input, CHOICE)
+        report = await runner.answer(chat_id, PRINCIPAL, [answer])
+        if report.pending != 0 or report.settled != (call_id,):
+            raise RuntimeError(f"the answer did not settle the call: {report}")
+    t1 = time.perf_counter()
+    if result is not None:
+        result.latency[name].add(t1 - t0)
+        result.round_trips[name].add(ROUND_TRIPS.count - rt0)
+        result.bytes_sent[name].add(ROUND_TRIPS.bytes_sent - sent0)
+
+    # Resume.
+    marks.reset()
+    store.log.clear()
+    rt0, sent0 = ROUND_TRIPS.snapshot()
+    t0 = time.perf_counter()
+    run = await runner.resume(chat_id, PRINCIPAL)
+    events, t1, rt1 = await _events_until_finished(run.events())
+    sent1 = ROUND_TRIPS.bytes_sent
+    if finished_reason(events) != "stop":
+        raise RuntimeError("the resumed run did not finish with an answer")
+    if result is not None:
+        result.latency["resume_request"].add(marks.request_at - t0)
+        result.latency["resume_finish"].add(t1 - t0)
+        result.round_trips["resume_request"].add(marks.request_rt - rt0)
+        result.round_trips["resume_finish"].add(rt1 - rt0)
+        result.bytes_sent["resume_finish"].add(sent1 - sent0)
+        claim = store.took("claim_resume")
+        calls = store.took("calls")
+        result.part("resume: claim_resume", store.trips("claim_resume")).add(claim)
+        result.part("resume: calls (parked call records + outcomes)", store.trips("calls")).add(
+            calls
+        )
+        result.part("resume: rest until the model request (Python)", 0).add(
+            marks.request_at - t0 - claim - calls
+        )
+        result.part("resume: final commit", store.trips("commit")).add(store.took("commit"))
+        if result.stored_idle is None:
+            result.stored_idle = await stored_bytes(helper, chat_id)
+
+
+def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> None:
+    """Time, outside any run, the pure-Python steps whose cost grows with the history."""
+    raw = history
+    template_json = canonical_json(runner.template.raw)
+    entries = decode_entries(raw)
+    for _ in range(200):
+        start = time.perf_counter()
+        decode_entries(raw)
+        mid = time.perf_counter()
+        to_model_messages(entries)
+        end = time.perf_counter()
+        load_template(json.loads(template_json))
+        after = time.perf_counter()
+        result.part("python: decode_entries(history)").add(mid - start)
+        result.part("python: to_model_messages(history)").add(end - mid)
+        result.part("python: load_template(snapshot), cached").add(after - end)
+
+
+async def run_baseline(redis: Redis, iterations: int) -> Baseline:
+    """PING, and SET + GETDEL of a 4 KB value, with the same client library."""
+    base = Baseline()
+    value = b"x" * 4096
+    for i in range(iterations + 100):
+        t0 = time.perf_counter()
+        await redis.ping()
+        t1 = time.perf_counter()
+        await redis.set("bench:baseline", value)
+        await redis.getdel("bench:baseline")
+        t2 = time.perf_counter()
+        if i >= 100:
+            base.ping.add(t1 - t0)
+            base.set_getdel.add(t2 - t1)
+    return base

@@ -1,0 +1,273 @@
+"""The benchmark's chats: agent, script, seeded histories, clones, stored bytes.
+
+Every benchmark chat uses the built-in demo agent's template (four tools, among them
+the client tool ``choose_option`` with an output schema) and a scripted model. A chat
+"with N messages" has N entries in its stored history before the measured turn starts:
+
+- ``N // 4`` *tool cycles* of four messages each: a user question, an assistant step
+  that says a sentence and calls ``choose_option`` (which parks), the tool result once
+  the call is settled with ``{"choice": "Oslo"}``, and the assistant's answer;
+- then ``(N % 4) // 2`` plain turns: a user question and an assistant answer.
+
+So 2 messages is one plain turn, 20 is five tool cycles and 200 is fifty, each history
+built by really running the turns through a :class:`runner.loop.Runner` (start, park,
+settle, resume). Messages are of realistic size (user ~150 B, assistant ~300-450 B,
+tool result ~50 B), about 64 KB of history at 200 messages.
+
+The *measured* turn then asks one more question: the model says one short sentence and
+calls ``choose_option`` (the run parks); once that call is settled, the resumed run
+answers with one short sentence (14 words) and the run finishes.
+
+Building 200-message histories for every sample would dominate the benchmark, so each
+size is seeded once per principal and copied for every sample with ``DUMP`` /
+``RESTORE`` (:class:`SeedSnapshot`): a copy is byte-for-byte the seeded chat under a
+new chat id. Copying and deleting copies happen outside the measured regions.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from runner.demo import DEMO_AGENT
+from runner.events import CallParked, Event, MessageFinished, RunFailed
+from runner.keys import ChatKeys, chat_keys
+from runner.loop import Runner
+from runner.scripted import ScriptedModel
+from runner.template import AgentTemplate, load_template
+
+__all__ = [
+    "CHOICE",
+    "KEY_NAMES",
+    "PARK_TOOL",
+    "SeedSnapshot",
+    "StoredBytes",
+    "Workload",
+    "finished_reason",
+    "measured_user_text",
+    "parked_call_id",
+    "seed_chat",
+    "stored_bytes",
+]
+
+PARK_TOOL = "choose_option"
+CHOICE: Mapping[str, Any] = {"outcome": "output", "output": {"choice": "Oslo"}}
+KEY_NAMES = ("meta", "history", "calls", "outcomes", "pending")
+CLONE_TTL_MS = 3600 * 1000
+
+
+def _user_text(i: int) -> str:
+    return (
+        f"Question {i}: could you compare the weather outlook for Lisbon, Oslo and Paris "
+        "this week and tell me which city suits a short outdoor trip best?"
+    )
+
+
+def _ask_text(i: int) -> str:
+    return (
+        f"Happy to help with question {i}. All three cities have something going for them "
+        "this week, so before I compare them in detail, tell me which one matters most to "
+        "you and I will focus the report on it."
+    )
+
+
+def _answer_text(i: int) -> str:
+    return (
+        f"Here is the comparison for question {i}. Oslo will be cold, around four degrees "
+        "with light snow in the afternoons, so plan indoor visits and bring warm layers. "
+        "Lisbon stays sunny near twenty-one degrees, ideal for walking along the river, "
+        "and Paris is cloudy at fourteen degrees with a chance of showers on Thursday. For "
+        "a short outdoor trip Lisbon is the safest bet; Oslo suits you if you like snow."
+    )
+
+
+def _ask_input(label: str) -> dict[str, Any]:
+    return {
+        "question": f"Which city should report {label} cover?",
+        "options": ["Lisbon", "Oslo", "Paris"],
+    }
+
+
+MEASURED_ASK = "Let me ask which city you want me to cover."
+MEASURED_ANSWER = "Thanks, Oslo it is: expect light snow and four degrees, so pack warm layers."
+
+
+def measured_user_text(i: int) -> str:
+    """The user message of the measured turn number ``i``."""
+    return f"Measured question {i}: which city should the weekend report cover?"
+
+
+def _script(messages: int) -> list[list[dict[str, Any]]]:
+    cycles, rest = divmod(messages, 4)
+    turns: list[list[dict[str, Any]]] = []
+    for i in range(cycles):
+        turns.append(
+            [
+                {"text": _ask_text(i)},
+                {"tool_call": {"name": PARK_TOOL, "input": _ask_input(str(i))}},
+            ]
+        )
+        turns.append([{"text": _answer_text(i)}])
+    turns.extend([{"text": _answer_text(cycles + j)}] for j in range(rest // 2))
+    turns.append(
+        [{"text": MEASURED_ASK}, {"tool_call": {"name": PARK_TOOL, "input": _ask_input("next")}}]
+    )
+    turns.append([{"text": MEASURED_ANSWER}])
+    return turns
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The agent and script for chats seeded with ``messages`` history messages."""
+
+    messages: int
+
+    def __post_init__(self) -> None:
+        if self.messages < 2 or self.messages % 2:
+            raise ValueError("history sizes must be even and at least 2")
+
+    def agent_document(self) -> dict[str, Any]:
+        """An agent file document (``parkway serve --agent``) for this workload."""
+        return {
+            "template": copy.deepcopy(DEMO_AGENT["template"]),
+            "model": {"scripted": {"turns": _script(self.messages)}},
+        }
+
+    def template(self) -> AgentTemplate:
+        return load_template(copy.deepcopy(DEMO_AGENT["template"]))
+
+    def model(self) -> ScriptedModel:
+        return ScriptedModel(_script(self.messages))
+
+
+def parked_call_id(events: list[Event]) -> str:
+    """The toolCallId of the one call a run parked; fails loudly otherwise."""
+    parked = [e.call.tool_call_id for e in events if isinstance(e, CallParked)]
+    if len(parked) != 1:
+        raise RuntimeError(f"expected one parked call, got {len(parked)}: {_failure(events)}")
+    return parked[0]
+
+
+def finished_reason(events: list[Event]) -> str:
+    """The finish reason of a run's events; fails loudly if the run did not finish."""
+    for event in events:
+        if isinstance(event, MessageFinished):
+            return event.reason
+    raise RuntimeError(f"the run did not finish: {_failure(events)}")
+
+
+def _failure(events: list[Event]) -> str:
+    failed = [e.message for e in events if isinstance(e, RunFailed)]
+    return failed[0] if failed else f"events {[e.kind for e in events]}"
+
+
+async def seed_chat(runner: Runner, chat_id: str, principal: str, messages: int) -> None:
+    """Run real turns until ``chat_id`` holds ``messages`` history entries."""
+    cycles, rest = divmod(messages, 4)
+    for i in range(cycles):
+        run = await runner.start_turn(chat_id, principal, _user_text(i), user_message_id=f"s{i}")
+        call_id = parked_call_id(await run.collect())
+        await runner.settle(chat_id, principal, call_id, CHOICE)
+        resumed = await (await runner.resume(chat_id, principal)).collect()
+        if finished_reason(resumed) != "stop":
+            raise RuntimeError("a seeding cycle did not end with an answer")
+    for j in range(rest // 2):
+        uid = f"p{j}"
+        run = await runner.start_turn(
+            chat_id, principal, _user_text(cycles + j), user_message_id=uid
+        )
+        if finished_reason(await run.collect()) != "stop":
+            raise RuntimeError("a plain seeding turn did not end with an answer")
+    stored = await runner.store.redis.llen(chat_keys(chat_id).history)
+    if stored != messages:
+        raise RuntimeError(f"seeded {stored} history entries instead of {messages}")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _named(keys: ChatKeys) -> dict[str, str]:
+    return {name: getattr(keys, name) for name in KEY_NAMES}
+
+
+class SeedSnapshot:
+    """A seeded chat's keys as ``DUMP`` payloads, restorable under any chat id."""
+
+    def __init__(self, payloads: Mapping[str, bytes]) -> None:
+        self.payloads = dict(payloads)
+
+    @classmethod
+    async def take(cls, redis: Redis, chat_id: str) -> SeedSnapshot:
+        payloads: dict[str, bytes] = {}
+        for name, key in _named(chat_keys(chat_id)).items():
+            payload = await redis.dump(key)
+            if payload is not None:
+                payloads[name] = payload
+        return cls(payloads)
+
+    async def clone(self, redis: Redis, chat_id: str) -> None:
+        """Write a copy of the seeded chat as ``chat_id`` (replacing any such chat)."""
+        names = _named(chat_keys(chat_id))
+        pipe = redis.pipeline(transaction=False)
+        for name, payload in self.payloads.items():
+            pipe.restore(names[name], CLONE_TTL_MS, payload, replace=True)
+        await pipe.execute()
+
+    @staticmethod
+    async def drop(redis: Redis, chat_id: str) -> None:
+        await redis.delete(*chat_keys(chat_id).all())
+
+
+@dataclass(frozen=True)
+class StoredBytes:
+    """What one chat keeps in Redis, per key: payload bytes and ``MEMORY USAGE``."""
+
+    payload: Mapping[str, int]
+    memory: Mapping[str, int]
+    history_entries: int
+    template_bytes: int
+
+    @property
+    def payload_total(self) -> int:
+        return sum(self.payload.values())
+
+    @property
+    def memory_total(self) -> int:
+        return sum(self.memory.values())
+
+
+async def stored_bytes(redis: Redis, chat_id: str) -> StoredBytes:
+    """Measure a chat's keys.
+
+    Payload bytes are the stored strings themselves: hash field names and values,
+    list elements, sorted-set members (plus 8 bytes per score). ``MEMORY USAGE ...
+    SAMPLES 0`` adds Redis' own overhead (key, encodings, dict entries).
+    """
+    payload: dict[str, int] = {}
+    memory: dict[str, int] = {}
+    entries = 0
+    template = 0
+    for name, key in _named(chat_keys(chat_id)).items():
+        kind = _text(await redis.type(key))
+        if kind == "none":
+            continue
+        memory[name] = int(await redis.memory_usage(key, samples=0) or 0)
+        if kind == "hash":
+            fields = await redis.hgetall(key)
+            payload[name] = sum(len(k) + len(v) for k, v in fields.items())
+            template += len(fields.get(b"template", b""))
+        elif kind == "list":
+            items = await redis.lrange(key, 0, -1)
+            payload[name] = sum(len(x) for x in items)
+            entries = len(items)
+        elif kind == "zset":
+            members = await redis.zrange(key, 0, -1)
+            payload[name] = sum(len(m) + 8 for m in members)
+        else:
+            raise RuntimeError(f"unexpected Redis type {kind} for {key}")
+    return StoredBytes(payload, memory, entries, template)
