@@ -16,9 +16,33 @@ import re
 
 from runner.errors import CallerError
 
-__all__ = ["CHAT_ID", "ChatKeys", "chat_keys", "check_chat_id"]
+__all__ = [
+    "CHAT_ID",
+    "DEADLINES",
+    "ChatKeys",
+    "chat_keys",
+    "check_chat_id",
+    "deadline_member",
+    "parse_deadline_member",
+]
 
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+# sorted set, the one cross-chat index: member "<chat id> <toolCallId>", score = the
+# call's deadline (epoch ms). Written with the commit that parks the call; members are
+# removed by the settle of that call, or by the sweeper once it has settled (or found
+# settled) an expired call. No TTL: every member's owner (its call) removes it.
+DEADLINES = "pw:deadlines"
+
+
+def deadline_member(chat_id: str, tool_call_id: str) -> str:
+    return f"{chat_id} {tool_call_id}"
+
+
+def parse_deadline_member(member: str) -> tuple[str, str]:
+    chat_id, _, tool_call_id = member.partition(" ")
+    return chat_id, tool_call_id
 
 
 def check_chat_id(chat_id: str) -> str:
@@ -33,9 +57,10 @@ def check_chat_id(chat_id: str) -> str:
 class ChatKeys:
     """The keys of one chat."""
 
-    __slots__ = ("calls", "history", "meta", "outcomes", "pending")
+    __slots__ = ("calls", "chat_id", "history", "meta", "outcomes", "pending")
 
     def __init__(self, chat_id: str) -> None:
+        self.chat_id = chat_id
         tag = f"pw:{{{chat_id}}}"
         # hash: owner, state, lease, current message id, model call count, template
         # snapshot, schema version. TTL chat_ttl_s, refreshed on every write.

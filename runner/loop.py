@@ -433,7 +433,7 @@ class Runner:
         if state.parked_calls is not None:
             calls = state.parked_calls
         else:
-            _, calls = await self.store.calls(state.keys, state.parked_ids)
+            _, calls = await self.store.calls(state.keys, state.parked_ids, drop_deadlines=True)
         state.clear_parked = True
         approved: list[tuple[ParkedCall, Any]] = []
         for call in calls:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
 
 from runner import _scripts
-from runner.keys import ChatKeys
+from runner.keys import DEADLINES, ChatKeys, deadline_member
 from runner.parking import ParkedCall, decode_call, encode_call
 
 __all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore"]
@@ -25,6 +26,14 @@ SCHEMA_VERSION = "1"
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _flat(mapping: Mapping[str, int]) -> list[Any]:
+    """ZADD arguments: score, member, score, member, ..."""
+    out: list[Any] = []
+    for member, score in mapping.items():
+        out.extend((score, member))
+    return out
 
 
 def _decode_pairs(flat: Sequence[Any]) -> list[ParkedCall]:
@@ -139,17 +148,72 @@ class ChatStore:
         args.extend(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in entries)
         for call in calls:
             args.extend((call.tool_call_id, encode_call(call), call.seq))
-        ok = await self._commit(
-            keys=[keys.meta, keys.history, keys.calls, keys.pending, keys.outcomes], args=args
+        script_keys = [keys.meta, keys.history, keys.calls, keys.pending, keys.outcomes]
+        deadlines = {
+            deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
+            for c in calls
+            if c.deadline is not None
+        }
+        if not deadlines:
+            return bool(await self._commit(keys=script_keys, args=args))
+        # The deadline index is a global key (another Cluster slot), so it cannot be
+        # written inside the script; it goes first in the same round trip. A deadline for
+        # a call whose commit then fails is harmless: the sweeper finds no such call.
+        results = await self._pipeline_with(
+            self._commit, script_keys, args, [("ZADD", DEADLINES, *_flat(deadlines))]
         )
-        return bool(ok)
+        return bool(results[-1])
 
     async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> list[str]:
-        result = await self._settle(
-            keys=[keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history],
-            args=[tool_call_id, outcome_json, self.ttl_s],
+        """Run SETTLE and drop the call's deadline (one round trip): once a call has an
+        outcome, settled now or earlier, it has nothing left to time out."""
+        results = await self._pipeline_with(
+            self._settle,
+            [keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history],
+            [tool_call_id, outcome_json, self.ttl_s],
+            [("ZREM", DEADLINES, deadline_member(keys.chat_id, tool_call_id))],
+            script_last=False,
         )
-        return [_s(x) for x in result]
+        return [_s(x) for x in results[0]]
+
+    async def _pipeline_with(
+        self,
+        script: Any,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        extra: Sequence[tuple[Any, ...]],
+        *,
+        script_last: bool = True,
+    ) -> list[Any]:
+        """A script and a few plain commands in one round trip.
+
+        The script goes as a raw EVALSHA: a registered Script inside a pipeline makes
+        redis-py send SCRIPT EXISTS first, an extra round trip. On NOSCRIPT (the first use
+        after Redis started) the script is loaded and the whole pipeline sent again; the
+        extra commands are idempotent and the script did not run.
+        """
+        for attempt in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            if not script_last:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            for command in extra:
+                pipe.execute_command(*command)
+            if script_last:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            results = await pipe.execute(raise_on_error=False)
+            position = -1 if script_last else 0
+            outcome = results[position]
+            missing = isinstance(outcome, NoScriptError) or (
+                isinstance(outcome, ResponseError) and "NOSCRIPT" in str(outcome)
+            )
+            if missing and attempt == 0:
+                await self.redis.script_load(script.script)
+                continue
+            for item in results:
+                if isinstance(item, Exception):
+                    raise item
+            return list(results)
+        raise RuntimeError("unreachable")
 
     async def pending_count(self, keys: ChatKeys) -> int:
         return int(await self.redis.zcard(keys.pending))
@@ -159,7 +223,7 @@ class ChatStore:
         return None if value is None else _s(value)
 
     async def calls(
-        self, keys: ChatKeys, ids: Sequence[str] | None = None
+        self, keys: ChatKeys, ids: Sequence[str] | None = None, *, drop_deadlines: bool = False
     ) -> tuple[str | None, list[ParkedCall]]:
         """The chat's owner and its parked calls named by ``ids``, with their outcomes.
 
@@ -178,7 +242,9 @@ class ChatStore:
         pipe.hget(keys.meta, "owner")
         pipe.hmget(keys.calls, list(ids))
         pipe.hmget(keys.outcomes, list(ids))
-        owner, records, outcomes = await pipe.execute()
+        if drop_deadlines:  # the caller finishes these calls: nothing left to time out
+            pipe.zrem(DEADLINES, *(deadline_member(keys.chat_id, i) for i in ids))
+        owner, records, outcomes, *_ = await pipe.execute()
         calls = [decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec]
         return (None if owner is None else _s(owner)), calls
 

@@ -110,6 +110,9 @@ class AgentTemplate:
     tools: Mapping[str, ToolSpec]
     digest: str
     canonical: str = field(repr=False, default="")
+    # "client": the next client request resumes a settled chat; "auto": a worker resumes
+    # it in the background as soon as its last parked call settles.
+    resume_policy: Literal["client", "auto"] = "client"
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
@@ -241,6 +244,7 @@ class _Document(BaseModel):
     skills: list[Any] = Field(default_factory=list)
     mcps: list[Any] = Field(default_factory=list)
     sandbox: dict[str, Any] = Field(default_factory=dict)
+    resume_policy: Literal["client", "auto"] = "client"
 
 
 def load_template(document: Any) -> AgentTemplate:
@@ -290,5 +294,10 @@ def _load_cached(text: str) -> AgentTemplate:
             raise TemplateError(f"{where}: duplicate tool name {spec.name!r}")
         tools[spec.name] = spec
     return AgentTemplate(
-        raw=document, instructions=doc.instructions, tools=tools, digest=digest, canonical=text
+        raw=document,
+        instructions=doc.instructions,
+        tools=tools,
+        digest=digest,
+        canonical=text,
+        resume_policy=doc.resume_policy,
     )
