@@ -1,0 +1,173 @@
+"""Redis clients: the one place that turns a Redis URL into a client.
+
+Production Redis may be one server, a Sentinel-managed primary, or a Redis Cluster
+(DESIGN §5). The URL's scheme says which:
+
+- ``redis://``, ``rediss://`` (TLS), ``unix://``: one server (``Redis.from_url``).
+- ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` for TLS): a
+  Cluster, reached through any of the listed nodes; the client discovers the rest and
+  follows slot moves. A Cluster has database 0 only.
+- ``redis+sentinel://host:port[,host:port...]/<service>[/<db>]``
+  (``rediss+sentinel://``): the primary the Sentinels name for ``<service>``, asked
+  again after a failover.
+
+Credentials in the URL (``redis+cluster://user:password@...``) authenticate to the data
+nodes. The Sentinels themselves are reached without credentials unless the query gives
+``sentinel_username`` / ``sentinel_password``. Other query options are redis-py's
+connection options, read as ``Redis.from_url`` reads them (``?ssl_cert_reqs=none``).
+
+Parkway's data works on all three because every multi-key operation names keys of one
+chat, which share a hash tag (:mod:`runner.keys`): in a Cluster each such operation runs
+on one slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import parse_url
+from redis.asyncio.sentinel import Sentinel
+
+from runner.errors import CallerError
+
+__all__ = ["REDIS_URL_SCHEMES", "RedisClient", "RedisTarget", "connect", "parse_redis_url"]
+
+REDIS_URL_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+
+# What the store and the runner accept: both speak the same commands, scripts and
+# non-transactional pipelines.
+RedisClient: TypeAlias = Redis | RedisCluster
+
+# Every wait on Redis is bounded: 5 s to connect, 10 s for a reply.
+_TIMEOUTS: Mapping[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5}
+# Query options that authenticate to the Sentinels, and the client option each becomes.
+_SENTINEL_AUTH = {"sentinel_username": "username", "sentinel_password": "password"}
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """What a Redis URL names, checked before anything connects."""
+
+    kind: Literal["standalone", "cluster", "sentinel"]
+    # The URL and the options may hold passwords: they stay out of the repr.
+    url: str = field(repr=False)
+    # Cluster startup nodes, or the Sentinels; empty for one server.
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    # Connection options for the data nodes, and for the Sentinels.
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    sentinel_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+def _bad(reason: str) -> CallerError:
+    # The URL itself is never quoted: it may hold a password.
+    return CallerError(f"invalid Redis URL: {reason}")
+
+
+def _host_port(item: str, default_port: int) -> tuple[str, int]:
+    try:
+        parts = urlsplit(f"//{item}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or parts.path or parts.username or parts.password:
+        raise _bad(f"{item!r} is not host:port")
+    return host, port or default_port
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """Check ``url`` and say what it names; raise :class:`CallerError` if it is not a
+    Redis URL Parkway can use."""
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in REDIS_URL_SCHEMES:
+        raise _bad("it must start with " + ", ".join(f"{s}://" for s in REDIS_URL_SCHEMES))
+    if scheme in {"redis", "rediss", "unix"}:
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        return RedisTarget("standalone", url)
+    kind: Literal["cluster", "sentinel"] = "cluster" if scheme.endswith("cluster") else "sentinel"
+    rest, _, query = rest.partition("?")
+    authority, _, path = rest.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    default_port = 6379 if kind == "cluster" else 26379
+    nodes = tuple(_host_port(h.strip(), default_port) for h in hosts.split(",") if h.strip())
+    if not nodes:
+        raise _bad(f"a {scheme}:// URL needs at least one host:port")
+    segments = [s for s in path.split("/") if s]
+    service, db = "", "0"
+    if kind == "cluster":
+        if segments not in ([], ["0"]):
+            raise _bad("a Redis Cluster has database 0 only")
+    else:
+        if not 1 <= len(segments) <= 2:
+            raise _bad("a Sentinel URL names the service: redis+sentinel://host:port/<service>")
+        service = segments[0]
+        db = segments[1] if len(segments) == 2 else "0"
+    tls = scheme.startswith("rediss")
+    # redis-py reads credentials and query options of a one-server URL; reuse that.
+    single = f"{'rediss' if tls else 'redis'}://{userinfo + at}{hosts.split(',')[0]}/{db}"
+    try:
+        options: dict[str, Any] = dict(parse_url(f"{single}?{query}" if query else single))
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    for name in ("host", "port", "connection_class"):
+        options.pop(name, None)
+    if kind == "cluster":
+        options.pop("db", None)
+    if tls:
+        options["ssl"] = True
+    sentinel_options = {
+        option: options.pop(name) for name, option in _SENTINEL_AUTH.items() if name in options
+    }
+    if tls:
+        sentinel_options["ssl"] = True
+    return RedisTarget(kind, url, nodes, service, options, sentinel_options)
+
+
+class _SentinelPrimary(Redis):
+    """The primary's client; closing it also closes its connections to the Sentinels,
+    which the Sentinel helper would otherwise leave open."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        if isinstance(manager, Sentinel):
+            await manager.aclose()
+
+
+def connect(url: str) -> RedisClient:
+    """A client for ``url`` (see the module docstring for the schemes). Nothing connects
+    until the first command."""
+    target = parse_redis_url(url)
+    if target.kind == "cluster":
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+            **{**_TIMEOUTS, **target.options},
+        )
+    if target.kind == "sentinel":
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            list(target.nodes),
+            sentinel_kwargs={**_TIMEOUTS, **target.sentinel_options},
+            **{**_TIMEOUTS, **target.options},
+        )
+        primary: _SentinelPrimary = sentinel.master_for(
+            target.service, redis_class=_SentinelPrimary
+        )
+        return primary
+    return Redis.from_url(url, **_TIMEOUTS)
