@@ -1,4 +1,5 @@
-"""The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn."""
+"""The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn;
+``parkway replay FILE`` replays a recorded chat (a cassette) against a fresh server."""
 
 from __future__ import annotations
 
@@ -22,11 +23,47 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="data folder for the embedded Redis (default .parkway)")
     serve.add_argument("--agent", dest="agent_file", help="agent file (default: the demo agent)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    # -- parkway replay (begin) --
+    replay = sub.add_parser(
+        "replay",
+        help="replay a cassette against a fresh server; exit 0 on a match, 1 on a "
+        "difference, 2 when the file or the setup is bad",
+    )
+    replay.add_argument("file", help="the cassette (JSON, see docs/cassettes.md)")
+    replay.add_argument(
+        "--cold",
+        action="store_true",
+        help="kill the server with SIGKILL at each park point and start a new one",
+    )
+    replay.add_argument(
+        "--redis-url",
+        help="Redis for the replay (default: a private one in a temporary folder); "
+        "its database must not hold the cassette's chats",
+    )
+    # -- parkway replay (end) --
     return parser
+
+
+# -- parkway replay (begin) --
+def _replay(path: str, *, cold: bool, redis_url: str | None) -> int:
+    from transport.cassettes import CassetteError, load_cassette, replay
+
+    try:
+        report = replay(load_cassette(path), cold=cold, redis_url=redis_url)
+    except CassetteError as exc:
+        print(f"parkway replay: {exc}", file=sys.stderr)
+        return 2
+    print(report.format(), flush=True)
+    return 0 if report.matched else 1
+
+
+# -- parkway replay (end) --
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "replay":  # -- parkway replay --
+        return _replay(args.file, cold=args.cold, redis_url=args.redis_url)
     if args.command != "serve":  # pragma: no cover - argparse enforces the choice
         return 2
     import uvicorn

@@ -1,0 +1,224 @@
+"""The server side of a replay (private to :mod:`transport.cassettes`): ``parkway serve``
+as a child process that can be killed and started again on the same Redis, and a
+minimal HTTP client that reads whole responses.
+
+The replay talks HTTP with the standard library so ``parkway replay`` needs nothing
+beyond Parkway's own dependencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from redis import Redis
+
+from runner.embedded import EmbeddedRedis
+from runner.errors import ParkwayError
+from runner.keys import ChatKeys
+
+__all__ = ["CassetteError", "ReplayServer", "ServerProcess", "http_request", "scratch_server"]
+
+
+class CassetteError(ValueError):
+    """A cassette that cannot be read or replayed (a bad file, an agent that does not
+    load, a Redis that already holds its chats); the message says which and why."""
+
+
+class ReplayServer(Protocol):
+    """What a replay needs from a server: start it (returning its base URL), kill it
+    with SIGKILL, stop it. A start after a kill must serve the same agent on the same
+    Redis, signing sessions with the same key."""
+
+    def start(self) -> str: ...
+
+    def kill(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """``parkway serve`` as a child process, for replays.
+
+    ``PARKWAY_*`` variables of this process are not passed on (a replay serves exactly
+    the cassette's agent with default settings); ``env`` adds variables. The server's
+    stderr goes to ``log_file``.
+    """
+
+    def __init__(
+        self,
+        agent_file: Path,
+        redis_url: str,
+        secret_key: str,
+        *,
+        log_file: Path,
+        env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self.agent_file = agent_file
+        self.redis_url = redis_url
+        self.secret_key = secret_key
+        self.log_file = log_file
+        self.env = dict(env or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def _environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
+        # The child imports the same Parkway code as this process.
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        env["PARKWAY_SECRET_KEY"] = self.secret_key
+        env.update(self.env)
+        return env
+
+    def start(self) -> str:
+        if self.proc is not None and self.proc.poll() is None:
+            raise CassetteError("the replay server is already running")
+        port = _free_port()
+        argv = [
+            sys.executable, "-m", "transport.cli", "serve",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--redis-url", self.redis_url,
+            "--agent", str(self.agent_file),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                argv,
+                env=self._environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        self.starts += 1
+        base_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise CassetteError(f"the replay server exited at startup: {self._log_tail()}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if http_request(base_url, "GET", "/healthz", timeout_s=2.0)[0] == 200:
+                    return base_url
+            time.sleep(0.05)  # bounded polling for the server to come up
+        self.kill()
+        raise CassetteError(f"the replay server did not become healthy: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-15:]) or "(no output)"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _check_chats_are_new(redis_url: str, chats: list[str]) -> None:
+    client = Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        taken = [chat for chat in chats if client.exists(ChatKeys(chat).meta)]
+    except OSError as exc:
+        raise CassetteError(f"cannot reach Redis for the replay: {exc}") from None
+    except Exception as exc:  # redis-py's own errors (connection, auth)
+        raise CassetteError(f"cannot use Redis for the replay: {exc}") from None
+    finally:
+        client.close()
+    if taken:
+        raise CassetteError(
+            f"chat {taken[0]!r} already exists in this Redis; a replay needs a database "
+            "where the cassette's chats are new (use a scratch database)"
+        )
+
+
+@contextlib.contextmanager
+def scratch_server(
+    agent: Mapping[str, Any], chats: list[str], redis_url: str | None, env: Mapping[str, str] | None
+) -> Iterator[ServerProcess]:
+    """A server for the cassette's agent in a temporary folder, on an embedded Redis
+    there (started here, so killing the server leaves Redis to the replay) or on
+    ``redis_url``."""
+    with tempfile.TemporaryDirectory(prefix="pw-replay-") as tmp:
+        folder = Path(tmp)
+        agent_file = folder / "agent.json"
+        agent_file.write_text(json.dumps(agent), encoding="utf-8")
+        embedded = None
+        if redis_url is None:
+            embedded = EmbeddedRedis(folder / "redis")
+            try:
+                redis_url = embedded.start()
+            except ParkwayError as exc:
+                raise CassetteError(f"cannot start Redis for the replay: {exc}") from None
+        else:
+            _check_chats_are_new(redis_url, chats)
+        server = ServerProcess(
+            agent_file,
+            redis_url,
+            secrets.token_urlsafe(48),
+            log_file=folder / "server.log",
+            env=env,
+        )
+        try:
+            yield server
+        finally:
+            server.stop()
+            if embedded is not None:
+                embedded.stop()
+
+
+def http_request(
+    base_url: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = None,
+    timeout_s: float,
+) -> tuple[int, str, bytes]:
+    """Send one request; return the status, the content type and the whole body."""
+    parts = urlsplit(base_url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+    headers = {"accept": "text/event-stream, application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["content-type"] = "application/json"
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.getheader("content-type") or "", response.read()
+    finally:
+        conn.close()
