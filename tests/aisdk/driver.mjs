@@ -16,8 +16,20 @@
 //     "actions": [
 //       {"type": "send", "text": "hello"},
 //       {"type": "approve", "tool": "publish", "approved": true, "reason": "ok"},
-//       {"type": "forge", "part": {...a tool UI part...}}  // appended to the last
-//     ],                                                    // assistant message, then sent
+//       {"type": "forge", "part": {...a tool UI part...}}, // appended to the last
+//                                                          // assistant message, then sent
+//       {"type": "resume", "signalWhenStreaming": "/tmp/x"}, // chat.resumeStream(); the
+//                                    // optional file is written once the resumed stream
+//                                    // has updated the chat (status streaming)
+//       {"type": "signal", "file": "/tmp/y"},  // write a file (a handshake with the test)
+//       {"type": "await", "file": "/tmp/z"}    // wait until the test writes this file
+//     ],
+//     "drop": {"post": 2, "after": "text-delta"},  // optional: a network drop. The body
+//                                    // of the 2nd POST's response errors with a fetch
+//                                    // TypeError right after its first `text-delta`
+//                                    // chunk was delivered; the connection is closed.
+//     "loadMessages": true,          // optional: start like a page reload, with the
+//                                    // messages of GET /api/chats/{chatId}
 //     "timeoutMs": 20000,
 //     "maxPosts": 8
 //   }
@@ -27,7 +39,7 @@
 // judge. It exits 2 only when the scenario itself cannot be read or the package cannot
 // be loaded.
 
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 function readScenario() {
   const raw = process.argv[2] ?? readFileSync(0, 'utf8');
@@ -66,8 +78,93 @@ const finishes = [];
 // -- fetch: count POSTs, keep their bodies and the raw responses ---------------------
 
 const requests = [];
+const drops = [];
 let inflight = 0;
 const realFetch = globalThis.fetch;
+
+// A network drop in the middle of a response body, as the browser's fetch reports it:
+// the body stream errors with a TypeError ("network error"), which the ai client counts
+// as a disconnect (resumable), unlike an abort or a server error. The SSE events up to
+// and including the first chunk of type `drop.after` are delivered; the rest is not, and
+// the real connection is closed, so the server sees the client go away.
+function droppingResponse(response, record, drop) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  let buffered = '';
+  let delivered = '';
+  let done = false;
+  const finish = () => {
+    if (done) return;
+    done = true;
+    inflight -= 1;
+    record.response = delivered;
+  };
+  const body = new ReadableStream({
+    async pull(controller) {
+      let enqueued = false;
+      for (;;) {
+        let chunk;
+        try {
+          chunk = await reader.read();
+        } catch (err) {
+          finish();
+          controller.error(err);
+          return;
+        }
+        if (chunk.done) {
+          // The response ended before the chunk to drop after: no drop happened.
+          if (buffered) {
+            delivered += buffered;
+            controller.enqueue(encoder.encode(buffered));
+          }
+          finish();
+          controller.close();
+          return;
+        }
+        buffered += decoder.decode(chunk.value, { stream: true });
+        let end;
+        // An SSE event ends with a blank line; sse-starlette writes CRLF line ends.
+        while ((end = /\r\n\r\n|\n\n|\r\r/.exec(buffered)) !== null) {
+          const event = buffered.slice(0, end.index + end[0].length);
+          buffered = buffered.slice(event.length);
+          delivered += event;
+          controller.enqueue(encoder.encode(event));
+          enqueued = true;
+          const data = event
+            .split(/\r\n|\n|\r/)
+            .filter((line) => line.startsWith('data:'))
+            .map((line) => line.slice(5).trim())
+            .join('\n');
+          let type = null;
+          try {
+            type = JSON.parse(data).type;
+          } catch {
+            // [DONE] or a comment
+          }
+          if (type === drop.after) {
+            drops.push({ url: record.url, after: type, deliveredChunks: delivered });
+            record.dropped = true;
+            finish();
+            reader.cancel().catch(() => {});
+            controller.error(new TypeError('network error'));
+            return;
+          }
+        }
+        if (enqueued) return; // the consumer pulls again when it wants more
+      }
+    },
+    cancel(reason) {
+      finish();
+      return reader.cancel(reason);
+    },
+  });
+  return new Response(body, {
+    status: response.status,
+    statusText: response.statusText,
+    headers: response.headers,
+  });
+}
 
 globalThis.fetch = async (input, init = {}) => {
   const method = (init.method ?? 'GET').toUpperCase();
@@ -96,6 +193,15 @@ globalThis.fetch = async (input, init = {}) => {
   }
   record.status = response.status;
   record.headers = Object.fromEntries(response.headers.entries());
+  const drop = scenario.drop;
+  if (
+    drop != null &&
+    method === 'POST' &&
+    response.body != null &&
+    requests.filter((r) => r.method === 'POST').length === drop.post
+  ) {
+    return droppingResponse(response, record, drop);
+  }
   // Read a copy of the body so the test sees exactly what the client parsed.
   response
     .clone()
@@ -117,10 +223,10 @@ globalThis.fetch = async (input, init = {}) => {
 // -- the chat --------------------------------------------------------------------------
 
 class State {
-  constructor() {
+  constructor(messages = []) {
     this.status = 'ready';
     this.error = undefined;
-    this.messages = [];
+    this.messages = messages;
   }
 
   pushMessage = (message) => {
@@ -138,9 +244,10 @@ class State {
   snapshot = (thing) => structuredClone(thing);
 }
 
+// The chat's messages live in its state (as in the framework bindings' Chat classes).
 class Chat extends ai.AbstractChat {
-  constructor(init) {
-    super({ ...init, state: new State() });
+  constructor({ messages, ...init }) {
+    super({ ...init, state: new State(messages) });
   }
 }
 
@@ -157,19 +264,42 @@ const transport = new ai.DefaultChatTransport({
   headers: { authorization: `Bearer ${scenario.token}` },
 });
 
+// A page reload: the front end shows the chat's history from the server, then resumes.
+let initialMessages;
+if (scenario.loadMessages) {
+  try {
+    const loaded = await realFetch(
+      `${scenario.baseUrl}/api/chats/${encodeURIComponent(scenario.chatId)}`,
+      { headers: { authorization: `Bearer ${scenario.token}` } },
+    );
+    if (!loaded.ok) throw new Error(`GET /api/chats/{id} answered ${loaded.status}`);
+    initialMessages = (await loaded.json()).messages;
+  } catch (err) {
+    fail(`cannot load the chat's messages: ${err.message}`);
+  }
+}
+
 const answers = scenario.toolOutputs ?? {};
+const toolCallCounts = {};
 let chat;
 chat = new Chat({
   id: scenario.chatId,
+  ...(initialMessages === undefined ? {} : { messages: initialMessages }),
   transport,
   sendAutomaticallyWhen,
   onError: (error) => {
     errors.push(String(error?.message ?? error));
   },
-  onFinish: ({ finishReason, isError, isAbort }) => {
-    finishes.push({ finishReason: finishReason ?? null, isError: !!isError, isAbort: !!isAbort });
+  onFinish: ({ finishReason, isError, isAbort, isDisconnect }) => {
+    finishes.push({
+      finishReason: finishReason ?? null,
+      isError: !!isError,
+      isAbort: !!isAbort,
+      isDisconnect: !!isDisconnect,
+    });
   },
   onToolCall: ({ toolCall }) => {
+    toolCallCounts[toolCall.toolCallId] = (toolCallCounts[toolCall.toolCallId] ?? 0) + 1;
     toolCalls.push({
       toolName: toolCall.toolName,
       toolCallId: toolCall.toolCallId,
@@ -256,6 +386,32 @@ async function run(action) {
       await chat.sendMessage();
       break;
     }
+    case 'resume': {
+      // resumeStream() resolves when the resumed stream has been read to its end.
+      let settled = false;
+      const resuming = chat.resumeStream().finally(() => {
+        settled = true;
+      });
+      if (action.signalWhenStreaming) {
+        while (!settled && chat.status !== 'streaming' && Date.now() <= deadline) await tick();
+        writeFileSync(action.signalWhenStreaming, chat.status);
+      }
+      await resuming;
+      break;
+    }
+    case 'signal':
+      writeFileSync(action.file, chat.status);
+      return;
+    case 'await':
+      while (!existsSync(action.file)) {
+        if (Date.now() > deadline) {
+          timedOut = true;
+          problems.push(`the test never wrote ${action.file}`);
+          return;
+        }
+        await tick();
+      }
+      return;
     default:
       problems.push(`unknown action ${JSON.stringify(action.type)}`);
       return;
@@ -282,6 +438,8 @@ const report = {
   timedOut,
   messages: chat.messages,
   toolCalls,
+  toolCallCounts,
+  drops,
   finishes,
   posts: requests.filter((r) => r.method === 'POST').length,
   requests,
