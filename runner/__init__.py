@@ -6,6 +6,7 @@ build on it.
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from runner.canonical import canonical_json, is_plain_json, parked_call_key
+from runner.connection import RedisClient, connect
 from runner.embedded import EmbeddedRedis
 from runner.errors import (
     AnswerMismatchError,
@@ -22,6 +23,7 @@ from runner.errors import (
     OutcomeNotAllowedError,
     ParkwayError,
     SettleConflictError,
+    ShuttingDownError,
     StateError,
     TemplateError,
 )
@@ -63,6 +65,7 @@ from runner.parking import ParkedCall
 from runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
 from runner.scripted import END_OF_SCRIPT, ScriptedModel
 from runner.store import ChatRecord, ChatStore
+from runner.sweeper import Sweeper, SweepReport
 from runner.template import AgentTemplate, ToolSpec, load_template
 from runner.tools import ToolContext, ToolError
 
@@ -105,6 +108,7 @@ __all__ = [
     "ParkedCall",
     "ParkwayError",
     "PlatformOp",
+    "RedisClient",
     "Run",
     "RunFailed",
     "Runner",
@@ -112,9 +116,12 @@ __all__ = [
     "ScriptedModel",
     "SettleConflictError",
     "SettleResult",
+    "ShuttingDownError",
     "StateError",
     "StepFinished",
     "StepStarted",
+    "SweepReport",
+    "Sweeper",
     "TemplateError",
     "TextDelta",
     "TextEnded",
@@ -133,6 +140,7 @@ __all__ = [
     "canonical_json",
     "chat_keys",
     "check_chat_id",
+    "connect",
     "is_plain_json",
     "load_agent_file",
     "load_template",

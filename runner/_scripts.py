@@ -7,6 +7,10 @@ Two meta fields carry the crash-safety invariants:
 
 - ``lease`` / ``lease_until``: the run lease. A chat in state ``running`` whose lease
   has lapsed belonged to a worker that died; a new turn or a resume may take it over.
+- ``run_token`` / ``run_start`` / ``run_hist``: the current run (its lease token, the
+  event-log id of its first event, the history length when it began). A claim starts a
+  new run; only that run may append to the chat's event log, so a worker that lost the
+  chat can no longer write events a reader would take for the current run's.
 - ``parked_ids``: the calls of the last parked step whose results are not yet in the
   history. A claim hands them to the new run; the run's first commit clears them, in
   the same atomic step that appends their results. So a crash between claim and commit
@@ -15,11 +19,21 @@ Two meta fields carry the crash-safety invariants:
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "PENDING", "RENEW", "SETTLE"]
+__all__ = [
+    "APPEND",
+    "CLAIM_RESUME",
+    "CLAIM_TURN",
+    "COMMIT",
+    "PENDING",
+    "RELEASE",
+    "RENEW",
+    "SETTLE",
+    "STOP",
+]
 
 # Start a new turn: take the run lease (creating the chat on first use), and settle
 # every still-pending call as superseded. Returns the history in the same round trip.
-# KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls
+# KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls, 6 events
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
 #       9 new assistant message id, 10 template digest, 11 template JSON
@@ -30,7 +44,7 @@ CLAIM_TURN = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   -- A new chat: nothing of an expired chat with the same id may leak into it.
-  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'owner', ARGV[2], 'state', 'idle',
              'model_calls', '0', 'parked_ids', '[]', 'created_at', ARGV[4])
 elseif v ~= ARGV[1] then
@@ -47,7 +61,9 @@ end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9],
-           'run', 'turn', 'run_committed', '0')
+           'run', 'turn', 'run_committed', '0', 'run_token', ARGV[3],
+           'run_hist', redis.call('LLEN', KEYS[4]))
+redis.call('HDEL', KEYS[1], 'run_start', 'stop_for')
 -- Calls of the previous step are finished with the template they were made under.
 local previous = ''
 if m[7] ~= ARGV[10] then
@@ -86,7 +102,9 @@ end
 local n = redis.call('ZCARD', KEYS[2])
 if n > 0 then return {'pending', n} end
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
-           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume')
+           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume',
+           'run_token', ARGV[3], 'run_hist', redis.call('LLEN', KEYS[3]))
+redis.call('HDEL', KEYS[1], 'run_start', 'stop_for')
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
 -- The parked step's records and outcomes come along: resuming is one round trip.
@@ -106,24 +124,28 @@ return out
 
 # Persist one step (or the end of a run) if the caller still holds the lease: append
 # history entries, write parked call records, move the chat to its next state.
-# KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes
+# KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, and on a single Redis (not a
+#       Cluster, where it lives in another slot) 6 the deadline index
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged), 9 number of history entries N,
-#       10 number of calls C, then N entry JSONs, then C triples
-#       (toolCallId, record JSON, park order)
+#       10 number of calls C, 11 chat id, then N entry JSONs, then C quadruples
+#       (toolCallId, record JSON, park order, deadline in ms or '')
 # Returns: 1 on success, 0 when the lease was lost (nothing written).
 COMMIT = """
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[9])
 local c = tonumber(ARGV[10])
 if n > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 11, 10 + n))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 12, 11 + n))
 end
 for i = 0, c - 1 do
-  local base = 11 + n + i * 3
+  local base = 12 + n + i * 4
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
+  if KEYS[6] and ARGV[base + 3] ~= '' then
+    redis.call('ZADD', KEYS[6], ARGV[base + 3], ARGV[11] .. ' ' .. ARGV[base])
+  end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
            'run_committed', '1')
@@ -134,7 +156,49 @@ if ARGV[2] == 'running' then
 else
   redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
 end
-for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return 1
+"""
+
+# Append a batch of a run's events to the chat's event log (a Redis Stream), if the run
+# is still the chat's current run. The first append of a run records where it starts;
+# a batch that ends the run records how it finished, and when.
+# KEYS: 1 events, 2 meta
+# ARGV: 1 run token, 2 approximate max length, 3 TTL (s), 4 finish reason ('' if the
+#       run goes on), 5 now (ms), 6 the batch: a JSON array of events (one entry)
+# Returns: the batch's entry id, or '' when the run is no longer current (nothing
+#          written).
+APPEND = """
+if redis.call('HGET', KEYS[2], 'run_token') ~= ARGV[1] then return '' end
+local first = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[6])
+if not redis.call('HGET', KEYS[2], 'run_start') then
+  redis.call('HSET', KEYS[2], 'run_start', first)
+end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[2], 'last_finish', ARGV[4], 'finished_at', ARGV[5])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return first
+"""
+
+# Give up the run lease at once (a worker shutting down hands the chat over): the chat
+# stays running, but its lease has lapsed, so a resume or a new turn may take it over.
+# KEYS: 1 meta
+# ARGV: 1 lease token
+# Returns: 1 if released, 0 if the lease was not the caller's.
+RELEASE = """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', '0')
+return 1
+"""
+
+# Ask the chat's running run to stop (its worker watches for this).
+# KEYS: 1 meta
+# ARGV: none
+# Returns: 1 if a run was asked to stop, 0 if no run is running.
+STOP = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'stop_for', redis.call('HGET', KEYS[1], 'run_token'))
 return 1
 """
 

@@ -125,8 +125,14 @@ class EmbeddedRedis:
             "--daemonize", "no",
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
+        # Its own session: a Ctrl-C in the terminal reaches Parkway, which then stops
+        # Redis after its graceful shutdown, instead of both dying at the same moment.
         self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -139,13 +145,14 @@ class EmbeddedRedis:
         self.stop()
         raise StateError(f"the embedded Redis did not start; see {self.data_dir / 'redis.log'}")
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, force: bool = False) -> None:
         """Stop the server if this object started it and no other client still uses
-        it (another Parkway process may share the data folder)."""
+        it (another Parkway process may share the data folder); ``force`` stops it
+        regardless."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        others = _other_clients(self.socket_path)
+        others = 0 if force else _other_clients(self.socket_path)
         if others:
             log.info("leaving the embedded Redis running: %d other client(s) use it", others)
             return

@@ -15,7 +15,8 @@ The tree::
     │   ├── SettleConflictError       the call is already settled with another outcome
     │   ├── ChatBusyError             another worker holds the chat's run lease
     │   ├── NothingToResumeError      the chat is not parked, or calls are still pending
-    │   └── DuplicateMessageError     the user message was already taken
+    │   ├── DuplicateMessageError     the user message was already taken
+    │   └── ShuttingDownError         this worker takes no new runs (503)
     └── StateError                    stored state the running code cannot use
         └── IncompatibleStateError    a record with a schema version this code cannot read
 
@@ -41,6 +42,7 @@ __all__ = [
     "OutcomeNotAllowedError",
     "ParkwayError",
     "SettleConflictError",
+    "ShuttingDownError",
     "StateError",
     "TemplateError",
 ]
@@ -108,6 +110,10 @@ class NothingToResumeError(ConflictError):
 
 class DuplicateMessageError(ConflictError):
     code = "duplicate_message"
+
+
+class ShuttingDownError(ConflictError):
+    code = "shutting_down"
 
 
 class StateError(ParkwayError):

@@ -6,13 +6,14 @@ them into protocol chunks; nothing here knows about SSE or the AI SDK.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from runner.parking import ParkedCall
+from runner.parking import ParkedCall, decode_call, encode_call
 
 __all__ = [
+    "TERMINAL_KINDS",
     "ApprovalRequested",
     "CallParked",
     "Event",
@@ -29,6 +30,11 @@ __all__ = [
     "ToolFailed",
     "ToolInputRejected",
     "ToolSucceeded",
+    "coalesce",
+    "event_from_json",
+    "event_to_json",
+    "events_from_json",
+    "events_to_json",
 ]
 
 FinishReason = Literal["stop", "tool-calls", "length", "error", "interrupted"]
@@ -159,3 +165,80 @@ Event = (
     | MessageFinished
     | RunFailed
 )
+
+
+_BY_KIND: dict[str, type[Any]] = {
+    cls.kind: cls
+    for cls in (
+        MessageStarted,
+        StepStarted,
+        TextStarted,
+        TextDelta,
+        TextEnded,
+        ToolCallIssued,
+        ToolInputRejected,
+        ApprovalRequested,
+        CallParked,
+        ToolSucceeded,
+        ToolFailed,
+        ToolDenied,
+        StepFinished,
+        MessageFinished,
+        RunFailed,
+    )
+}
+
+TERMINAL_KINDS = frozenset({"message-finished", "run-failed"})
+
+
+def coalesce(events: list[Event]) -> list[Event]:
+    """Merge consecutive text deltas of the same text part: the same text for any reader,
+    in fewer pieces. Deltas that arrive faster than the log is written come out merged;
+    slower ones stay as they came."""
+    out: list[Event] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (
+            isinstance(event, TextDelta)
+            and isinstance(last, TextDelta)
+            and last.text_id == event.text_id
+        ):
+            out[-1] = TextDelta(last.text_id, last.delta + event.delta)
+        else:
+            out.append(event)
+    return out
+
+
+def _plain(event: Event) -> dict[str, Any]:
+    if isinstance(event, CallParked):
+        return {"kind": event.kind, "call": encode_call(event.call)}
+    return event.__dict__  # frozen dataclasses without slots: their fields, as they are
+
+
+def event_to_json(event: Event) -> str:
+    """The event as stored (JSON with its ``kind`` tag)."""
+    return json.dumps(_plain(event), separators=(",", ":"), ensure_ascii=False)
+
+
+def events_to_json(events: list[Event]) -> str:
+    """A batch of events as one JSON array (one entry of a chat's event log)."""
+    return json.dumps([_plain(e) for e in events], separators=(",", ":"), ensure_ascii=False)
+
+
+def events_from_json(text: str | bytes) -> list[Event]:
+    """Read a batch written by :func:`events_to_json`."""
+    return [_from_plain(item) for item in json.loads(text)]
+
+
+def event_from_json(text: str | bytes) -> Event:
+    """Read an event written by :func:`event_to_json`."""
+    return _from_plain(json.loads(text))
+
+
+def _from_plain(data: dict[str, Any]) -> Event:
+    data = dict(data)
+    kind = data.pop("kind")
+    cls = _BY_KIND[kind]
+    if cls is CallParked:
+        return CallParked(decode_call(data["call"]))
+    return cls(**data)  # type: ignore[no-any-return]

@@ -57,7 +57,7 @@ def check_chat_id(chat_id: str) -> str:
 class ChatKeys:
     """The keys of one chat."""
 
-    __slots__ = ("calls", "chat_id", "history", "meta", "outcomes", "pending")
+    __slots__ = ("calls", "chat_id", "events", "history", "meta", "outcomes", "pending")
 
     def __init__(self, chat_id: str) -> None:
         self.chat_id = chat_id
@@ -78,8 +78,12 @@ class ChatKeys:
         # members removed by settle. TTL chat_ttl_s, refreshed on every write.
         self.pending = f"{tag}:pending"
 
+        # stream of the chat's run events (the event log that HTTP responses are views
+        # of), capped at about 10,000 entries. TTL chat_ttl_s, refreshed on each append.
+        self.events = f"{tag}:events"
+
     def all(self) -> tuple[str, ...]:
-        return (self.meta, self.history, self.calls, self.outcomes, self.pending)
+        return (self.meta, self.history, self.calls, self.outcomes, self.pending, self.events)
 
 
 def chat_keys(chat_id: str) -> ChatKeys:

@@ -24,9 +24,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
 from runner.canonical import canonical_json, parked_call_key
+from runner.connection import RedisClient
 from runner.errors import (
     AnswerMismatchError,
     CallNotFoundError,
@@ -38,7 +37,9 @@ from runner.errors import (
     NotPlainJSONError,
     ParkwayError,
     SettleConflictError,
+    ShuttingDownError,
 )
+from runner.eventlog import cancel_requested, follow
 from runner.events import (
     ApprovalRequested,
     CallParked,
@@ -56,6 +57,8 @@ from runner.events import (
     ToolFailed,
     ToolInputRejected,
     ToolSucceeded,
+    coalesce,
+    events_to_json,
 )
 from runner.history import (
     assistant_entry,
@@ -77,6 +80,9 @@ __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleRes
 log = logging.getLogger(__name__)
 
 SUPERSEDED = {"outcome": "cancelled", "reason": "superseded_by_user_message"}
+STOP_POLL_S = 0.2  # how often a running run checks for a stop request
+LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
+WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,8 @@ class RunnerConfig:
     max_output_bytes: int = 256 * 1024
     approval_deadline_s: float = 15 * 60
     client_deadline_s: float = 15 * 60
+    connection_deadline_s: float = 10 * 60
+    follow_block_ms: int = 5000
 
 
 @dataclass(frozen=True)
@@ -125,18 +133,37 @@ class SettleResult:
 
 
 class Run:
-    """A running turn or resume. Read its events with :meth:`events`."""
+    """A running turn or resume.
+
+    Its events go two ways: to :meth:`events`, in this process, and to the chat's event
+    log in Redis (in batches, by a writer task), which HTTP responses follow. The log is
+    what any worker, or a reconnecting browser, reads; ``log_start`` resolves to the
+    id of the run's first entry there.
+    """
 
     def __init__(self, message_id: str) -> None:
         self.message_id = message_id
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
+        self.log_start: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._unlogged: list[Event] = []
+        self._finish = ""
+        self._closed = False
+        self._wake = asyncio.Event()
 
     def _emit(self, event: Event) -> None:
         self._queue.put_nowait(event)
+        self._unlogged.append(event)
+        if isinstance(event, MessageFinished):
+            self._finish = event.reason
+        elif isinstance(event, RunFailed):
+            self._finish = "error"
+        self._wake.set()
 
     def _close(self) -> None:
         self._queue.put_nowait(None)
+        self._closed = True
+        self._wake.set()
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events until it parks, finishes or fails."""
@@ -148,6 +175,12 @@ class Run:
 
     async def collect(self) -> list[Event]:
         return [event async for event in self.events()]
+
+
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
 
 
 @dataclass
@@ -169,6 +202,9 @@ class _RunState:
     # clears them together with the results it appends.
     clear_parked: bool = False
     user_message_id: str | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    consumer: asyncio.Task[None] | None = None
+    quiet: asyncio.Event = field(default_factory=_set_event)  # no commit in flight
 
 
 def _new_id(prefix: str) -> str:
@@ -183,7 +219,7 @@ class Runner:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         model: Model,
         template: AgentTemplate,
         *,
@@ -196,6 +232,8 @@ class Runner:
         self.template = template
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self.closing = False
 
     # -- helpers -------------------------------------------------------------------
 
@@ -206,32 +244,83 @@ class Runner:
     def _lease_ms(self) -> int:
         return int(self.config.lease_s * 1000)
 
+    def _refuse_if_closing(self) -> None:
+        if self.closing:
+            raise ShuttingDownError("this worker is shutting down; another one will take it")
+
     def _start(self, run: Run, state: _RunState, work: Work) -> Run:
-        async def keep_lease() -> None:
-            # Long tools must not let the lease lapse: another worker would take over.
-            while True:
-                await asyncio.sleep(self.config.lease_s / 3)
+        async def watch() -> None:
+            # Renew the lease (long tools must not let it lapse: another worker would
+            # take over) and notice a stop request (POST .../stop, from any worker).
+            renew_every = self.config.lease_s / 3
+            since_renew = 0.0
+            while not cancel_requested():
+                await asyncio.sleep(STOP_POLL_S)
+                since_renew += STOP_POLL_S
                 try:
-                    held = await self.store.renew(
-                        state.keys,
-                        token=state.token,
-                        now_ms=self._now_ms(),
-                        lease_ms=self._lease_ms,
-                    )
+                    if await self.store.stop_requested(state.keys, state.token):
+                        state.stop.set()
+                        if state.consumer is not None:
+                            state.consumer.cancel()
+                    if since_renew >= renew_every:
+                        since_renew = 0.0
+                        held = await self.store.renew(
+                            state.keys,
+                            token=state.token,
+                            now_ms=self._now_ms(),
+                            lease_ms=self._lease_ms,
+                        )
+                        if not held:
+                            log.warning("run of chat %s lost its lease", state.chat_id)
+                            return
                 except Exception:
-                    log.warning("could not renew the lease of chat %s", state.chat_id)
-                    continue  # try again next period; commits stay fenced by the token
-                if not held:
-                    log.warning("run of chat %s lost its lease", state.chat_id)
+                    # Try again next period; commits stay fenced by the token.
+                    log.warning("could not check on the run of chat %s", state.chat_id)
+
+        async def write_log() -> None:
+            while True:
+                await run._wake.wait()
+                # The run goes first: its next step (the model call, a commit) is not
+                # held up by the log, a commit never queues behind the log in Redis, and
+                # more events gather into this batch meanwhile.
+                for _ in range(WRITER_YIELDS):
+                    await asyncio.sleep(0)
+                await state.quiet.wait()
+                await asyncio.sleep(0)
+                run._wake.clear()
+                batch, run._unlogged = run._unlogged, []
+                finish, run._finish = run._finish, ""
+                if batch:
+                    try:
+                        first = await self.store.append_events(
+                            state.keys,
+                            token=state.token,
+                            batch=events_to_json(coalesce(batch)),
+                            finish=finish,
+                            now_ms=self._now_ms(),
+                        )
+                    except Exception:
+                        log.exception("could not append events of chat %s", state.chat_id)
+                        first = ""
+                    if not run.log_start.done():
+                        if first:
+                            run.log_start.set_result(first)
+                        else:
+                            run.log_start.set_exception(ChatBusyError("no event log"))
+                if run._closed and not run._unlogged:
                     return
 
         async def main() -> None:
-            renewer = asyncio.create_task(keep_lease())
+            watcher = asyncio.create_task(watch())
+            writer = asyncio.create_task(write_log())
             try:
                 run._emit(MessageStarted(state.message_id))
                 await work(run, state)
             except asyncio.CancelledError:
-                run._emit(RunFailed("The run was stopped before it finished."))
+                # Shutting down: hand the chat over at once instead of at lease expiry.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.store.release(state.keys, token=state.token))
+                run._emit(RunFailed("The run was interrupted; it can be resumed."))
                 raise
             except Exception:
                 ref = secrets.token_hex(4)
@@ -241,8 +330,10 @@ class Runner:
                     await self._commit(state, "idle")
                 run._emit(RunFailed(f"The run failed (reference {ref})."))
             finally:
-                renewer.cancel()
+                watcher.cancel()
                 run._close()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(writer), LOG_FLUSH_S)
 
         task = asyncio.create_task(main(), name=f"parkway-run-{state.chat_id}")
         run.task = task
@@ -251,7 +342,12 @@ class Runner:
         return run
 
     async def aclose(self, grace_s: float = 10.0) -> None:
-        """Let running turns finish (up to ``grace_s``), then cancel the rest."""
+        """Shut down gracefully: take no new runs, let running ones finish (up to
+        ``grace_s``), then cancel the rest, which hand their chats over at once (their
+        leases are released, their followers told the run was interrupted)."""
+        self.closing = True
+        for task in list(self._background):
+            task.cancel()
         tasks = list(self._tasks)
         if not tasks:
             return
@@ -271,7 +367,25 @@ class Runner:
     ) -> None:
         if parked_ids is None and state.clear_parked:
             parked_ids = []
-        ok = await self.store.commit(
+        state.quiet.clear()
+        try:
+            ok = await self._store_commit(state, next_state, calls, parked_ids)
+        finally:
+            state.quiet.set()
+        if not ok:
+            raise ChatBusyError("this run lost the chat's lease to another worker")
+        state.entries.extend(state.unsaved)
+        state.unsaved = []
+        state.clear_parked = False
+
+    async def _store_commit(
+        self,
+        state: _RunState,
+        next_state: str,
+        calls: Sequence[ParkedCall],
+        parked_ids: Sequence[str] | None,
+    ) -> bool:
+        return await self.store.commit(
             state.keys,
             token=state.token,
             state=next_state,
@@ -286,11 +400,6 @@ class Runner:
             if any(e["t"] == "user" for e in state.unsaved)
             else None,
         )
-        if not ok:
-            raise ChatBusyError("this run lost the chat's lease to another worker")
-        state.entries.extend(state.unsaved)
-        state.unsaved = []
-        state.clear_parked = False
 
     def _check_claim(self, result: Sequence[str]) -> None:
         status = result[0]
@@ -330,6 +439,7 @@ class Runner:
         ``superseded_by_user_message``) first, atomically with taking the lease; calls
         already answered keep their outcome (an approved call runs before the turn).
         """
+        self._refuse_if_closing()
         keys = chat_keys(chat_id)
         template = template or self.template
         message_id = _new_id("msg")
@@ -382,6 +492,7 @@ class Runner:
         results are not reported back to it. Approvals are always reported: the caller
         needs the execution result or the denial to finish the tool part.
         """
+        self._refuse_if_closing()
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
         result, parked_calls = await self.store.claim_resume(
@@ -509,6 +620,9 @@ class Runner:
             ToolDescription(s.name, s.description, s.input_schema) for s in template.tools.values()
         )
         for _ in range(self.config.max_steps):
+            if state.stop.is_set():
+                await self._stopped(run, state, [], opened_step=False)
+                return
             run._emit(StepStarted())
             request = ModelRequest(
                 chat_id=state.chat_id,
@@ -520,18 +634,15 @@ class Runner:
             text_id = f"t{state.model_calls}"
             text: list[str] = []
             tool_calls: list[ModelToolCall] = []
-            async for item in self.model.stream(request):
-                if isinstance(item, ModelTextDelta):
-                    if not item.text:
-                        continue
-                    if not text:
-                        run._emit(TextStarted(text_id))
-                    text.append(item.text)
-                    run._emit(TextDelta(text_id, item.text))
-                else:
-                    tool_calls.append(item)
+            await self._consume(
+                run, state, request, text_id=text_id, text=text, tool_calls=tool_calls
+            )
             if text:
                 run._emit(TextEnded(text_id))
+            if state.stop.is_set():
+                state.model_calls += 1
+                await self._stopped(run, state, text, opened_step=True)
+                return
             state.model_calls += 1
             calls = [
                 ModelToolCall(c.name, {} if c.input is None else c.input, c.id or _new_id("call"))
@@ -591,6 +702,58 @@ class Runner:
         run._emit(StepFinished())
         run._emit(MessageFinished("length"))
 
+    async def _consume(
+        self,
+        run: Run,
+        state: _RunState,
+        request: ModelRequest,
+        *,
+        text_id: str,
+        text: list[str],
+        tool_calls: list[ModelToolCall],
+    ) -> None:
+        """Stream one model response into ``text`` and ``tool_calls``, emitting text as it
+        comes; a stop request cancels the stream at once, even mid-wait."""
+
+        async def consume() -> None:
+            async for item in self.model.stream(request):
+                if isinstance(item, ModelTextDelta):
+                    if not item.text:
+                        continue
+                    if not text:
+                        run._emit(TextStarted(text_id))
+                    text.append(item.text)
+                    run._emit(TextDelta(text_id, item.text))
+                else:
+                    tool_calls.append(item)
+
+        if state.stop.is_set():
+            return
+        # A task of its own, so that a stop (the watcher) can cancel the model mid-wait.
+        state.consumer = asyncio.create_task(consume())
+        try:
+            await asyncio.shield(state.consumer)
+        except asyncio.CancelledError:
+            if not state.consumer.cancelled():
+                state.consumer.cancel()  # the run itself is being cancelled
+                raise
+            if not state.stop.is_set():
+                raise
+        finally:
+            state.consumer = None
+
+    async def _stopped(
+        self, run: Run, state: _RunState, text: Sequence[str], *, opened_step: bool
+    ) -> None:
+        """End a run someone asked to stop: keep the partial answer, drop the tool calls
+        the model had not finished asking for, and finish cleanly."""
+        if opened_step:
+            state.unsaved.append(assistant_entry(state.message_id, "".join(text), []))
+        await self._commit(state, "idle")
+        if opened_step:
+            run._emit(StepFinished())
+        run._emit(MessageFinished("stop"))
+
     def _classify(
         self, state: _RunState, calls: Sequence[ModelToolCall]
     ) -> tuple[list[ParkedCall], list[ModelToolCall], list[Event]]:
@@ -624,11 +787,12 @@ class Runner:
                 to_run.append(call)
                 continue
             kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
-            default = (
-                self.config.client_deadline_s
-                if kind == "client"
-                else self.config.approval_deadline_s
-            )
+            if kind == "approval":
+                default = self.config.approval_deadline_s
+            elif spec.result_style == "connection":
+                default = self.config.connection_deadline_s
+            else:
+                default = self.config.client_deadline_s
             parked_call = ParkedCall(
                 tool_call_id=call_id,
                 tool_name=call.name,
@@ -646,6 +810,7 @@ class Runner:
                 description=spec.description,
                 output_schema=spec.output_schema if kind == "client" else None,
                 edit_schema=spec.input_schema if kind == "approval" and spec.allow_edits else None,
+                auto_resume=state.template.resume_policy == "auto",
             )
             parked.append(parked_call)
             if parked_call.approval_id is not None:
@@ -702,7 +867,10 @@ class Runner:
         result = await self.store.settle(keys, call.tool_call_id, text)
         status = result[0]
         if status == "settled":
-            return SettleResult(call.with_outcome(normalized), fresh=True, pending=int(result[1]))
+            pending = int(result[1])
+            if pending == 0 and call.auto_resume:
+                self.resume_in_background(keys.chat_id)
+            return SettleResult(call.with_outcome(normalized), fresh=True, pending=pending)
         if status == "same":
             return SettleResult(call.with_outcome(normalized), fresh=False)
         if status == "conflict":
@@ -764,6 +932,63 @@ class Runner:
             return parked_call_key(answer.tool_name, answer.tool_input)
         except NotPlainJSONError:
             return None
+
+    # -- background resume ("auto" policy) ------------------------------------------------
+
+    def resume_in_background(self, chat_id: str) -> None:
+        """Resume a settled chat on this worker without a client request ("auto" resume
+        policy). Its events go to the chat's log, where a reconnecting client finds them.
+        Losing the race to another resume is fine: someone continued the chat."""
+
+        async def resume() -> None:
+            keys = chat_keys(chat_id)
+            owner = await self.store.owner(keys)
+            if owner is None:
+                return
+            try:
+                run = await self.resume(chat_id, owner)
+            except (NothingToResumeError, ChatBusyError, ShuttingDownError):
+                return
+            if run.task is not None:
+                await run.task
+
+        task = asyncio.create_task(resume(), name=f"parkway-auto-resume-{chat_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def on_timeout(self, chat_id: str, tool_call_id: str, pending: int) -> None:
+        """Sweeper hook: a call timed out; resume its chat if that was the last one and
+        the chat's agent resumes automatically."""
+        if pending:
+            return
+        _, calls = await self.store.calls(chat_keys(chat_id), [tool_call_id])
+        if calls and calls[0].auto_resume:
+            self.resume_in_background(chat_id)
+
+    # -- following and stopping ------------------------------------------------------------
+
+    def follow(
+        self, chat_id: str, start_id: str, *, skip_start: bool = False
+    ) -> AsyncIterator[Event]:
+        """The events of the run that starts at ``start_id`` in the chat's log, live.
+        Ownership is the caller's to check (see :meth:`chat`)."""
+        return follow(
+            self.store,
+            chat_keys(chat_id),
+            start_id,
+            skip_start=skip_start,
+            block_ms=self.config.follow_block_ms,
+            clock=self.clock,
+        )
+
+    async def stop(self, chat_id: str, principal: str) -> bool:
+        """Ask the chat's running run to stop (it keeps its partial answer). False when
+        nothing is running."""
+        keys = chat_keys(chat_id)
+        owner = await self.store.owner(keys)
+        if owner is None or owner != principal:
+            raise ChatNotFoundError("no such chat")
+        return await self.store.request_stop(keys)
 
     # -- reading ------------------------------------------------------------------------
 

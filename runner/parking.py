@@ -46,6 +46,7 @@ class _Record(BaseModel):
     description: str = ""
     output_schema: dict[str, Any] | None = None
     edit_schema: dict[str, Any] | None = None
+    auto_resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ParkedCall:
     description: str = ""
     output_schema: Mapping[str, Any] | None = None
     edit_schema: Mapping[str, Any] | None = None
+    auto_resume: bool = False
     outcome: Mapping[str, Any] | None = None
 
     @property
@@ -79,27 +81,35 @@ class ParkedCall:
 
 
 def encode_call(call: ParkedCall) -> str:
-    """The stored JSON of a call's record (without its outcome)."""
-    record = _Record(
-        v=RECORD_VERSION,
-        id=call.tool_call_id,
-        tool=call.tool_name,
-        kind=call.kind,
-        input=call.input,
-        key=call.key,
-        seq=call.seq,
-        message_id=call.message_id,
-        created_at=call.created_at,
-        deadline=call.deadline,
-        approval_id=call.approval_id,
-        allow_edits=call.allow_edits,
-        render=dict(call.render) if call.render is not None else None,
-        result_style=call.result_style,
-        description=call.description,
-        output_schema=dict(call.output_schema) if call.output_schema is not None else None,
-        edit_schema=dict(call.edit_schema) if call.edit_schema is not None else None,
-    )
-    return record.model_dump_json(exclude_defaults=True)
+    """The stored JSON of a call's record (without its outcome). Written by this code
+    only, so it is built directly; :func:`decode_call` validates what it reads."""
+    record: dict[str, Any] = {
+        "v": RECORD_VERSION,
+        "id": call.tool_call_id,
+        "tool": call.tool_name,
+        "kind": call.kind,
+        "input": call.input,
+        "key": call.key,
+        "seq": call.seq,
+        "message_id": call.message_id,
+        "created_at": call.created_at,
+    }
+    optional = {
+        "deadline": call.deadline,
+        "approval_id": call.approval_id,
+        "render": dict(call.render) if call.render is not None else None,
+        "result_style": call.result_style,
+        "output_schema": dict(call.output_schema) if call.output_schema is not None else None,
+        "edit_schema": dict(call.edit_schema) if call.edit_schema is not None else None,
+    }
+    record.update((k, v) for k, v in optional.items() if v is not None)
+    if call.allow_edits:
+        record["allow_edits"] = True
+    if call.description:
+        record["description"] = call.description
+    if call.auto_resume:
+        record["auto_resume"] = True
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedCall:
@@ -137,5 +147,6 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         description=rec.description,
         output_schema=rec.output_schema,
         edit_schema=rec.edit_schema,
+        auto_resume=rec.auto_resume,
         outcome=json.loads(outcome) if outcome is not None else None,
     )

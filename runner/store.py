@@ -12,16 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from runner import _scripts
+from runner.connection import RedisClient
 from runner.keys import DEADLINES, ChatKeys, deadline_member
 from runner.parking import ParkedCall, decode_call, encode_call
 
 __all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore"]
 
 SCHEMA_VERSION = "1"
+EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
 
 
 def _s(value: Any) -> str:
@@ -57,14 +59,20 @@ class ChatRecord:
 class ChatStore:
     """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
 
-    def __init__(self, redis: Redis, ttl_s: int) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: int) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        # On a Cluster the global deadline index lives in another slot than a chat, so
+        # it cannot be written by a chat's script.
+        self.cluster = isinstance(redis, RedisCluster)
         self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
         self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
         self._commit = redis.register_script(_scripts.COMMIT)
         self._settle = redis.register_script(_scripts.SETTLE)
         self._renew = redis.register_script(_scripts.RENEW)
+        self._append = redis.register_script(_scripts.APPEND)
+        self._stop = redis.register_script(_scripts.STOP)
+        self._release = redis.register_script(_scripts.RELEASE)
         self._pending = redis.register_script(_scripts.PENDING)
 
     async def claim_turn(
@@ -83,7 +91,7 @@ class ChatStore:
     ) -> list[str]:
         """Run CLAIM_TURN (one round trip; the history comes back with the claim)."""
         result = await self._claim_turn(
-            keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls],
+            keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls, keys.events],
             args=[
                 SCHEMA_VERSION,
                 principal,
@@ -115,6 +123,50 @@ class ChatStore:
         calls = _decode_pairs(raw[6 : 6 + 2 * count])
         return [_s(x) for x in raw[:5]] + [_s(x) for x in raw[6 + 2 * count :]], calls
 
+    async def append_events(
+        self, keys: ChatKeys, *, token: str, batch: str, finish: str, now_ms: int
+    ) -> str:
+        """Append a batch of a run's events (a JSON array) to the chat's log as one entry;
+        '' if the run is no longer current."""
+        entry = await self._append(
+            keys=[keys.events, keys.meta],
+            args=[token, EVENT_LOG_MAXLEN, self.ttl_s, finish, now_ms, batch],
+        )
+        return _s(entry)
+
+    async def read_events(
+        self, keys: ChatKeys, after: str, *, block_ms: int | None, count: int = 500
+    ) -> list[tuple[str, str]]:
+        """Log entries after ``after`` (exclusive) as (id, batch JSON); with ``block_ms``,
+        wait up to that long for the first one."""
+        reply = await self.redis.xread({keys.events: after}, count=count, block=block_ms)
+        if not reply:
+            return []
+        # redis-py answers a list of [stream, entries] (RESP2) or a dict (RESP3).
+        streams: Any = reply.items() if isinstance(reply, dict) else reply
+        out: list[tuple[str, str]] = []
+        for _, entries in streams:
+            for entry_id, fields in entries:
+                if fields:
+                    out.append((_s(entry_id), _s(fields.get(b"b", fields.get("b")))))
+        return out
+
+    async def run_info(self, keys: ChatKeys) -> dict[str, str]:
+        """The meta fields that describe the chat's current run."""
+        names = ("owner", "state", "message_id", "run_start", "run_hist", "run_token",
+                 "lease_until", "last_finish", "finished_at", "stop_for")  # fmt: skip
+        values = await self.redis.hmget(keys.meta, list(names))
+        return {n: _s(v) for n, v in zip(names, values, strict=True) if v is not None}
+
+    async def request_stop(self, keys: ChatKeys) -> bool:
+        return bool(await self._stop(keys=[keys.meta], args=[]))
+
+    async def stop_requested(self, keys: ChatKeys, token: str) -> bool:
+        return _s(await self.redis.hget(keys.meta, "stop_for") or b"") == token
+
+    async def release(self, keys: ChatKeys, *, token: str) -> bool:
+        return bool(await self._release(keys=[keys.meta], args=[token]))
+
     async def renew(self, keys: ChatKeys, *, token: str, now_ms: int, lease_ms: int) -> bool:
         return bool(await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms]))
 
@@ -144,11 +196,16 @@ class ChatStore:
             last_uid or "",
             len(entries),
             len(calls),
+            keys.chat_id,
         ]
         args.extend(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in entries)
         for call in calls:
-            args.extend((call.tool_call_id, encode_call(call), call.seq))
+            deadline = "" if call.deadline is None else int(call.deadline * 1000)
+            args.extend((call.tool_call_id, encode_call(call), call.seq, deadline))
         script_keys = [keys.meta, keys.history, keys.calls, keys.pending, keys.outcomes]
+        if not self.cluster:
+            # One Redis: the deadlines go into the index inside the same atomic step.
+            return bool(await self._commit(keys=[*script_keys, DEADLINES], args=args))
         deadlines = {
             deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
             for c in calls
@@ -175,6 +232,75 @@ class ChatStore:
             script_last=False,
         )
         return [_s(x) for x in results[0]]
+
+    # -- the deadline sweep (runner/sweeper.py) ---------------------------------------
+
+    async def expired_deadlines(self, now_ms: int, limit: int) -> list[str]:
+        """Up to ``limit`` deadline members due at or before ``now_ms``, earliest first.
+
+        One ``ZRANGEBYSCORE ... LIMIT``: O(log N + M) for N indexed and M returned, so
+        it costs the same with ten parked calls or a million when none has expired.
+        """
+        raw = await self.redis.zrangebyscore(DEADLINES, "-inf", now_ms, start=0, num=limit)
+        return [_s(member) for member in raw]
+
+    async def settle_many(
+        self,
+        calls: Sequence[tuple[ChatKeys, str]],
+        outcome_json: str,
+        *,
+        drop: Sequence[str] = (),
+    ) -> list[list[str]]:
+        """Run SETTLE with one outcome for many calls and drop their deadlines (plus the
+        members named by ``drop``), in one round trip.
+
+        A non-transactional pipeline: each ``EVALSHA`` names the keys of one chat (one
+        Cluster slot), the closing ``ZREM`` only the deadline index; nothing needs them
+        to be atomic together, because each settle is decided by its own script and
+        the members are dropped after them, whatever they answered.
+
+        Returns one SETTLE reply per call, in order (``settled``/``same``/``conflict``/
+        ``missing``); a call whose script raised gets ``['error', message]``. On
+        NOSCRIPT (the first use after Redis started) the script is loaded and only the
+        calls it did not run are sent again.
+        """
+        members = [*drop, *(deadline_member(k.chat_id, call_id) for k, call_id in calls)]
+        if not members:
+            return []
+        replies: list[list[str] | None] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            for i in todo:
+                keys, call_id = calls[i]
+                script_keys = (keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history)
+                pipe.execute_command(
+                    "EVALSHA", self._settle.sha, 5, *script_keys, call_id, outcome_json, self.ttl_s
+                )
+            pipe.execute_command("ZREM", DEADLINES, *members)
+            *settled, dropped = await pipe.execute(raise_on_error=False)
+            if isinstance(dropped, Exception):
+                raise dropped
+            again = []
+            for i, reply in zip(todo, settled, strict=True):
+                if isinstance(reply, NoScriptError) or (
+                    isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply)
+                ):
+                    again.append(i)
+                elif isinstance(reply, Exception):
+                    replies[i] = ["error", str(reply)]
+                else:
+                    replies[i] = [_s(x) for x in reply]
+            if not again or attempt == 1:
+                break
+            await self.redis.script_load(self._settle.script)
+            todo, members = (
+                again,
+                [deadline_member(calls[i][0].chat_id, calls[i][1]) for i in again],
+            )
+        return [reply or ["error", "NOSCRIPT"] for reply in replies]
+
+    # -- end of the deadline sweep --------------------------------------------------
 
     async def _pipeline_with(
         self,

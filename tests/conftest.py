@@ -27,7 +27,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        server.stop()
+        server.stop(force=True)  # the suite's own server: never left behind
 
 
 @pytest.fixture

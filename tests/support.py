@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from runner.agentfile import parse_agent_file
+from runner.agentfile import AgentFile, parse_agent_file
 from transport.app import create_app
 from transport.settings import Secret, Settings
 
@@ -133,7 +133,9 @@ def user_message(text_value: str, message_id: str = "u1") -> dict[str, Any]:
 class ServerThread:
     """A real uvicorn serving Parkway in a background thread."""
 
-    def __init__(self, redis_url: str, agent: Mapping[str, Any], **settings: Any) -> None:
+    def __init__(
+        self, redis_url: str, agent: Mapping[str, Any], *, model: Any = None, **settings: Any
+    ) -> None:
         self.port = free_port()
         self.settings = Settings(
             redis_url=redis_url,
@@ -141,7 +143,10 @@ class ServerThread:
             port=self.port,
             **settings,
         )
-        self.app = create_app(self.settings, agent=parse_agent_file(agent))
+        parsed = parse_agent_file(agent)
+        if model is not None:
+            parsed = AgentFile(parsed.template, model)
+        self.app = create_app(self.settings, agent=parsed)
         config = uvicorn.Config(
             self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )
@@ -285,9 +290,9 @@ def run_sync(coro: Any) -> Any:
 
 @contextlib.contextmanager
 def server_thread(
-    redis_url: str, agent: Mapping[str, Any], **settings: Any
+    redis_url: str, agent: Mapping[str, Any], *, model: Any = None, **settings: Any
 ) -> Iterator[ServerThread]:
-    server = ServerThread(redis_url, agent, **settings).start()
+    server = ServerThread(redis_url, agent, model=model, **settings).start()
     try:
         yield server
     finally:

@@ -410,9 +410,9 @@ async def test_a_browser_disconnect_does_not_stop_the_run(redis: Redis, redis_ur
 
 
 async def test_resume_stream_replays_a_parked_message_and_is_204_otherwise(api: Api) -> None:
-    """AI SDK resumeStream(): a parked chat's message is replayed from its start —
-    finished calls rebuilt without re-firing onToolCall, the pending call and its widget
-    as they were — and a chat with nothing waiting answers 204."""
+    """AI SDK resumeStream(): a parked chat's message is replayed from its start, the
+    pending call and its widget as they were; once answered and finished, the whole
+    message replays, its answered call rebuilt without re-firing onToolCall."""
     turns_chat = "rs1"
     chunks = await api.say(turns_chat, "hi")
     response = await api.http.get(f"/api/chat/{turns_chat}/stream")
@@ -426,8 +426,23 @@ async def test_resume_stream_replays_a_parked_message_and_is_204_otherwise(api: 
     assert tool_part(replay, "pick") == tool_part(chunks, "pick")
     answer = await api.chat(turns_chat, answered_history(chunks, {"choice": "r"}))
     assert answer.status_code == 200
-    assert (await api.http.get(f"/api/chat/{turns_chat}/stream")).status_code == 204
+    finished = sse_chunks((await api.http.get(f"/api/chat/{turns_chat}/stream")).text)
+    assert finished[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
+    assert finished[-1] == {"type": "finish", "finishReason": "stop"}
+    assert "tool-input-available" not in types(finished)  # answered: no onToolCall again
     assert (await api.http.get("/api/chat/unknown-chat/stream")).status_code == 404
+
+
+async def test_resume_stream_is_204_once_a_finished_message_is_old(
+    redis: Redis, redis_url: str
+) -> None:
+    """Nothing recent to resume answers 204, so the client stays ready."""
+    with server_thread(redis_url, agent_doc([[text("done")]]), stream_grace_s=0) as srv:
+        api = await Api(srv.base_url).login()
+        await api.say("old", "hi")
+        response = await api.http.get("/api/chat/old/stream")
+        await api.aclose()
+    assert response.status_code == 204
 
 
 async def test_an_answer_post_resumes_when_the_server_already_settled_the_call(api: Api) -> None:

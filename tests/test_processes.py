@@ -122,7 +122,7 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
     api = await Api(first.base_url).login()
     try:
         sending = asyncio.create_task(api.say("crash", "go", "u1"))
-        await _until(marker.exists)
+        await _until(lambda: marker.exists() and marker.read_text() == "started\n")
         first.kill()
         with contextlib.suppress(httpx.HTTPError):
             await sending

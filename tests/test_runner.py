@@ -705,7 +705,7 @@ async def test_a_new_chat_never_sees_leftovers_of_an_expired_one(redis: Redis) -
     ttls = {
         key: await redis.ttl(key) for key in chat_keys("reuse").all() if await redis.exists(key)
     }
-    assert len(ttls) == 4 and all(t > 0 for t in ttls.values())  # pending is empty, so absent
+    assert len(ttls) == 5 and all(t > 0 for t in ttls.values())  # pending is empty, so absent
     await redis.delete(chat_keys("reuse").meta)  # as if only the meta key had expired
     fresh = make_runner(redis, [[text("hello")]])
     await (await fresh.start_turn("reuse", "bob", "hi")).collect()

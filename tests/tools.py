@@ -34,3 +34,16 @@ def gated(tool_input: dict[str, Any]) -> dict[str, Any]:
     if not GATE.wait(30):
         raise TimeoutError("gate never opened")
     return {"passed": True}
+
+
+async def wait_for_file(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Waits (bounded) until the test creates a file: holds a run in another process."""
+    import asyncio
+    from pathlib import Path
+
+    path = Path(tool_input["path"])
+    for _ in range(3000):
+        if path.exists():
+            return {"seen": path.name}
+        await asyncio.sleep(0.01)
+    raise TimeoutError("the file never appeared")

@@ -1,19 +1,19 @@
 """The app factory: settings in, a Starlette app out.
 
 The lifespan connects to Redis (starting the embedded one when no URL is configured),
-builds the runner for the agent, and on shutdown lets running turns finish before it
-closes Redis.
+builds the runner for the agent and starts the deadline sweeper, and on shutdown stops
+the sweeper and lets running turns finish before it closes Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -22,10 +22,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from runner.connection import connect
 from runner.demo import DEMO_AGENT
 from runner.embedded import EmbeddedRedis
 from runner.errors import ParkwayError, SettleConflictError
 from runner.loop import Runner, RunnerConfig
+from runner.sweeper import Sweeper
 from transport.errors import HTTPError, status_for
 from transport.routes import api_routes
 from transport.sessions import Authenticator, SessionAuthenticator
@@ -83,7 +85,7 @@ async def _parkway_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, SettleConflictError):
         extra["outcome"] = exc.existing
     error = HTTPError(status_for(exc), exc.code, str(exc), **extra)
-    if error.status >= 500:
+    if error.status == 500:
         return await _unexpected(request, exc)
     return JSONResponse(error.body(), status_code=error.status)
 
@@ -142,7 +144,8 @@ def create_app(
         if url is None:
             embedded = EmbeddedRedis(settings.data_dir)
             url = embedded.start()
-        redis = Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        redis = connect(url)
+        sweeping: asyncio.Task[None] | None = None
         try:
             await redis.ping()
             app.state.redis = redis
@@ -156,8 +159,20 @@ def create_app(
                     max_output_bytes=settings.max_output_bytes,
                 ),
             )
+            # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
+            # a timeout that settles a step resumes "auto"-policy chats.
+            app.state.sweeper = Sweeper(
+                app.state.runner, on_timeout=app.state.runner.on_timeout
+            )
+            sweeping = asyncio.create_task(
+                app.state.sweeper.run(settings.sweep_interval_s), name="parkway-sweeper"
+            )
+            # -- end deadline sweeper
             yield
         finally:
+            if sweeping is not None:  # stop sweeping before the runner and Redis go
+                sweeping.cancel()
+                await asyncio.wait([sweeping], timeout=5)
             runner = getattr(app.state, "runner", None)
             if runner is not None:
                 await runner.aclose()

@@ -23,6 +23,7 @@ from runner.errors import (
     NotPlainJSONError,
     OutcomeNotAllowedError,
     ParkwayError,
+    ShuttingDownError,
     StateError,
     TemplateError,
 )
@@ -55,6 +56,8 @@ def status_for(exc: ParkwayError) -> int:
         return 422
     if isinstance(exc, CallerError):
         return 400
+    if isinstance(exc, ShuttingDownError):
+        return 503
     if isinstance(exc, ConflictError | StateError):
         return 409
     return 500

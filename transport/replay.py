@@ -36,21 +36,27 @@ from transport.chunks import (
 __all__ = ["replay_message"]
 
 
-def _tool_chunks(part: Mapping[str, Any]) -> Iterator[Chunk]:
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _tool_chunks(part: Mapping[str, Any], *, continued: bool) -> Iterator[Chunk]:
     name = str(part["type"])[len("tool-") :]
     call_id = part["toolCallId"]
     state = part.get("state")
     approval = part.get("approval") or {}
+    if continued and state == "approval-responded":
+        # The run that follows sends this call's result or denial: do not ask again.
+        yield ToolInputStartChunk(tool_call_id=call_id, tool_name=name)
+        yield ToolInputDeltaChunk(tool_call_id=call_id, input_text_delta=_json(part["input"]))
+        return
     if state in {"input-available", "approval-requested", "approval-responded"}:
         yield ToolInputAvailableChunk(tool_call_id=call_id, tool_name=name, input=part["input"])
         if approval.get("id"):
             yield ToolApprovalRequestChunk(approval_id=approval["id"], tool_call_id=call_id)
         return
     yield ToolInputStartChunk(tool_call_id=call_id, tool_name=name)
-    yield ToolInputDeltaChunk(
-        tool_call_id=call_id,
-        input_text_delta=json.dumps(part["input"], separators=(",", ":"), ensure_ascii=False),
-    )
+    yield ToolInputDeltaChunk(tool_call_id=call_id, input_text_delta=_json(part["input"]))
     if state == "output-available":
         yield ToolOutputAvailableChunk(tool_call_id=call_id, output=part.get("output"))
     elif state == "output-denied":
@@ -59,8 +65,13 @@ def _tool_chunks(part: Mapping[str, Any]) -> Iterator[Chunk]:
         yield ToolOutputErrorChunk(tool_call_id=call_id, error_text=str(part.get("errorText", "")))
 
 
-def replay_message(message: Mapping[str, Any], finish_reason: str) -> list[dict[str, Any]]:
-    """Chunks that rebuild ``message`` (a UI message) from its start, then finish it."""
+def replay_message(message: Mapping[str, Any], finish_reason: str | None) -> list[dict[str, Any]]:
+    """Chunks that rebuild ``message`` (a UI message) from its start, then finish it.
+
+    With ``finish_reason=None`` the message is left open: the rebuilt parts are the
+    start of a message that a live run continues (its chunks follow).
+    """
+    continued = finish_reason is None
     chunks: list[Chunk] = [StartChunk(message_id=message["id"])]
     open_step = False
     for index, part in enumerate(message["parts"]):
@@ -78,12 +89,13 @@ def replay_message(message: Mapping[str, Any], finish_reason: str) -> list[dict[
                 TextEndChunk(id=text_id),
             ]
         elif kind.startswith("tool-"):
-            chunks.extend(_tool_chunks(part))
+            chunks.extend(_tool_chunks(part, continued=continued))
         elif kind.startswith("data-"):
             chunks.append(
                 DataChunk(name=kind[len("data-") :], id=part.get("id"), data=part["data"])
             )
     if open_step:
         chunks.append(FinishStepChunk())
-    chunks.append(FinishChunk(finish_reason=finish_reason))
+    if finish_reason is not None:
+        chunks.append(FinishChunk(finish_reason=finish_reason))
     return [chunk.to_dict() for chunk in chunks]

@@ -6,6 +6,7 @@ the encoder; SSE framing happens in :mod:`transport.streaming` alone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -15,14 +16,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runner.errors import ChatNotFoundError, NothingToResumeError
-from runner.keys import check_chat_id
+from runner.eventlog import INTERRUPTED
+from runner.keys import chat_keys, check_chat_id
 from runner.loop import Runner
 from runner.parking import ParkedCall
+from runner.store import ChatRecord
+from transport.chunks import ErrorChunk
 from transport.errors import HTTPError
 from transport.replay import replay_message
 from transport.sessions import COOKIE_NAME, SessionAuthenticator
 from transport.settings import Settings
-from transport.streaming import replay_response, stream_response
+from transport.streaming import follow_response, replay_response, stream_response
 from transport.uimessages import chat_messages, parse_chat_post
 from widgets_api.descriptors import describe_call
 
@@ -112,7 +116,7 @@ async def post_chat(request: Request) -> Response:
         run = await runner.start_turn(
             post.chat_id, principal, post.user_text, user_message_id=post.user_message_id
         )
-        return stream_response(post.chat_id, run)
+        return stream_response(post.chat_id, runner, run)
     if pending and not settled:
         raise HTTPError(
             409,
@@ -127,7 +131,7 @@ async def post_chat(request: Request) -> Response:
         run = await runner.resume(post.chat_id, principal, skip_echo=frozenset(settled))
     except NothingToResumeError as exc:
         raise HTTPError(409, "nothing_to_resume", str(exc)) from None
-    return stream_response(post.chat_id, run)
+    return stream_response(post.chat_id, runner, run)
 
 
 async def get_chat(request: Request) -> Response:
@@ -146,24 +150,77 @@ async def get_chat(request: Request) -> Response:
     )
 
 
-async def resume_stream(request: Request) -> Response:
-    """AI SDK ``resumeStream()``: replay the current assistant message from its start.
+def _message_of(record: ChatRecord, chat_id: str, message_id: str) -> dict[str, Any] | None:
+    messages = chat_messages(record, lambda c: describe_call(chat_id, c))
+    return next((m for m in reversed(messages) if m["id"] == message_id), None)
 
-    A parked chat's message is rebuilt from Redis, so a client that lost the end of the
-    stream (or reloaded) gets the pending call and its widget back. Otherwise 204: this
-    version keeps no event log to follow a run that is still streaming.
+
+async def resume_stream(request: Request) -> Response:
+    """AI SDK ``resumeStream()``: the current assistant message from its start, then live.
+
+    - A run in progress: the parts of its message stored before the run began are
+      rebuilt, then the run is followed in the event log from its first entry (also
+      when another worker runs it).
+    - A parked chat: its message is rebuilt, with the pending calls and their widgets,
+      and stays replayable until the answer arrives.
+    - A run whose worker died: what was stored, then an error saying it was interrupted.
+    - A finished message: replayable for ``stream_grace_s``; after that, 204.
     """
     principal = _principal(request)
     chat_id = _chat_id(request)
-    record = await _runner(request).chat(chat_id, principal)
-    message_id = record.meta.get("message_id")
-    if record.meta.get("state") != "parked" or not message_id:
+    runner = _runner(request)
+    settings: Settings = request.app.state.settings
+    record = await runner.chat(chat_id, principal)
+    meta = record.meta
+    message_id = meta.get("message_id")
+    if not message_id:
         return Response(status_code=204)
-    messages = chat_messages(record, lambda c: describe_call(chat_id, c))
-    current = next((m for m in reversed(messages) if m["id"] == message_id), None)
-    if current is None:
+    state = meta.get("state")
+    now_ms = runner.clock() * 1000
+    if state == "running" and float(meta.get("lease_until", "0")) >= now_ms:
+        start_id = meta.get("run_start") or await _run_start(runner, chat_id)
+        if start_id is not None:
+            stored = int(meta.get("run_hist", len(record.entries)))
+            earlier = ChatRecord(meta=meta, entries=record.entries[:stored], calls=record.calls)
+            message = _message_of(earlier, chat_id, message_id)
+            if message is None:  # a new message: the run's own start opens it
+                return follow_response(chat_id, runner, [], start_id, skip_start=False)
+            prefix = replay_message(message, None)
+            return follow_response(chat_id, runner, prefix, start_id, skip_start=True)
+    message = _message_of(record, chat_id, message_id)
+    if message is None:
         return Response(status_code=204)
-    return replay_response(replay_message(current, "tool-calls"))
+    if state == "parked":
+        return replay_response(replay_message(message, "tool-calls"))
+    if state == "running":  # its worker died, or the run has not logged anything yet
+        chunks = [*replay_message(message, None), ErrorChunk(error_text=INTERRUPTED).to_dict()]
+        return replay_response(chunks)
+    finished_at = float(meta.get("finished_at", "0"))
+    if now_ms - finished_at <= settings.stream_grace_s * 1000:
+        return replay_response(replay_message(message, meta.get("last_finish") or "stop"))
+    return Response(status_code=204)
+
+
+async def _run_start(runner: Runner, chat_id: str) -> str | None:
+    """A run that has just been claimed logs its first event within milliseconds."""
+    for _ in range(40):
+        info = await runner.store.run_info(chat_keys(chat_id))
+        if info.get("state") != "running":
+            return None
+        if "run_start" in info:
+            return info["run_start"]
+        await asyncio.sleep(0.025)
+    return None
+
+
+async def stop_chat(request: Request) -> Response:
+    """Stop the chat's running run. It keeps the partial answer and finishes cleanly;
+    unlike a disconnect, which never stops a run."""
+    principal = _principal(request)
+    chat_id = _chat_id(request)
+    if not await _runner(request).stop(chat_id, principal):
+        raise HTTPError(409, "not_running", "no run of this chat is running")
+    return JSONResponse({"stopping": True}, status_code=202)
 
 
 async def get_call(request: Request) -> Response:
@@ -208,8 +265,9 @@ async def resume_chat(request: Request) -> Response:
     """Resume a chat whose parked calls are all settled; the response is the stream."""
     principal = _principal(request)
     chat_id = _chat_id(request)
-    run = await _runner(request).resume(chat_id, principal)
-    return stream_response(chat_id, run)
+    runner = _runner(request)
+    run = await runner.resume(chat_id, principal)
+    return stream_response(chat_id, runner, run)
 
 
 async def create_session(request: Request) -> Response:
@@ -249,5 +307,6 @@ def api_routes() -> list[Route]:
         Route("/api/chats/{chat_id}/calls/{call_id}", get_call, methods=["GET"]),
         Route("/api/chats/{chat_id}/calls/{call_id}", settle_call, methods=["POST"]),
         Route("/api/chats/{chat_id}/resume", resume_chat, methods=["POST"]),
+        Route("/api/chats/{chat_id}/stop", stop_chat, methods=["POST"]),
         Route("/api/sessions", create_session, methods=["POST"]),
     ]

@@ -7,13 +7,17 @@ redacted in the repr. Nothing reads the environment at import time.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from runner.connection import parse_redis_url
+from runner.errors import CallerError
 
 __all__ = ["Secret", "Settings", "SettingsError"]
 
@@ -66,6 +70,8 @@ class Settings:
     max_output_bytes: int = 256 * 1024
     chat_ttl_s: int = 7 * 24 * 3600
     lease_s: float = 60.0
+    sweep_interval_s: float = 0.25
+    stream_grace_s: float = 300.0
     cookie_secure: bool = False
     log_level: str = "info"
 
@@ -103,6 +109,16 @@ class Settings:
                 if value < low or (name == "port" and value > 65535):
                     raise ValueError
                 return value
+            if name == "stream_grace_s":
+                grace = float(raw)
+                if not 0 <= grace <= 86400:
+                    raise ValueError
+                return grace
+            if name == "sweep_interval_s":
+                interval = float(raw)
+                if not 0 < interval < math.inf:
+                    raise ValueError
+                return interval
             if name == "lease_s":
                 lease = float(raw)
                 if not 1 <= lease <= 3600:
@@ -126,11 +142,12 @@ class Settings:
                 return tuple(_origin(o, "allowed_origins") for o in items if str(o).strip())
             if name == "redis_url":
                 url = str(raw)
-                if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+                try:  # one server, Sentinel or Cluster: runner.connection reads the URL
+                    parse_redis_url(url)
+                except CallerError as exc:
                     raise SettingsError(
-                        "redis_url (--redis-url, PARKWAY_REDIS_URL) must start with "
-                        "redis://, rediss:// or unix://"
-                    )
+                        f"redis_url (--redis-url, PARKWAY_REDIS_URL): {exc}"
+                    ) from None
                 return url
             if name == "log_level":
                 level = str(raw).lower()
@@ -197,5 +214,11 @@ class Settings:
         parts = urlsplit(self.redis_url)
         if parts.password:
             netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-            return parts._replace(netloc=netloc).geturl()
-        return self.redis_url
+            parts = parts._replace(netloc=netloc)
+        if "password" in parts.query:  # e.g. a Sentinel URL's ?sentinel_password=
+            query = [
+                (k, "***" if k.endswith("password") else v)
+                for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            ]
+            parts = parts._replace(query=urlencode(query, safe="*"))
+        return parts.geturl()

@@ -1,23 +1,27 @@
 """SSE framing of a run's events, in one place (sse-starlette).
 
-The response is a view over the run: the run executes in its own task, so a client
-that disconnects stops only its view, never the run, which still persists its result.
+A response is a view over the chat's event log in Redis: it follows the run's entries
+from its first one until the run ends. The run executes in its own task, so a client
+that disconnects stops only its view, never the run; a client that reconnects (to any
+worker) follows the same log again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from sse_starlette import EventSourceResponse
 
-from runner.loop import Run
+from runner.events import Event
+from runner.loop import Run, Runner
 from transport.encoder import encode_event
 from widgets_api.descriptors import describe_call
 
-__all__ = ["STREAM_HEADERS", "replay_response", "stream_response"]
+__all__ = ["STREAM_HEADERS", "follow_response", "replay_response", "stream_response"]
 
 log = logging.getLogger(__name__)
 
@@ -27,32 +31,78 @@ STREAM_HEADERS = {
     "x-accel-buffering": "no",
 }
 PING_SECONDS = 15
+LOG_START_TIMEOUT_S = 10.0
 
 
 def _dump(chunk: dict[str, Any]) -> str:
     return json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
 
 
-def stream_response(chat_id: str, run: Run) -> EventSourceResponse:
-    """An AI SDK UI message stream response over ``run``'s events."""
-
-    def describe(call: Any) -> dict[str, Any]:
-        return describe_call(chat_id, call)
-
+def _sse(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
     async def body() -> AsyncIterator[dict[str, str]]:
-        async for event in run.events():
-            yield {"data": _dump(encode_event(event, describe).to_dict())}
+        async for chunk in chunks:
+            yield {"data": _dump(chunk)}
         yield {"data": "[DONE]"}
 
     return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)
+
+
+def _encoded(chat_id: str, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+    def describe(call: Any) -> dict[str, Any]:
+        return describe_call(chat_id, call)
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        async for event in events:
+            yield encode_event(event, describe).to_dict()
+
+    return chunks()
+
+
+def stream_response(chat_id: str, runner: Runner, run: Run) -> EventSourceResponse:
+    """An AI SDK UI message stream response that follows ``run`` in the chat's log."""
+
+    async def events() -> AsyncIterator[Event]:
+        try:
+            start = await asyncio.wait_for(asyncio.shield(run.log_start), LOG_START_TIMEOUT_S)
+        except Exception:
+            # The log cannot be written: the run still persists its steps, so stream its
+            # events straight from this process rather than leave the client hanging.
+            log.warning("chat %s: event log unavailable, streaming directly", chat_id)
+            async for event in run.events():
+                yield event
+            return
+        async for event in runner.follow(chat_id, start):
+            yield event
+
+    return _sse(_encoded(chat_id, events()))
+
+
+def follow_response(
+    chat_id: str,
+    runner: Runner,
+    prefix: Iterable[dict[str, Any]],
+    start_id: str,
+    *,
+    skip_start: bool,
+) -> EventSourceResponse:
+    """Ready-made chunks (the rebuilt start of a message), then a run followed live."""
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        for chunk in prefix:
+            yield chunk
+        async for chunk in _encoded(
+            chat_id, runner.follow(chat_id, start_id, skip_start=skip_start)
+        ):
+            yield chunk
+
+    return _sse(chunks())
 
 
 def replay_response(chunks: list[dict[str, Any]]) -> EventSourceResponse:
     """An AI SDK UI message stream response of ready-made chunks (a replay)."""
 
-    async def body() -> AsyncIterator[dict[str, str]]:
+    async def iterate() -> AsyncIterator[dict[str, Any]]:
         for chunk in chunks:
-            yield {"data": _dump(chunk)}
-        yield {"data": "[DONE]"}
+            yield chunk
 
-    return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)
+    return _sse(iterate())

@@ -1,0 +1,104 @@
+"""Following a chat's event log: the runs' events as any worker reads them.
+
+Every run appends its events to the chat's Redis Stream (see ``Run`` in
+:mod:`runner.loop`). :func:`follow` reads one run's events from its first entry, waiting
+for new ones, until the run finishes — from any worker, also after the worker that
+produced them died:
+
+- a run whose worker died leaves its lease to lapse: the follower ends with a
+  :class:`RunFailed` saying the run was interrupted;
+- a run that committed its end but died before logging it (a narrow window) is
+  finished by the follower from the stored state;
+- a run replaced by another (a takeover) ends the follow the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from runner.events import (
+    TERMINAL_KINDS,
+    Event,
+    MessageFinished,
+    MessageStarted,
+    RunFailed,
+    events_from_json,
+)
+from runner.keys import ChatKeys
+from runner.store import ChatStore
+
+__all__ = ["INTERRUPTED", "cancel_requested", "follow", "id_before"]
+
+INTERRUPTED = "The run was interrupted before it finished. Send the message again or resume."
+_MAX_SEQ = 18446744073709551615
+
+
+def cancel_requested() -> bool:
+    """Whether the current task has been asked to cancel.
+
+    redis-py can swallow a cancellation that lands while a command is in flight; a loop
+    around Redis calls checks this so it still ends instead of running on forever.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def id_before(entry_id: str) -> str:
+    """The stream id just before ``entry_id`` (XREAD reads after an id, exclusively)."""
+    ms_text, _, seq_text = entry_id.partition("-")
+    ms, seq = int(ms_text), int(seq_text or 0)
+    if seq > 0:
+        return f"{ms}-{seq - 1}"
+    return f"{ms - 1}-{_MAX_SEQ}" if ms > 0 else "0-0"
+
+
+async def follow(
+    store: ChatStore,
+    keys: ChatKeys,
+    start_id: str,
+    *,
+    skip_start: bool = False,
+    block_ms: int = 5000,
+    clock: Callable[[], float] = time.time,
+) -> AsyncIterator[Event]:
+    """The events of the run whose first log entry is ``start_id``, live, until it ends.
+
+    ``skip_start`` drops the run's own ``MessageStarted`` (for a caller that already
+    sent the message's start while rebuilding its earlier parts).
+    """
+    after = id_before(start_id)
+    quiet_rounds = 0
+    while True:
+        if cancel_requested():
+            raise asyncio.CancelledError
+        entries = await store.read_events(keys, after, block_ms=block_ms)
+        for entry_id, text in entries:
+            after = entry_id
+            for event in events_from_json(text):
+                if skip_start and isinstance(event, MessageStarted):
+                    skip_start = False
+                    continue
+                yield event
+                if event.kind in TERMINAL_KINDS:
+                    return
+        if entries:
+            quiet_rounds = 0
+            continue
+        info = await store.run_info(keys)
+        if info.get("run_start") != start_id:
+            yield RunFailed(INTERRUPTED)  # another run took the chat over
+            return
+        state = info.get("state")
+        if state == "running":
+            if float(info.get("lease_until", "0")) < clock() * 1000:
+                yield RunFailed(INTERRUPTED)  # its worker died
+                return
+            continue
+        # The run stored its end but its last events never reached the log.
+        quiet_rounds += 1
+        if quiet_rounds >= 2:
+            reason = "tool-calls" if state == "parked" else info.get("last_finish") or "stop"
+            yield MessageFinished(reason)  # type: ignore[arg-type]
+            return
