@@ -13,11 +13,13 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 
+from bench.eventlog import EventLogResult, run_eventlog
 from bench.http_level import HttpResult, run_http_size
 from bench.redis_server import LoopbackRedis
 from bench.report import Report, machine_facts
 from bench.roundtrips import install
 from bench.runner_level import SizeResult, run_baseline, run_size
+from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
 
 __all__ = ["main"]
@@ -45,7 +47,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--http-iterations", type=int, default=600, help="HTTP samples per size (600)"
     )
-    parser.add_argument("--skip-http", action="store_true", help="runner level only")
+    parser.add_argument("--skip-http", action="store_true", help="no HTTP measurements")
+    parser.add_argument(
+        "--skip-sweeper", action="store_true", help="no deadline sweeper measurements"
+    )
+    parser.add_argument(
+        "--sweeper-parked",
+        type=int,
+        default=100_000,
+        help="parked calls during the sweeper measurements (100000)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="few samples (a smoke run; numbers are rough)"
     )
@@ -108,6 +119,28 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
                         probes=6,
                     )
                 )
+        sweeper: SweeperResult | None = None
+        if not args.skip_sweeper:
+            parked = 10_000 if args.quick else args.sweeper_parked
+            if parked < 11_000 and not args.quick:
+                raise SystemExit(
+                    "--sweeper-parked: at least 11000 (1,000 spread + 10,000 burst deadlines)"
+                )
+            sweeper = await run_sweeper(
+                redis,
+                parked=parked,
+                spread=200 if args.quick else 1_000,
+                burst=2_000 if args.quick else 10_000,
+                samples=100 if args.quick else 500,
+                log=log,
+            )
+        eventlog: EventLogResult | None = await run_eventlog(
+            redis,
+            samples=100 if args.quick else 600,
+            warmup=10 if args.quick else 50,
+            concurrency=50 if args.quick else 200,
+            log=log,
+        )
         await helper.delete("bench:baseline")
     finally:
         await redis.aclose()
@@ -120,6 +153,8 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         http=http,
         iterations=iterations,
         http_iterations=http_iterations,
+        sweeper=sweeper,
+        eventlog=eventlog,
     )
 
 

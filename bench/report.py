@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.eventlog import EventLogResult
 from bench.http_level import HttpResult
 from bench.runner_level import Baseline, SizeResult
 from bench.stats import Counts, Latency, fmt_bytes, fmt_ms, markdown_table
+from bench.sweeper_lag import SPREAD_WINDOW_S, SweeperResult
 
 __all__ = ["NOTES_END", "NOTES_START", "Machine", "Report", "machine_facts"]
 
@@ -28,6 +30,7 @@ NOTES_START = "<!-- notes:start (kept by make bench) -->"
 NOTES_END = "<!-- notes:end -->"
 PARK_TARGET_MS = 0.5
 RESUME_TARGET_MS = 1.0
+SWEEP_LAG_TARGET_MS = 1000.0
 
 RUNNER_ROWS = (
     ("park", "park (model's tool call -> MessageFinished)"),
@@ -168,6 +171,8 @@ class Report:
     http: list[HttpResult]
     iterations: int
     http_iterations: int
+    sweeper: SweeperResult | None = None
+    eventlog: EventLogResult | None = None
 
     @property
     def command(self) -> str:
@@ -227,7 +232,7 @@ class Report:
             return "(not measured)"
         stored = [p for p in parked if p is not None]
         row("history entries when parked", [str(p.history_entries) for p in stored])
-        for name in ("meta", "history", "calls", "outcomes", "pending"):
+        for name in ("meta", "history", "calls", "outcomes", "pending", "events"):
             row(
                 f"`{name}` payload / MEMORY USAGE",
                 [
@@ -327,7 +332,97 @@ class Report:
                 ),
             ],
         ]
+        sweep = self.sweeper
+        if sweep is not None:
+            worst = sweep.worst_lag_ms
+            rows.append(
+                [
+                    f"expired call settled < {SWEEP_LAG_TARGET_MS / 1000:.0f} s after its "
+                    f"deadline at {sweep.parked:,} parked",
+                    f"lag p99 {fmt_ms(sweep.spread_lag.p99_ms)} ms, max "
+                    f"{fmt_ms(max(sweep.spread_lag.samples, default=0) * 1000)} ms (spread "
+                    f"deadlines); {sweep.burst:,} due at once: all settled within "
+                    f"{fmt_ms(max(sweep.burst_lag.samples, default=0) * 1000)} ms",
+                    _verdict(sweep.missed == 0 and worst < SWEEP_LAG_TARGET_MS),
+                ]
+            )
+        logged = self.eventlog
+        if logged is not None:
+            added = logged.via_log.p50_ms - logged.direct.p50_ms
+            rows.append(
+                [
+                    "streaming through the log adds < 1 ms p50 per turn over direct streaming",
+                    f"{fmt_ms(added)} ms ({fmt_ms(logged.via_log.p50_ms)} ms through the log vs "
+                    f"{fmt_ms(logged.direct.p50_ms)} ms direct)",
+                    _verdict(added < 1.0),
+                ]
+            )
         return markdown_table(["target (from the issue)", "measured", "verdict"], rows)
+
+    def eventlog_table(self) -> str:
+        logged = self.eventlog
+        if logged is None:
+            return "(skipped)"
+        rows = [
+            [
+                f"turn ({logged.events_per_turn} events), read straight from the run",
+                fmt_ms(logged.direct.p50_ms),
+                fmt_ms(logged.direct.p99_ms),
+                str(logged.direct.n),
+            ],
+            [
+                "same turn, followed through the log (what a response does)",
+                fmt_ms(logged.via_log.p50_ms),
+                fmt_ms(logged.via_log.p99_ms),
+                str(logged.via_log.n),
+            ],
+            [
+                "reconnect replay of a parked chat (read + rebuild, no HTTP)",
+                fmt_ms(logged.replay.p50_ms),
+                fmt_ms(logged.replay.p99_ms),
+                str(logged.replay.n),
+            ],
+        ]
+        table = markdown_table(["event log (ms)", "p50", "p99", "samples"], rows)
+        return (
+            f"{table}\n\nThroughput: {logged.events_per_s:,.0f} events/s through the log on one "
+            f"worker ({logged.concurrency} turns started at once, each followed through the "
+            "log; 5 rounds)."
+        )
+
+    def sweeper_table(self) -> str:
+        sweep = self.sweeper
+        if sweep is None:
+            return "(skipped)"
+
+        def lag_row(label: str, lat: Latency) -> list[str]:
+            worst = max(lat.samples, default=float("nan")) * 1000
+            return [label, fmt_ms(lat.p50_ms), fmt_ms(lat.p99_ms), fmt_ms(worst), str(lat.n)]
+
+        rows = [
+            [
+                f"sweep_once, {sweep.parked:,} parked, none expired",
+                fmt_ms(sweep.idle.p50_ms),
+                fmt_ms(sweep.idle.p99_ms),
+                fmt_ms(max(sweep.idle.samples, default=float("nan")) * 1000),
+                f"{sweep.idle.n} ({sweep.idle_round_trips.text()} RT each)",
+            ],
+            lag_row(
+                f"lag: deadlines spread over {SPREAD_WINDOW_S:.0f} s, deadline -> settled",
+                sweep.spread_lag,
+            ),
+            lag_row(
+                f"lag: {sweep.burst:,} deadlines at the same instant, deadline -> settled",
+                sweep.burst_lag,
+            ),
+        ]
+        table = markdown_table(["sweeper (ms)", "p50", "p99", "max", "samples"], rows)
+        missed = f" **{sweep.missed} call(s) were not settled in time.**" if sweep.missed else ""
+        return (
+            f"{table}\n\nA running `Sweeper` (interval {sweep.interval_s} s, batches of "
+            f"{sweep.batch}) against {sweep.parked:,} parked calls; parking them took "
+            f"{sweep.seed_s:.1f} s.{missed}"
+        )
 
     # -- output ---------------------------------------------------------------------
 
@@ -341,6 +436,10 @@ class Report:
             self.runner_table(),
             "### HTTP",
             self.http_table() if self.http else "(skipped)",
+            "### Event log",
+            self.eventlog_table(),
+            "### Sweeper",
+            self.sweeper_table(),
             "### Bytes",
             self.bytes_table(),
             "### Where the time goes (runner level, p50)",
@@ -372,7 +471,10 @@ class Report:
                 "default uses) on a free 127.0.0.1 TCP port with `--save '' --appendonly no`, "
                 "and stops it at the end. With `--redis-url` it uses that Redis instead; it "
                 "only writes keys under `pw:{bench-...}` and `bench:baseline` and deletes "
-                "them afterwards.",
+                "them afterwards, and members `bench-sweep-...` of the deadline index "
+                "`pw:deadlines`, which it removes too. Its sweeper settles `timeout` any call "
+                "of that Redis whose deadline has passed, as a worker would; "
+                "`--skip-sweeper` leaves the sweeper out.",
                 "",
                 "## This run",
                 "",
@@ -484,7 +586,21 @@ keep-alive and a bearer session drives it one request at a time. Request bodies 
 the whole UI-message history, as the AI SDK sends it. *first chunk* is the `start`
 chunk (the run's lease is claimed and its state loaded); *[DONE]* is the end of the
 stream. Round trips are read from a counter the server process exposes, in an untimed
-pass. The reference row `GET /healthz` is one Redis `PING` behind HTTP."""
+pass. The reference row `GET /healthz` is one Redis `PING` behind HTTP. The server's own
+deadline sweeper runs once an hour here (`PARKWAY_SWEEP_INTERVAL_S`), so that its
+`ZRANGEBYSCORE` never lands in the round-trip counts; it is measured on its own below.
+
+Sweeper (`bench/sweeper_lag.py`): real turns of a `Runner` park 100,000 client calls
+(2,000 chats of 50 `choose_option` calls), each with its member in the deadline index.
+*sweep_once, none expired* is `Sweeper.sweep_once` while none has expired: what every
+worker pays every `sweep_interval_s`. For the lag, the index entries of 1,000 calls are
+moved (`ZADD XX`) to instants spread evenly over 5 s, then those of 10,000 more to one
+and the same millisecond, while a `Sweeper.run` with the default settings (interval
+0.25 s, batches of 500, the real clock) runs in the benchmark's event loop. A call's
+lag is the wall-clock time at which the sweeper's `on_timeout` reports it (after the
+round trip that settled it) minus its deadline. Only the index entries move: the
+sweeper reads nothing else. In a worker the sweeper shares its event loop with
+requests, which this measurement leaves out."""
 
 COMPARISON = """\
 Figures given in the project's issue, **not measured by us** (we have not reproduced

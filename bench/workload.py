@@ -56,7 +56,7 @@ __all__ = [
 
 PARK_TOOL = "choose_option"
 CHOICE: Mapping[str, Any] = {"outcome": "output", "output": {"choice": "Oslo"}}
-KEY_NAMES = ("meta", "history", "calls", "outcomes", "pending")
+KEY_NAMES = ("meta", "history", "calls", "outcomes", "pending", "events")
 CLONE_TTL_MS = 3600 * 1000
 
 
@@ -268,6 +268,9 @@ async def stored_bytes(redis: Redis, chat_id: str) -> StoredBytes:
         elif kind == "zset":
             members = await redis.zrange(key, 0, -1)
             payload[name] = sum(len(m) + 8 for m in members)
+        elif kind == "stream":
+            logged: Any = await redis.xrange(key)
+            payload[name] = sum(len(k) + len(v) for _, f in logged for k, v in f.items())
         else:
             raise RuntimeError(f"unexpected Redis type {kind} for {key}")
     return StoredBytes(payload, memory, entries, template)

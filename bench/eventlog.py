@@ -1,0 +1,136 @@
+"""Event log benchmark: what following a run through the chat's Redis Stream costs.
+
+- **per turn, direct vs log**: the same turn (a model step of 24 text deltas that parks a
+  client call, a new chat each time) timed from ``Runner.start_turn`` until the caller
+  holds ``MessageFinished``, read either straight from the run (``Run.events``, in
+  process) or through the log (``Runner.follow`` from the run's first entry, which is
+  what every HTTP response does). Samples alternate between the two. The run writes the
+  log in both cases; the difference is the cost of reading through Redis.
+- **events per second**: ``concurrency`` such turns started at once on one worker, each
+  followed through the log; all events received divided by the wall time.
+- **reconnect replay**: ``GET /api/chat/{id}/stream`` for a parked chat, without HTTP:
+  reading the chat and rebuilding its message (``Runner.chat``, ``chat_messages``,
+  ``replay_message``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bench.stats import Latency
+from runner.events import TERMINAL_KINDS
+from runner.keys import DEADLINES, chat_keys, deadline_member
+from runner.loop import Runner
+from runner.scripted import ScriptedModel
+from runner.template import load_template
+from transport.replay import replay_message
+from transport.uimessages import chat_messages
+
+__all__ = ["EventLogResult", "run_eventlog"]
+
+_PRINCIPAL = "bench-principal"
+_TEMPLATE = {
+    "instructions": "bench",
+    "tools": [{"type": "client", "name": "pick", "input_schema": {"type": "object"}}],
+}
+_WORDS = " ".join(f"word{i}" for i in range(24))
+_TURN = [{"text": _WORDS}, {"tool_call": {"name": "pick", "input": {"q": "x"}}}]
+
+
+@dataclass
+class EventLogResult:
+    direct: Latency = field(default_factory=Latency)
+    via_log: Latency = field(default_factory=Latency)
+    replay: Latency = field(default_factory=Latency)
+    events_per_s: float = 0.0
+    events_per_turn: int = 0
+    concurrency: int = 0
+
+
+async def _drop(redis: Redis, runner: Runner, chat: str) -> None:
+    record = await runner.store.load(chat_keys(chat))
+    if record is not None:
+        members = [deadline_member(chat, c.tool_call_id) for c in record.calls]
+        if members:
+            await redis.zrem(DEADLINES, *members)
+    await redis.delete(*chat_keys(chat).all())
+
+
+async def _until_end(events: Any) -> int:
+    count = 0
+    async for event in events:
+        count += 1
+        if event.kind in TERMINAL_KINDS:
+            break
+    return count
+
+
+async def _turn(runner: Runner, chat: str, *, through_log: bool) -> tuple[float, int]:
+    started = time.perf_counter()
+    run = await runner.start_turn(chat, _PRINCIPAL, "hi")
+    if through_log:
+        first = await run.log_start
+        count = await _until_end(runner.follow(chat, first))
+    else:
+        count = await _until_end(run.events())
+    elapsed = time.perf_counter() - started
+    if run.task is not None:
+        await run.task
+    return elapsed, count
+
+
+async def run_eventlog(
+    redis: Redis, *, samples: int, warmup: int, concurrency: int, log: Any
+) -> EventLogResult:
+    """Run the event log measurements (chats are deleted afterwards)."""
+    template = load_template(_TEMPLATE)
+    runner = Runner(redis, ScriptedModel([_TURN]), template)
+    result = EventLogResult(concurrency=concurrency)
+    log(f"event log: per turn, direct vs through the log, {samples} samples")
+    for i in range(warmup + samples):
+        chat = f"bench-log-{i}"
+        through_log = i % 2 == 1
+        elapsed, count = await _turn(runner, chat, through_log=through_log)
+        result.events_per_turn = count
+        if i >= warmup:
+            (result.via_log if through_log else result.direct).add(elapsed)
+        await _drop(redis, runner, chat)
+
+    log(f"event log: {concurrency} turns at once, followed through the log")
+    rounds = 5
+    total_events = 0
+    total_time = 0.0
+    for r in range(rounds):
+        chats = [f"bench-burst-{r}-{i}" for i in range(concurrency)]
+        started = time.perf_counter()
+        runs = [await runner.start_turn(c, _PRINCIPAL, "hi") for c in chats]
+        starts = [await run.log_start for run in runs]
+        counts = [await _until_end(runner.follow(c, s)) for c, s in zip(chats, starts, strict=True)]
+        total_time += time.perf_counter() - started
+        total_events += sum(counts)
+        for run in runs:
+            if run.task is not None:
+                await run.task
+        for chat in chats:
+            await _drop(redis, runner, chat)
+    result.events_per_s = total_events / total_time if total_time else 0.0
+
+    log(f"event log: reconnect replay of a parked chat, {samples} samples")
+    chat = "bench-replay"
+    await _turn(runner, chat, through_log=False)
+    for i in range(warmup + samples):
+        started = time.perf_counter()
+        record = await runner.chat(chat, _PRINCIPAL)
+        messages = chat_messages(record, lambda c: {"tool": c.tool_name})
+        message = next(m for m in messages if m["id"] == record.meta["message_id"])
+        chunks = replay_message(message, "tool-calls")
+        elapsed = time.perf_counter() - started
+        if i >= warmup:
+            result.replay.add(elapsed)
+        assert chunks[0]["type"] == "start"
+    await _drop(redis, runner, chat)
+    return result
