@@ -283,3 +283,60 @@ async def test_resumes_racing_across_three_worker_processes_have_one_winner(
     assert "".join(c.get("delta", "") for c in sse_chunks(winner.text)) == "the one continuation"
     steps = [p for p in state["messages"][1]["parts"] if p["type"] == "step-start"]
     assert len(steps) == 2
+
+
+async def test_a_worker_killed_during_a_resume_is_taken_over_by_another(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Resume vs crash with real processes: worker A resumes a settled chat and is
+    killed with SIGKILL while the continuation's server tool runs; once A's lease lapses,
+    worker B resumes the chat from the last persisted step, and the tool is never run a
+    second time (the model is told its result is unknown)."""
+    marker = tmp_path / "marker.txt"
+    hang_tool = {"type": "function", "name": "hang", "ref": "tests.tools:hang", "timeout_s": 60}
+    pick = {"type": "client", "name": "pick", "input_schema": {"type": "object"}}
+    turns = [
+        [call("pick", {"q": "a"})],
+        [text("working"), call("hang", {"marker": str(marker)})],
+        [text("after the crash: {{last_tool_results}}")],
+    ]
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps(agent_doc(turns, tools=[pick, hang_tool])))
+    first = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
+    api = await Api(first.base_url).login()
+    try:
+        chunks = await api.say("rk", "go")
+        call_id = next(c["toolCallId"] for c in chunks if c["type"] == "tool-input-available")
+        settled = await api.settle("rk", call_id, {"outcome": "output", "output": {"x": 1}})
+        assert settled.status_code == 200
+        resuming = asyncio.create_task(api.resume("rk"))
+        await _until(lambda: marker.exists() and marker.read_text() == "started\n")
+        first.kill()
+        with contextlib.suppress(httpx.HTTPError):
+            await resuming
+    finally:
+        first.kill()
+        await api.aclose()
+
+    second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
+    try:
+        other = Api(second.base_url)
+        other.http.headers["authorization"] = f"Bearer {api.token}"
+
+        async def take_over() -> httpx.Response | None:
+            response = await other.resume("rk")
+            return None if response.status_code == 409 else response
+
+        response = await _until_value(take_over)  # busy until A's lease lapses
+        await other.aclose()
+    finally:
+        second.stop()
+    assert response.status_code == 200, response.text
+    cont = sse_chunks(response.text)
+    assert cont[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
+    said = "".join(c.get("delta", "") for c in cont)
+    assert said.startswith("after the crash: ")
+    [result] = json.loads(said[len("after the crash: ") :])
+    assert result["tool"] == "hang"
+    assert result["result"]["error"].startswith("result unknown")
+    assert marker.read_text() == "started\n"  # never run twice
