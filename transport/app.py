@@ -161,9 +161,7 @@ def create_app(
             )
             # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
             # a timeout that settles a step resumes "auto"-policy chats.
-            app.state.sweeper = Sweeper(
-                app.state.runner, on_timeout=app.state.runner.on_timeout
-            )
+            app.state.sweeper = Sweeper(app.state.runner, on_timeout=app.state.runner.on_timeout)
             sweeping = asyncio.create_task(
                 app.state.sweeper.run(settings.sweep_interval_s), name="parkway-sweeper"
             )
