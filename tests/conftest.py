@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from runner.embedded import EmbeddedRedis
-from runner.keys import DEADLINES, ChatKeys, parse_deadline_member
+from tests.topologies import assert_keyspace_clean
 
 
 @pytest.fixture(scope="session")
@@ -36,24 +36,8 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
     await client.flushdb()
     try:
         yield client
-        # Every key a test leaves must expire on its own: a key without a TTL is a leak.
-        # The one exception is the deadline index, whose members are owned by their
-        # calls: each must belong to a call that is still pending.
-        leaked = [
-            key.decode()
-            async for key in client.scan_iter(count=1000)
-            if key != DEADLINES.encode() and await client.ttl(key) < 0
-        ]
-        assert not leaked, f"keys without a TTL were left behind: {sorted(leaked)[:10]}"
-        stale = []
-        for member in await client.zrange(DEADLINES, 0, -1):
-            chat_id, call_id = parse_deadline_member(member.decode())
-            keys = ChatKeys(chat_id)
-            if not await client.hexists(keys.calls, call_id) or await client.hexists(
-                keys.outcomes, call_id
-            ):
-                stale.append(member.decode())
-        assert not stale, f"deadlines of calls that are not pending: {stale[:10]}"
+        # Every key a test leaves must expire on its own (tests/topologies.py says how).
+        await assert_keyspace_clean([client], client)
     finally:
         await client.flushdb()
         await client.aclose()
