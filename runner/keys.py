@@ -79,7 +79,8 @@ class ChatKeys:
         self.pending = f"{tag}:pending"
 
         # stream of the chat's run events (the event log that HTTP responses are views
-        # of), capped at about 10,000 entries. TTL chat_ttl_s, refreshed on each append.
+        # of): one entry per batch, capped at about 2,000. TTL chat_ttl_s, refreshed on
+        # each append.
         self.events = f"{tag}:events"
 
     def all(self) -> tuple[str, ...]:
