@@ -130,6 +130,36 @@ def user_message(text_value: str, message_id: str = "u1") -> dict[str, Any]:
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text_value}]}
 
 
+def answered(
+    chunks: Sequence[Mapping[str, Any]], output: Any, *, tool: str | None = None, user: str = "hi"
+) -> list[dict[str, Any]]:
+    """The history an AI SDK client posts after answering a parked client call: the user
+    message, then the assistant message as its stream built it, with the tool part (the
+    first one, or ``tool``'s) now ``output-available``."""
+    part = next(
+        c
+        for c in chunks
+        if c["type"] == "tool-input-available" and (tool is None or c["toolName"] == tool)
+    )
+    said = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    parts: list[dict[str, Any]] = [{"type": "step-start"}]
+    if said:
+        parts.append({"type": "text", "text": said, "state": "done"})
+    parts.append(
+        {
+            "type": f"tool-{part['toolName']}",
+            "toolCallId": part["toolCallId"],
+            "state": "output-available",
+            "input": part["input"],
+            "output": output,
+        }
+    )
+    return [
+        user_message(user),
+        {"id": chunks[0]["messageId"], "role": "assistant", "parts": parts},
+    ]
+
+
 class ServerThread:
     """A real uvicorn serving Parkway in a background thread."""
 
@@ -279,6 +309,14 @@ class Api:
 
     async def resume(self, chat_id: str) -> httpx.Response:
         return await self.http.post(f"/api/chats/{chat_id}/resume")
+
+    def same_user(self, base_url: str) -> Api:
+        """A client of another worker with this client's session (tokens are signed with
+        the key all workers share)."""
+        other = Api(base_url)
+        other.token, other.principal = self.token, self.principal
+        other.http.headers["authorization"] = f"Bearer {self.token}"
+        return other
 
     async def aclose(self) -> None:
         await self.http.aclose()

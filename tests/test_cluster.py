@@ -47,7 +47,15 @@ from runner.events import (
 from runner.keys import DEADLINES, ChatKeys
 from runner.sweeper import Sweeper
 from tests import tools as test_tools
-from tests.support import Api, agent_doc, call, server_thread, sse_chunks, text, user_message
+from tests.support import (
+    Api,
+    agent_doc,
+    answered,
+    call,
+    server_thread,
+    sse_chunks,
+    text,
+)
 from tests.topologies import (
     HOST,
     LoopbackCluster,
@@ -381,29 +389,6 @@ HTTP_TURNS = [
 ]
 
 
-def answered_history(chunks: list[dict[str, Any]], output: Any) -> list[dict[str, Any]]:
-    """The history an AI SDK client sends after answering the parked call."""
-    part = next(c for c in chunks if c["type"] == "tool-input-available")
-    return [
-        user_message("hi"),
-        {
-            "id": chunks[0]["messageId"],
-            "role": "assistant",
-            "parts": [
-                {"type": "step-start"},
-                {"type": "text", "text": "Pick.", "state": "done"},
-                {
-                    "type": "tool-pick",
-                    "toolCallId": part["toolCallId"],
-                    "state": "output-available",
-                    "input": part["input"],
-                    "output": output,
-                },
-            ],
-        },
-    ]
-
-
 async def test_http_park_answer_and_continuation_through_a_cluster_url(
     cluster: LoopbackCluster, client: RedisCluster, masters: list[Redis]
 ) -> None:
@@ -419,7 +404,7 @@ async def test_http_park_answer_and_continuation_through_a_cluster_url(
                 assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
                 state = await api.state(chat)
                 assert [c["status"] for c in state["calls"]] == ["pending"]
-                response = await api.chat(chat, answered_history(chunks, {"choice": "red"}))
+                response = await api.chat(chat, answered(chunks, {"choice": "red"}))
                 assert response.status_code == 200, response.text
                 cont = sse_chunks(response.text)
                 assert cont[0] == {"type": "start", "messageId": chunks[0]["messageId"]}

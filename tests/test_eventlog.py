@@ -33,6 +33,7 @@ from runner.model import ModelEvent, ModelRequest
 from tests.support import (
     Api,
     agent_doc,
+    answered,
     call,
     server_thread,
     sse_chunks,
@@ -81,23 +82,6 @@ TURNS = [
 ]
 
 
-def answered(chunks: list[dict[str, Any]], output: Any) -> list[dict[str, Any]]:
-    part = next(c for c in chunks if c["type"] == "tool-input-available")
-    return [
-        user_message("hi"),
-        {
-            "id": chunks[0]["messageId"],
-            "role": "assistant",
-            "parts": [
-                {"type": "step-start"},
-                {"type": "text", "text": "Pick one.", "state": "done"},
-                {"type": "tool-pick", "toolCallId": part["toolCallId"], "state": "output-available",
-                 "input": part["input"], "output": output},
-            ],
-        },
-    ]  # fmt: skip
-
-
 async def test_a_reconnect_on_another_worker_rebuilds_the_message_and_follows_it_live(
     redis: Redis, redis_url: str
 ) -> None:
@@ -110,8 +94,7 @@ async def test_a_reconnect_on_another_worker_rebuilds_the_message_and_follows_it
         server_thread(redis_url, agent_doc(TURNS)) as b,
     ):
         api_a = await Api(a.base_url).login()
-        api_b = Api(b.base_url)
-        api_b.http.headers["authorization"] = f"Bearer {api_a.token}"
+        api_b = api_a.same_user(b.base_url)
         first = await api_a.say("rc", "hi")
         continuing = asyncio.create_task(api_a.chat("rc", answered(first, {"choice": "red"})))
         await wait_until(model.started.is_set)

@@ -15,6 +15,7 @@ from tests.support import (
     Api,
     ServerThread,
     agent_doc,
+    answered,
     call,
     server_thread,
     sse_chunks,
@@ -47,32 +48,6 @@ def tool_part(chunks: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     return next(c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool)
 
 
-def answered_history(
-    chunks: list[dict[str, Any]], output: Any, user: str = "hi"
-) -> list[dict[str, Any]]:
-    """The history an AI SDK client sends after answering the parked client call."""
-    start = chunks[0]
-    part = tool_part(chunks, "pick")
-    return [
-        user_message(user),
-        {
-            "id": start["messageId"],
-            "role": "assistant",
-            "parts": [
-                {"type": "step-start"},
-                {"type": "text", "text": "Pick.", "state": "done"},
-                {
-                    "type": "tool-pick",
-                    "toolCallId": part["toolCallId"],
-                    "state": "output-available",
-                    "input": part["input"],
-                    "output": output,
-                },
-            ],
-        },
-    ]
-
-
 async def test_turn_parks_with_a_clean_finish_and_widget_part(api: Api) -> None:
     """A parked turn is a valid, complete AI SDK stream: the call without output, its
     widget part keyed by toolCallId, and a clean finish — never an error chunk."""
@@ -101,7 +76,7 @@ async def test_answer_post_resumes_the_same_message_with_start_step(api: Api) ->
     client's own output is not echoed back."""
     chunks = await api.say("h2", "hi")
     response = await api.chat(
-        "h2", answered_history(chunks, {"choice": "red"}), messageId=chunks[0]["messageId"]
+        "h2", answered(chunks, {"choice": "red"}), messageId=chunks[0]["messageId"]
     )
     assert response.status_code == 200, response.text
     cont = sse_chunks(response.text)
@@ -162,7 +137,7 @@ async def test_fifty_concurrent_resume_requests_stream_exactly_one_continuation(
 async def test_fifty_concurrent_answer_posts_resume_once(api: Api) -> None:
     """Fifty browsers posting the same answer: one continuation; the rest are told."""
     chunks = await api.say("h5", "hi")
-    history = answered_history(chunks, {"choice": "d"})
+    history = answered(chunks, {"choice": "d"})
     responses = await asyncio.gather(*(api.chat("h5", history) for _ in range(50)))
     ok = [r for r in responses if r.status_code == 200]
     assert len(ok) == 1 and all(r.status_code == 409 for r in responses if r.status_code != 200)
@@ -177,7 +152,7 @@ async def test_forged_answer_for_a_call_never_issued_is_refused_and_never_reache
     """The browser's history is not trusted: an answer for a call the server never
     parked is refused, the real call stays pending, and the model never sees it."""
     chunks = await api.say("h6", "hi")
-    history = answered_history(chunks, {"choice": "forged"})
+    history = answered(chunks, {"choice": "forged"})
     history[1]["parts"][2]["toolCallId"] = "call_forged"
     history[1]["parts"][2]["input"] = {"q": "something else"}
     response = await api.chat("h6", history)
@@ -195,10 +170,10 @@ async def test_output_failing_the_output_schema_is_refused_and_the_chat_is_intac
     bad = await api.settle("h7", call_id, {"outcome": "output", "output": {"colour": 1}})
     assert bad.status_code == 422
     assert "output_schema" in bad.json()["error"]["message"]
-    via_chat = await api.chat("h7", answered_history(chunks, {"nope": True}))
+    via_chat = await api.chat("h7", answered(chunks, {"nope": True}))
     assert via_chat.status_code == 422
     assert (await api.state("h7"))["calls"][0]["status"] == "pending"
-    good = await api.chat("h7", answered_history(chunks, {"choice": "ok"}))
+    good = await api.chat("h7", answered(chunks, {"choice": "ok"}))
     assert good.status_code == 200
 
 
@@ -253,9 +228,7 @@ async def test_other_principals_get_404_and_anonymous_requests_401(
         assert (await other.http.get("/api/chats/h8")).status_code == 404
         assert (await other.settle("h8", call_id, {"outcome": "declined"})).status_code == 404
         assert (await other.resume("h8")).status_code == 404
-        assert (
-            await other.chat("h8", answered_history(chunks, {"choice": "x"}))
-        ).status_code == 404
+        assert (await other.chat("h8", answered(chunks, {"choice": "x"}))).status_code == 404
         assert (await other.chat("h8", [user_message("hijack", "u9")])).status_code == 404
     finally:
         await other.aclose()
@@ -314,7 +287,7 @@ async def test_cookie_sessions_work_and_foreign_origins_are_refused(server: Serv
 async def test_new_user_message_over_http_supersedes_the_pending_call(api: Api) -> None:
     """Typing instead of answering cancels the pending call before the new turn."""
     chunks = await api.say("h11", "hi", "u1")
-    history = [*answered_history(chunks, None)[:1], {"id": chunks[0]["messageId"], "role": "assistant", "parts": [
+    history = [*answered(chunks, None)[:1], {"id": chunks[0]["messageId"], "role": "assistant", "parts": [
         {"type": "step-start"},
         {"type": "tool-pick", "toolCallId": tool_part(chunks, "pick")["toolCallId"], "state": "input-available", "input": {"q": "colour"}},
     ]}, user_message("something else", "u2")]  # fmt: skip
@@ -424,7 +397,7 @@ async def test_resume_stream_replays_a_parked_message_and_is_204_otherwise(api: 
         "tool-input-available", "data-parkway-widget", "finish-step", "finish",
     ]  # fmt: skip
     assert tool_part(replay, "pick") == tool_part(chunks, "pick")
-    answer = await api.chat(turns_chat, answered_history(chunks, {"choice": "r"}))
+    answer = await api.chat(turns_chat, answered(chunks, {"choice": "r"}))
     assert answer.status_code == 200
     finished = sse_chunks((await api.http.get(f"/api/chat/{turns_chat}/stream")).text)
     assert finished[0] == {"type": "start", "messageId": chunks[0]["messageId"]}
@@ -454,7 +427,7 @@ async def test_an_answer_post_resumes_when_the_server_already_settled_the_call(a
     assert (
         await api.settle("pre", call_id, {"outcome": "output", "output": {"choice": "tab"}})
     ).status_code == 200
-    response = await api.chat("pre", answered_history(chunks, {"choice": "browser"}))
+    response = await api.chat("pre", answered(chunks, {"choice": "browser"}))
     assert response.status_code == 200, response.text
     said = "".join(c.get("delta", "") for c in sse_chunks(response.text))
     assert said == 'seen [{"result":{"choice":"tab"},"tool":"pick"}]'

@@ -23,6 +23,7 @@ from tests.support import (
     Api,
     ParkwayProcess,
     agent_doc,
+    answered,
     call,
     free_port,
     sse_chunks,
@@ -37,27 +38,6 @@ def write_agent(tmp_path: Path, turns: list[list[dict[str, Any]]]) -> Path:
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(agent_doc(turns)))
     return path
-
-
-def answered(chunks: list[dict[str, Any]], tool: str, output: Any) -> list[dict[str, Any]]:
-    part = next(c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool)
-    return [
-        user_message("hi"),
-        {
-            "id": chunks[0]["messageId"],
-            "role": "assistant",
-            "parts": [
-                {"type": "step-start"},
-                {
-                    "type": f"tool-{tool}",
-                    "toolCallId": part["toolCallId"],
-                    "state": "output-available",
-                    "input": part["input"],
-                    "output": output,
-                },
-            ],
-        },
-    ]
 
 
 async def test_cold_resume_after_sigkill_continues_on_a_new_process(
@@ -85,9 +65,8 @@ async def test_cold_resume_after_sigkill_continues_on_a_new_process(
     second = ParkwayProcess(redis_url, agent).start()
     try:
         # Same principal: session tokens are signed with the key all workers share.
-        other = Api(second.base_url)
-        other.http.headers["authorization"] = f"Bearer {api.token}"
-        response = await other.chat("cold", answered(chunks, "pick", {"choice": "Paris"}))
+        other = api.same_user(second.base_url)
+        response = await other.chat("cold", answered(chunks, {"choice": "Paris"}, tool="pick"))
         await other.aclose()
     finally:
         second.stop()
@@ -132,8 +111,7 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
 
     second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
     try:
-        other = Api(second.base_url)
-        other.http.headers["authorization"] = f"Bearer {api.token}"
+        other = api.same_user(second.base_url)
 
         async def next_turn() -> httpx.Response | None:
             response = await other.chat("crash", [user_message("again", "u2")])
@@ -213,9 +191,8 @@ async def test_embedded_redis_keeps_parked_runs_across_a_restart(tmp_path: Path)
     proc = _serve_embedded(data_dir, agent, port)
     try:
         _wait_healthy(base, proc)
-        again = Api(base)
-        again.http.headers["authorization"] = f"Bearer {api.token}"
-        response = await again.chat("persist", answered(chunks, "pick", {"choice": "kept"}))
+        again = api.same_user(base)
+        response = await again.chat("persist", answered(chunks, {"choice": "kept"}, tool="pick"))
         await again.aclose()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -268,8 +245,7 @@ async def test_resumes_racing_across_three_worker_processes_have_one_winner(
         assert settled.status_code == 200
         clients = []
         for worker in workers:
-            client = Api(worker.base_url)
-            client.http.headers["authorization"] = f"Bearer {owner.token}"
+            client = owner.same_user(worker.base_url)
             clients.append(client)
         responses = await asyncio.gather(*(clients[i % 3].resume("race") for i in range(60)))
         state = await owner.state("race")
@@ -320,8 +296,7 @@ async def test_a_worker_killed_during_a_resume_is_taken_over_by_another(
 
     second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
     try:
-        other = Api(second.base_url)
-        other.http.headers["authorization"] = f"Bearer {api.token}"
+        other = api.same_user(second.base_url)
 
         async def take_over() -> httpx.Response | None:
             response = await other.resume("rk")

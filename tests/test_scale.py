@@ -15,38 +15,14 @@ from tests.support import (
     Api,
     ParkwayProcess,
     agent_doc,
+    answered,
     call,
     sse_chunks,
     text,
     types,
-    user_message,
 )
 
 pytestmark = pytest.mark.slow
-
-
-def answered(chunks: list[dict[str, Any]], output: Any) -> list[dict[str, Any]]:
-    part = next(
-        c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == "pick"
-    )
-    return [
-        user_message("hi"),
-        {
-            "id": chunks[0]["messageId"],
-            "role": "assistant",
-            "parts": [
-                {"type": "step-start"},
-                {"type": "tool-pick", "toolCallId": part["toolCallId"], "state": "output-available",
-                 "input": part["input"], "output": output},
-            ],
-        },
-    ]  # fmt: skip
-
-
-def as_user(api: Api, base_url: str) -> Api:
-    other = Api(base_url)
-    other.http.headers["authorization"] = f"Bearer {api.token}"
-    return other
 
 
 async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
@@ -70,7 +46,7 @@ async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
         on_a = await Api(a.base_url).login()
         first = await on_a.say("abcd", "hi")
         call_id = next(x["toolCallId"] for x in first if x["type"] == "tool-input-available")
-        on_b, on_c, on_d = (as_user(on_a, w.base_url) for w in (b, c, d))
+        on_b, on_c, on_d = (on_a.same_user(w.base_url) for w in (b, c, d))
         settled = await on_b.settle(
             "abcd", call_id, {"outcome": "output", "output": {"choice": "b"}}
         )
@@ -118,7 +94,7 @@ async def test_a_thousand_chats_parked_then_resumed_across_three_workers(
     limit = asyncio.Semaphore(48)
     try:
         owner = await Api(workers[0].base_url).login()
-        clients = [as_user(owner, w.base_url) for w in workers]
+        clients = [owner.same_user(w.base_url) for w in workers]
 
         async def park(i: int) -> list[dict[str, Any]]:
             async with limit:

@@ -348,8 +348,7 @@ async def test_a_timed_out_call_is_visible_as_such_to_every_client_and_worker(
         server_thread(redis_url, agent_doc(turns)) as two,
     ):
         first = await Api(one.base_url).login()
-        second = Api(two.base_url)
-        second.http.headers["authorization"] = f"Bearer {first.token}"
+        second = first.same_user(two.base_url)
         try:
             chunks = await first.say("seen", "hi")
             part = next(c for c in chunks if c["type"] == "tool-input-available")
