@@ -6,7 +6,7 @@ Entry shapes (``t`` is the tag)::
     {"t": "assistant", "mid": str, "text": str,
      "calls": [{"id", "name", "input"}]}                       one model step
     {"t": "result", "id": str, "name": str, "result": any,
-     "status": "ok" | "error" | "denied" | "input_error" | "unknown",
+     "status": "ok" | "error" | "denied" | "input_error",
      "outcome": str?}                                          one tool call's result
 
 The model's view (:func:`to_model_messages`) is derived from these entries. A call with
@@ -97,7 +97,7 @@ def to_model_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessag
                     entry["id"],
                     entry["name"],
                     entry["result"],
-                    is_error=entry["status"] in {"error", "input_error", "unknown"},
+                    is_error=entry["status"] in {"error", "input_error"},
                 )
             )
     close_open()

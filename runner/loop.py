@@ -921,9 +921,12 @@ class Runner:
                 continue
             used.add(call.tool_call_id)
             matched.append((call, answer))
+        left: int | None = len(pending)
         for call, answer in matched:
-            await self._settle_one(keys, call, answer.outcome, by="client")
-        left = await self.store.pending_count(keys) if matched else len(pending)
+            result = await self._settle_one(keys, call, answer.outcome, by="client")
+            left = result.pending  # SETTLE counts what is still pending; a repeat does not
+        if left is None:
+            left = await self.store.pending_count(keys)
         return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
 
     @staticmethod
