@@ -8,8 +8,9 @@ lease only when every parked call is settled (CLAIM_RESUME, exactly one winner),
 the history and the template snapshot from Redis, turns outcomes into tool results
 (executing approved calls with exactly the approved input) and runs the next steps.
 
-A run executes in its own task; its events go to a queue that the caller reads. If the
-caller goes away (the browser disconnects) the run still finishes and persists.
+A run executes in its own task; its events go to the caller and to the chat's event log
+(which HTTP responses follow). If the caller goes away (the browser disconnects) the run
+still finishes and persists. Settling and answer matching are in :mod:`runner.settling`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from runner.canonical import canonical_json, parked_call_key
 from runner.connection import RedisClient
 from runner.errors import (
-    AnswerMismatchError,
     CallNotFoundError,
     ChatBusyError,
     ChatNotFoundError,
@@ -35,8 +34,6 @@ from runner.errors import (
     IncompatibleStateError,
     NothingToResumeError,
     NotPlainJSONError,
-    ParkwayError,
-    SettleConflictError,
     ShuttingDownError,
 )
 from runner.eventlog import cancel_requested, follow
@@ -67,15 +64,20 @@ from runner.history import (
     to_model_messages,
     user_entry,
 )
-from runner.keys import ChatKeys, chat_keys
+from runner.keys import chat_keys
 from runner.model import Model, ModelRequest, ModelTextDelta, ModelToolCall, ToolDescription
-from runner.outcomes import model_result, normalize_outcome
+from runner.outcomes import model_result
 from runner.parking import ParkedCall
+from runner.run import Run, RunnerConfig, RunState, Work, new_id
+from runner.settling import Answer, AnswerReport, SettleResult, Settling
 from runner.store import ChatRecord, ChatStore
 from runner.template import AgentTemplate, load_template
 from runner.tools import ToolContext, ToolRun, execute_tool, input_problem
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
+
+# Answer, AnswerReport and SettleResult live in runner.settling, Run and RunnerConfig in
+# runner.run; they are re-exported here, where the Runner that uses them is.
 
 log = logging.getLogger(__name__)
 
@@ -85,136 +87,7 @@ LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach 
 WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
 
 
-@dataclass(frozen=True)
-class RunnerConfig:
-    """Runner limits and defaults (the transport's settings fill these in)."""
-
-    chat_ttl_s: int = 7 * 24 * 3600
-    lease_s: float = 60.0
-    max_steps: int = 25
-    max_output_bytes: int = 256 * 1024
-    approval_deadline_s: float = 15 * 60
-    client_deadline_s: float = 15 * 60
-    connection_deadline_s: float = 10 * 60
-    follow_block_ms: int = 5000
-
-
-@dataclass(frozen=True)
-class Answer:
-    """An answer to a parked call, as a client sent it (not yet trusted).
-
-    ``tool_input`` is the input the client says the call had; ``match_by_key`` allows
-    matching by parkedCallKey when ``tool_call_id`` is not a pending call (a transcript
-    replayed with fresh ids).
-    """
-
-    tool_call_id: str
-    tool_name: str
-    tool_input: Any
-    outcome: Mapping[str, Any]
-    approval_id: str | None = None
-    has_input: bool = True
-    match_by_key: bool = True
-
-
-@dataclass(frozen=True)
-class AnswerReport:
-    """Which pending calls the answers settled, and how many remain pending."""
-
-    settled: tuple[str, ...]
-    pending: int
-
-
-@dataclass(frozen=True)
-class SettleResult:
-    call: ParkedCall
-    fresh: bool
-    pending: int | None = None
-
-
-class Run:
-    """A running turn or resume.
-
-    Its events go two ways: to :meth:`events`, in this process, and to the chat's event
-    log in Redis (in batches, by a writer task), which HTTP responses follow. The log is
-    what any worker, or a reconnecting browser, reads; ``log_start`` resolves to the
-    id of the run's first entry there.
-    """
-
-    def __init__(self, message_id: str) -> None:
-        self.message_id = message_id
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        self.task: asyncio.Task[None] | None = None
-        self.log_start: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._unlogged: list[Event] = []
-        self._finish = ""
-        self._closed = False
-        self._wake = asyncio.Event()
-
-    def _emit(self, event: Event) -> None:
-        self._queue.put_nowait(event)
-        self._unlogged.append(event)
-        if isinstance(event, MessageFinished):
-            self._finish = event.reason
-        elif isinstance(event, RunFailed):
-            self._finish = "error"
-        self._wake.set()
-
-    def _close(self) -> None:
-        self._queue.put_nowait(None)
-        self._closed = True
-        self._wake.set()
-
-    async def events(self) -> AsyncIterator[Event]:
-        """The run's events until it parks, finishes or fails."""
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
-            yield event
-
-    async def collect(self) -> list[Event]:
-        return [event async for event in self.events()]
-
-
-def _set_event() -> asyncio.Event:
-    event = asyncio.Event()
-    event.set()
-    return event
-
-
-@dataclass
-class _RunState:
-    keys: ChatKeys
-    chat_id: str
-    principal: str
-    token: str
-    message_id: str
-    template: AgentTemplate
-    model_calls: int
-    entries: list[dict[str, Any]]
-    parked_ids: list[str] = field(default_factory=list)
-    # The parked step's calls, when the claim already brought them (a resume).
-    parked_calls: list[ParkedCall] | None = None
-    skip_echo: frozenset[str] = frozenset()
-    unsaved: list[dict[str, Any]] = field(default_factory=list)
-    # Set once the parked ids handed over by the claim are consumed: the next commit
-    # clears them together with the results it appends.
-    clear_parked: bool = False
-    user_message_id: str | None = None
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    consumer: asyncio.Task[None] | None = None
-    quiet: asyncio.Event = field(default_factory=_set_event)  # no commit in flight
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_urlsafe(12)}"
-
-
-Work = Callable[[Run, _RunState], Awaitable[None]]
-
-
-class Runner:
+class Runner(Settling):
     """Runs chat turns for one agent template and model, with Redis as the only state."""
 
     def __init__(
@@ -248,7 +121,7 @@ class Runner:
         if self.closing:
             raise ShuttingDownError("this worker is shutting down; another one will take it")
 
-    def _start(self, run: Run, state: _RunState, work: Work) -> Run:
+    def _start(self, run: Run, state: RunState, work: Work) -> Run:
         async def watch() -> None:
             # Renew the lease (long tools must not let it lapse: another worker would
             # take over) and notice a stop request (POST .../stop, from any worker).
@@ -359,7 +232,7 @@ class Runner:
 
     async def _commit(
         self,
-        state: _RunState,
+        state: RunState,
         next_state: Literal["running", "parked", "idle"],
         *,
         calls: Sequence[ParkedCall] = (),
@@ -380,7 +253,7 @@ class Runner:
 
     async def _store_commit(
         self,
-        state: _RunState,
+        state: RunState,
         next_state: str,
         calls: Sequence[ParkedCall],
         parked_ids: Sequence[str] | None,
@@ -442,7 +315,7 @@ class Runner:
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
         template = template or self.template
-        message_id = _new_id("msg")
+        message_id = new_id("msg")
         token = secrets.token_hex(16)
         result = await self.store.claim_turn(
             keys,
@@ -457,7 +330,7 @@ class Runner:
             template_json=template.canonical,
         )
         self._check_claim(result)
-        state = _RunState(
+        state = RunState(
             keys=keys,
             chat_id=chat_id,
             principal=principal,
@@ -471,7 +344,7 @@ class Runner:
         )
         previous = result[3]
 
-        async def work(run: Run, state: _RunState) -> None:
+        async def work(run: Run, state: RunState) -> None:
             # The earlier message's calls finish off-stream (this is a new message), with
             # the template they were made under.
             earlier = load_template(json.loads(previous)) if previous else None
@@ -499,7 +372,7 @@ class Runner:
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
         self._check_claim(result)
-        state = _RunState(
+        state = RunState(
             keys=keys,
             chat_id=chat_id,
             principal=principal,
@@ -528,14 +401,14 @@ class Runner:
             )
             raise
 
-        async def work(run: Run, state: _RunState) -> None:
+        async def work(run: Run, state: RunState) -> None:
             await self._apply_outcomes(run, state, emit=True)
             await self._drive(run, state)
 
         return self._start(Run(state.message_id), state, work)
 
     async def _apply_outcomes(
-        self, run: Run, state: _RunState, *, emit: bool, template: AgentTemplate | None = None
+        self, run: Run, state: RunState, *, emit: bool, template: AgentTemplate | None = None
     ) -> None:
         """Turn the outcomes of the parked step into tool results, running approved calls
         with exactly the approved input."""
@@ -581,7 +454,7 @@ class Runner:
 
     async def _execute(
         self,
-        state: _RunState,
+        state: RunState,
         call_id: str,
         name: str,
         tool_input: Any,
@@ -596,7 +469,7 @@ class Runner:
     def _record_run(
         self,
         run: Run,
-        state: _RunState,
+        state: RunState,
         call_id: str,
         name: str,
         tool_run: ToolRun,
@@ -612,7 +485,7 @@ class Runner:
             if emit:
                 run._emit(ToolFailed(call_id, tool_run.error))
 
-    async def _drive(self, run: Run, state: _RunState) -> None:
+    async def _drive(self, run: Run, state: RunState) -> None:
         """Model steps until the model stops calling tools, a call parks, or the step
         limit is reached."""
         template = state.template
@@ -645,7 +518,7 @@ class Runner:
                 return
             state.model_calls += 1
             calls = [
-                ModelToolCall(c.name, {} if c.input is None else c.input, c.id or _new_id("call"))
+                ModelToolCall(c.name, {} if c.input is None else c.input, c.id or new_id("call"))
                 for c in tool_calls
             ]
             state.unsaved.append(
@@ -705,7 +578,7 @@ class Runner:
     async def _consume(
         self,
         run: Run,
-        state: _RunState,
+        state: RunState,
         request: ModelRequest,
         *,
         text_id: str,
@@ -743,7 +616,7 @@ class Runner:
             state.consumer = None
 
     async def _stopped(
-        self, run: Run, state: _RunState, text: Sequence[str], *, opened_step: bool
+        self, run: Run, state: RunState, text: Sequence[str], *, opened_step: bool
     ) -> None:
         """End a run someone asked to stop: keep the partial answer, drop the tool calls
         the model had not finished asking for, and finish cleanly."""
@@ -755,7 +628,7 @@ class Runner:
         run._emit(MessageFinished("stop"))
 
     def _classify(
-        self, state: _RunState, calls: Sequence[ModelToolCall]
+        self, state: RunState, calls: Sequence[ModelToolCall]
     ) -> tuple[list[ParkedCall], list[ModelToolCall], list[Event]]:
         """Sort a step's calls: those that park, the server calls to run now, and the
         events announcing them (emitted only once the step is persisted)."""
@@ -803,7 +676,7 @@ class Runner:
                 message_id=state.message_id,
                 created_at=now,
                 deadline=now + (spec.deadline_s or default),
-                approval_id=_new_id("apr") if kind == "approval" else None,
+                approval_id=new_id("apr") if kind == "approval" else None,
                 allow_edits=spec.allow_edits,
                 render=spec.render,
                 result_style=spec.result_style,
@@ -817,124 +690,6 @@ class Runner:
                 events.append(ApprovalRequested(call_id, parked_call.approval_id))
             events.append(CallParked(parked_call))
         return parked, to_run, events
-
-    # -- settling -----------------------------------------------------------------------
-
-    async def settle(
-        self,
-        chat_id: str,
-        principal: str,
-        tool_call_id: str,
-        outcome: Mapping[str, Any],
-        *,
-        by: Literal["client", "server"] = "client",
-    ) -> SettleResult:
-        """Record the outcome of one parked call. The first writer wins; an identical
-        repeat returns the same result, a different one raises
-        :class:`SettleConflictError` carrying the winner's outcome."""
-        keys = chat_keys(chat_id)
-        owner, calls = await self.store.calls(keys, [tool_call_id])
-        if owner is None or owner != principal:
-            raise ChatNotFoundError("no such chat")
-        if not calls:
-            raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
-        return await self._settle_one(keys, calls[0], outcome, by=by)
-
-    async def _settle_one(
-        self,
-        keys: ChatKeys,
-        call: ParkedCall,
-        outcome: Mapping[str, Any],
-        *,
-        by: Literal["client", "server"],
-    ) -> SettleResult:
-        if call.outcome is not None:
-            # Already settled: an identical repeat is fine; anything else conflicts.
-            try:
-                same = canonical_json(dict(outcome)) == canonical_json(dict(call.outcome))
-                if not same:
-                    normalized = normalize_outcome(
-                        call, outcome, by="server", max_bytes=self.config.max_output_bytes
-                    )
-                    same = canonical_json(normalized) == canonical_json(dict(call.outcome))
-            except ParkwayError:
-                same = False
-            if same:
-                return SettleResult(call, fresh=False)
-            raise SettleConflictError("the call is already settled", dict(call.outcome))
-        normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.config.max_output_bytes)
-        text = canonical_json(normalized)
-        result = await self.store.settle(keys, call.tool_call_id, text)
-        status = result[0]
-        if status == "settled":
-            pending = int(result[1])
-            if pending == 0 and call.auto_resume:
-                self.resume_in_background(keys.chat_id)
-            return SettleResult(call.with_outcome(normalized), fresh=True, pending=pending)
-        if status == "same":
-            return SettleResult(call.with_outcome(normalized), fresh=False)
-        if status == "conflict":
-            raise SettleConflictError("the call is already settled", json.loads(result[1]))
-        raise CallNotFoundError(f"no parked call {call.tool_call_id!r} in this chat")
-
-    async def answer(
-        self,
-        chat_id: str,
-        principal: str,
-        answers: Sequence[Answer],
-    ) -> AnswerReport:
-        """Settle the pending calls that ``answers`` answer; ignore the rest.
-
-        Matching: exact toolCallId first, then (for answers that allow it) parkedCallKey,
-        first-in-first-out among identical pending calls. An answer that names a pending
-        call but carries different input is refused with :class:`AnswerMismatchError`;
-        an answer for a call that is not pending never reaches the model.
-        """
-        keys = chat_keys(chat_id)
-        owner, pending = await self.store.calls(keys)
-        if owner is None or owner != principal:
-            raise ChatNotFoundError("no such chat")
-        by_id = {c.tool_call_id: c for c in pending}
-        used: set[str] = set()
-        matched: list[tuple[ParkedCall, Answer]] = []
-        for answer in answers:
-            call = by_id.get(answer.tool_call_id)
-            if call is not None and call.tool_call_id not in used:
-                if answer.has_input and self._key_of(answer) != call.key:
-                    raise AnswerMismatchError(
-                        f"the answer for call {call.tool_call_id!r} carries other input than "
-                        "the call had"
-                    )
-                if answer.approval_id is not None and answer.approval_id != call.approval_id:
-                    raise AnswerMismatchError(
-                        f"approval id {answer.approval_id!r} does not belong to call "
-                        f"{call.tool_call_id!r}"
-                    )
-            elif answer.match_by_key and answer.tool_call_id not in by_id:
-                key = self._key_of(answer)
-                call = next(
-                    (c for c in pending if c.key == key and c.tool_call_id not in used), None
-                )
-            else:
-                call = None
-            if call is None:
-                continue
-            used.add(call.tool_call_id)
-            matched.append((call, answer))
-        left: int | None = len(pending)
-        for call, answer in matched:
-            result = await self._settle_one(keys, call, answer.outcome, by="client")
-            left = result.pending  # SETTLE counts what is still pending; a repeat does not
-        if left is None:
-            left = await self.store.pending_count(keys)
-        return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
-
-    @staticmethod
-    def _key_of(answer: Answer) -> str | None:
-        try:
-            return parked_call_key(answer.tool_name, answer.tool_input)
-        except NotPlainJSONError:
-            return None
 
     # -- background resume ("auto" policy) ------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""A run and its settings: what a turn or a resume is while it executes.
+
+A :class:`Run` is handed to whoever started it; its events go to that caller (in this
+process) and, through a writer task the runner starts, to the chat's event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.events import Event, MessageFinished, RunFailed
+from runner.keys import ChatKeys
+from runner.parking import ParkedCall
+from runner.template import AgentTemplate
+
+__all__ = ["Run", "RunState", "RunnerConfig", "Work", "new_id"]
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Runner limits and defaults (the transport's settings fill these in)."""
+
+    chat_ttl_s: int = 7 * 24 * 3600
+    lease_s: float = 60.0
+    max_steps: int = 25
+    max_output_bytes: int = 256 * 1024
+    approval_deadline_s: float = 15 * 60
+    client_deadline_s: float = 15 * 60
+    connection_deadline_s: float = 10 * 60
+    follow_block_ms: int = 5000
+
+
+class Run:
+    """A running turn or resume.
+
+    Its events go two ways: to :meth:`events`, in this process, and to the chat's event
+    log in Redis (in batches, by a writer task), which HTTP responses follow. The log is
+    what any worker, or a reconnecting browser, reads; ``log_start`` resolves to the
+    id of the run's first entry there.
+    """
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.log_start: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._unlogged: list[Event] = []
+        self._finish = ""
+        self._closed = False
+        self._wake = asyncio.Event()
+
+    def _emit(self, event: Event) -> None:
+        self._queue.put_nowait(event)
+        self._unlogged.append(event)
+        if isinstance(event, MessageFinished):
+            self._finish = event.reason
+        elif isinstance(event, RunFailed):
+            self._finish = "error"
+        self._wake.set()
+
+    def _close(self) -> None:
+        self._queue.put_nowait(None)
+        self._closed = True
+        self._wake.set()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The run's events until it parks, finishes or fails."""
+        while True:
+            event = await self._queue.get()
+            if event is None:
+                return
+            yield event
+
+    async def collect(self) -> list[Event]:
+        return [event async for event in self.events()]
+
+
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
+@dataclass
+class RunState:
+    keys: ChatKeys
+    chat_id: str
+    principal: str
+    token: str
+    message_id: str
+    template: AgentTemplate
+    model_calls: int
+    entries: list[dict[str, Any]]
+    parked_ids: list[str] = field(default_factory=list)
+    # The parked step's calls, when the claim already brought them (a resume).
+    parked_calls: list[ParkedCall] | None = None
+    skip_echo: frozenset[str] = frozenset()
+    unsaved: list[dict[str, Any]] = field(default_factory=list)
+    # Set once the parked ids handed over by the claim are consumed: the next commit
+    # clears them together with the results it appends.
+    clear_parked: bool = False
+    user_message_id: str | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    consumer: asyncio.Task[None] | None = None
+    quiet: asyncio.Event = field(default_factory=_set_event)  # no commit in flight
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(12)}"
+
+
+Work = Callable[[Run, RunState], Awaitable[None]]

@@ -1,0 +1,190 @@
+"""Settling: recording the outcome of parked calls, and matching a client's answers.
+
+The first writer of a call's outcome wins, atomically in Redis (the SETTLE script); an
+identical repeat is accepted, a different one is refused with the winner's outcome.
+Answers a client sends (the AI SDK resends its whole history) are matched to pending
+calls by toolCallId, then by parkedCallKey; anything else never reaches the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runner.canonical import canonical_json, parked_call_key
+from runner.errors import (
+    AnswerMismatchError,
+    CallNotFoundError,
+    ChatNotFoundError,
+    NotPlainJSONError,
+    ParkwayError,
+    SettleConflictError,
+)
+from runner.keys import ChatKeys, chat_keys
+from runner.outcomes import normalize_outcome
+from runner.parking import ParkedCall
+from runner.run import RunnerConfig
+from runner.store import ChatStore
+
+__all__ = ["Answer", "AnswerReport", "SettleResult", "Settling"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer to a parked call, as a client sent it (not yet trusted).
+
+    ``tool_input`` is the input the client says the call had; ``match_by_key`` allows
+    matching by parkedCallKey when ``tool_call_id`` is not a pending call (a transcript
+    replayed with fresh ids).
+    """
+
+    tool_call_id: str
+    tool_name: str
+    tool_input: Any
+    outcome: Mapping[str, Any]
+    approval_id: str | None = None
+    has_input: bool = True
+    match_by_key: bool = True
+
+
+@dataclass(frozen=True)
+class AnswerReport:
+    """Which pending calls the answers settled, and how many remain pending."""
+
+    settled: tuple[str, ...]
+    pending: int
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    call: ParkedCall
+    fresh: bool
+    pending: int | None = None
+
+
+class Settling:
+    """Settle and answer, as methods of :class:`runner.loop.Runner`."""
+
+    store: ChatStore
+    config: RunnerConfig
+
+    def resume_in_background(self, chat_id: str) -> None:
+        raise NotImplementedError
+
+    async def settle(
+        self,
+        chat_id: str,
+        principal: str,
+        tool_call_id: str,
+        outcome: Mapping[str, Any],
+        *,
+        by: Literal["client", "server"] = "client",
+    ) -> SettleResult:
+        """Record the outcome of one parked call. The first writer wins; an identical
+        repeat returns the same result, a different one raises
+        :class:`SettleConflictError` carrying the winner's outcome."""
+        keys = chat_keys(chat_id)
+        owner, calls = await self.store.calls(keys, [tool_call_id])
+        if owner is None or owner != principal:
+            raise ChatNotFoundError("no such chat")
+        if not calls:
+            raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
+        return await self._settle_one(keys, calls[0], outcome, by=by)
+
+    async def _settle_one(
+        self,
+        keys: ChatKeys,
+        call: ParkedCall,
+        outcome: Mapping[str, Any],
+        *,
+        by: Literal["client", "server"],
+    ) -> SettleResult:
+        if call.outcome is not None:
+            # Already settled: an identical repeat is fine; anything else conflicts.
+            try:
+                same = canonical_json(dict(outcome)) == canonical_json(dict(call.outcome))
+                if not same:
+                    normalized = normalize_outcome(
+                        call, outcome, by="server", max_bytes=self.config.max_output_bytes
+                    )
+                    same = canonical_json(normalized) == canonical_json(dict(call.outcome))
+            except ParkwayError:
+                same = False
+            if same:
+                return SettleResult(call, fresh=False)
+            raise SettleConflictError("the call is already settled", dict(call.outcome))
+        normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.config.max_output_bytes)
+        text = canonical_json(normalized)
+        result = await self.store.settle(keys, call.tool_call_id, text)
+        status = result[0]
+        if status == "settled":
+            pending = int(result[1])
+            if pending == 0 and call.auto_resume:
+                self.resume_in_background(keys.chat_id)
+            return SettleResult(call.with_outcome(normalized), fresh=True, pending=pending)
+        if status == "same":
+            return SettleResult(call.with_outcome(normalized), fresh=False)
+        if status == "conflict":
+            raise SettleConflictError("the call is already settled", json.loads(result[1]))
+        raise CallNotFoundError(f"no parked call {call.tool_call_id!r} in this chat")
+
+    async def answer(
+        self,
+        chat_id: str,
+        principal: str,
+        answers: Sequence[Answer],
+    ) -> AnswerReport:
+        """Settle the pending calls that ``answers`` answer; ignore the rest.
+
+        Matching: exact toolCallId first, then (for answers that allow it) parkedCallKey,
+        first-in-first-out among identical pending calls. An answer that names a pending
+        call but carries different input is refused with :class:`AnswerMismatchError`;
+        an answer for a call that is not pending never reaches the model.
+        """
+        keys = chat_keys(chat_id)
+        owner, pending = await self.store.calls(keys)
+        if owner is None or owner != principal:
+            raise ChatNotFoundError("no such chat")
+        by_id = {c.tool_call_id: c for c in pending}
+        used: set[str] = set()
+        matched: list[tuple[ParkedCall, Answer]] = []
+        for answer in answers:
+            call = by_id.get(answer.tool_call_id)
+            if call is not None and call.tool_call_id not in used:
+                if answer.has_input and self._key_of(answer) != call.key:
+                    raise AnswerMismatchError(
+                        f"the answer for call {call.tool_call_id!r} carries other input than "
+                        "the call had"
+                    )
+                if answer.approval_id is not None and answer.approval_id != call.approval_id:
+                    raise AnswerMismatchError(
+                        f"approval id {answer.approval_id!r} does not belong to call "
+                        f"{call.tool_call_id!r}"
+                    )
+            elif answer.match_by_key and answer.tool_call_id not in by_id:
+                key = self._key_of(answer)
+                call = next(
+                    (c for c in pending if c.key == key and c.tool_call_id not in used), None
+                )
+            else:
+                call = None
+            if call is None:
+                continue
+            used.add(call.tool_call_id)
+            matched.append((call, answer))
+        left: int | None = len(pending)
+        for call, answer in matched:
+            result = await self._settle_one(keys, call, answer.outcome, by="client")
+            left = result.pending  # SETTLE counts what is still pending; a repeat does not
+        if left is None:
+            left = await self.store.pending_count(keys)
+        return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
+
+    @staticmethod
+    def _key_of(answer: Answer) -> str | None:
+        try:
+            return parked_call_key(answer.tool_name, answer.tool_input)
+        except NotPlainJSONError:
+            return None
