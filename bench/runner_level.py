@@ -264,6 +264,11 @@ async def _cycle(
         if result.stored_parked is None:
             result.stored_parked = await stored_bytes(helper, chat_id)
 
+    # Let the run finish (its last event-log batch) before the next operation is timed,
+    # so that operation's round trips are its own.
+    if run.task is not None:
+        await run.task
+
     # Settle (even samples) or answer (odd samples).
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
@@ -310,6 +315,8 @@ async def _cycle(
         result.part("resume: final commit", store.trips("commit")).add(store.took("commit"))
         if result.stored_idle is None:
             result.stored_idle = await stored_bytes(helper, chat_id)
+    if run.task is not None:
+        await run.task  # the next cycle starts with nothing of this one still running
 
 
 def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> None:
