@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NODE_DIR := tests/aisdk
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
+OIDC_DIR := tests/oidc
+OIDC_STAMP := $(OIDC_DIR)/node_modules/.installed-stamp
 PORT ?= 8000
 
 .PHONY: run test lint fmt bench venv node-deps clean
@@ -22,7 +24,12 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-node-deps: $(NODE_STAMP)
+# A real, independent OAuth/OIDC server (oidc-provider) for the connect-flow tests.
+$(OIDC_STAMP): $(OIDC_DIR)/package.json $(OIDC_DIR)/package-lock.json
+	cd $(OIDC_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(OIDC_STAMP)
+
+node-deps: $(NODE_STAMP) $(OIDC_STAMP)
 
 run: venv
 	$(BIN)/parkway serve --port $(PORT)
@@ -43,4 +50,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(NODE_DIR)/node_modules $(OIDC_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -7,6 +7,7 @@ build on it.
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from runner.canonical import canonical_json, is_plain_json, parked_call_key
 from runner.connection import RedisClient, connect
+from runner.credentials import ConnectionUnavailableError, Credentials
 from runner.embedded import EmbeddedRedis
 from runner.errors import (
     AnswerMismatchError,
@@ -64,6 +65,7 @@ from runner.outcomes import model_result, normalize_outcome
 from runner.parking import ParkedCall
 from runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
 from runner.scripted import END_OF_SCRIPT, ScriptedModel
+from runner.settling import Settled, SettleListener
 from runner.store import ChatRecord, ChatStore
 from runner.sweeper import Sweeper, SweepReport
 from runner.template import AgentTemplate, ToolSpec, load_template
@@ -89,6 +91,8 @@ __all__ = [
     "ChatRecord",
     "ChatStore",
     "ConflictError",
+    "ConnectionUnavailableError",
+    "Credentials",
     "DuplicateMessageError",
     "EmbeddedRedis",
     "Event",
@@ -115,7 +119,9 @@ __all__ = [
     "RunnerConfig",
     "ScriptedModel",
     "SettleConflictError",
+    "SettleListener",
     "SettleResult",
+    "Settled",
     "ShuttingDownError",
     "StateError",
     "StepFinished",

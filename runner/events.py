@@ -16,6 +16,7 @@ __all__ = [
     "TERMINAL_KINDS",
     "ApprovalRequested",
     "CallParked",
+    "DataPublished",
     "Event",
     "MessageFinished",
     "MessageStarted",
@@ -130,6 +131,17 @@ class ToolDenied:
 
 
 @dataclass(frozen=True)
+class DataPublished:
+    """A tool published a data part (e.g. ``committed-revision``); ``part_id`` lets a
+    later part with the same name and id replace it."""
+
+    name: str
+    data: dict[str, Any]
+    part_id: str | None = None
+    kind: Literal["data-published"] = "data-published"
+
+
+@dataclass(frozen=True)
 class StepFinished:
     kind: Literal["step-finished"] = "step-finished"
 
@@ -161,6 +173,7 @@ Event = (
     | ToolSucceeded
     | ToolFailed
     | ToolDenied
+    | DataPublished
     | StepFinished
     | MessageFinished
     | RunFailed
@@ -182,6 +195,7 @@ _BY_KIND: dict[str, type[Any]] = {
         ToolSucceeded,
         ToolFailed,
         ToolDenied,
+        DataPublished,
         StepFinished,
         MessageFinished,
         RunFailed,

@@ -24,8 +24,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
+from runner.agents import AgentStore
 from runner.canonical import canonical_json, parked_call_key
 from runner.connection import RedisClient
+from runner.credentials import Credentials
 from runner.errors import (
     CallNotFoundError,
     ChatBusyError,
@@ -40,6 +42,7 @@ from runner.eventlog import cancel_requested, follow
 from runner.events import (
     ApprovalRequested,
     CallParked,
+    DataPublished,
     Event,
     MessageFinished,
     MessageStarted,
@@ -69,7 +72,7 @@ from runner.model import Model, ModelRequest, ModelTextDelta, ModelToolCall, Too
 from runner.outcomes import model_result
 from runner.parking import ParkedCall
 from runner.run import Run, RunnerConfig, RunState, Work, new_id
-from runner.settling import Answer, AnswerReport, SettleResult, Settling
+from runner.settling import Answer, AnswerReport, SettleListener, SettleResult, Settling
 from runner.store import ChatRecord, ChatStore
 from runner.template import AgentTemplate, load_template
 from runner.tools import ToolContext, ToolRun, execute_tool, input_problem
@@ -98,8 +101,13 @@ class Runner(Settling):
         *,
         config: RunnerConfig | None = None,
         clock: Callable[[], float] = time.time,
+        credentials: Credentials | None = None,
+        agents: AgentStore | None = None,
     ) -> None:
         self.config = config or RunnerConfig()
+        self.credentials = credentials
+        self.agents = agents
+        self.settle_listeners: list[SettleListener] = []
         self.store = ChatStore(redis, self.config.chat_ttl_s)
         self.model = model
         self.template = template
@@ -314,7 +322,10 @@ class Runner(Settling):
         """
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
-        template = template or self.template
+        if template is None:
+            template = (
+                await self.agents.current_template() if self.agents is not None else self.template
+            )
         message_id = new_id("msg")
         token = secrets.token_hex(16)
         result = await self.store.claim_turn(
@@ -463,7 +474,11 @@ class Runner(Settling):
         spec = (template or state.template).tool(name)
         if spec is None:
             return ToolRun(error=f"tool {name!r} is no longer in the agent template")
-        ctx = ToolContext(state.chat_id, state.principal, call_id, name)
+        if spec.denied_by_policy:
+            return ToolRun(error=f"tool {name!r} is not allowed: its approval policy is 'deny'")
+        ctx = ToolContext(
+            state.chat_id, state.principal, call_id, name, self.credentials, self.agents
+        )
         return await execute_tool(spec, tool_input, ctx, max_bytes=self.config.max_output_bytes)
 
     def _record_run(
@@ -480,6 +495,8 @@ class Runner(Settling):
             state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
             if emit:
                 run._emit(ToolSucceeded(call_id, tool_run.output))
+                for part_name, data in tool_run.parts:
+                    run._emit(DataPublished(part_name, data, part_id=call_id))
         else:
             state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
             if emit:

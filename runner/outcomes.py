@@ -23,7 +23,7 @@ from runner.canonical import canonical_json, is_plain_json
 from runner.errors import InvalidOutcomeError, OutcomeNotAllowedError
 from runner.parking import ParkedCall
 
-__all__ = ["ResultStatus", "model_result", "normalize_outcome"]
+__all__ = ["CONNECTION_RETRYABLE", "ResultStatus", "model_result", "normalize_outcome"]
 
 Settler = Literal["client", "server"]
 ResultStatus = Literal["ok", "error", "denied"]
@@ -32,6 +32,19 @@ _CLIENT_OUTCOMES = {"output", "error", "declined", "cancelled", "timeout"}
 _APPROVAL_OUTCOMES = {"approved", "denied", "cancelled", "timeout"}
 _SERVER_ONLY = {"timeout"}
 _CONNECTION_FAILURES = {"declined", "cancelled", "error"}
+# What the server's OAuth callback may record besides: the provider refused
+# (``access_denied``).
+_SERVER_CONNECTION_FAILURES = _CONNECTION_FAILURES | {"denied"}
+# Whether the model may offer the connection again at once. "declined" (the user said
+# "not now") and "denied" (the user refused at the provider) are the user's answer;
+# cancelled, error and timeout ended the attempt, not the wish.
+CONNECTION_RETRYABLE = {
+    "declined": False,
+    "denied": False,
+    "cancelled": True,
+    "error": True,
+    "timeout": True,
+}
 _MAX_TEXT = 2000
 
 
@@ -71,9 +84,10 @@ def _connection_output(output: Any, by: Settler) -> dict[str, Any]:
             )
         return {"outcome": "output", "output": output}
     reason = output.get("reason")
-    if reason not in _CONNECTION_FAILURES:
+    allowed = _CONNECTION_FAILURES if by == "client" else _SERVER_CONNECTION_FAILURES
+    if reason not in allowed:
         raise InvalidOutcomeError(
-            "a failed connection needs 'reason' of declined, cancelled or error"
+            f"a failed connection needs 'reason' of {', '.join(sorted(allowed))}"
         )
     settled: dict[str, Any] = {"outcome": reason}
     if reason == "error":
@@ -159,7 +173,11 @@ def model_result(call: ParkedCall, outcome: Mapping[str, Any]) -> tuple[Any, Res
     if call.result_style == "connection":
         if name == "output":
             return outcome["output"], "ok"
-        result: dict[str, Any] = {"connected": False, "reason": name, "retryable": True}
+        result: dict[str, Any] = {
+            "connected": False,
+            "reason": name,
+            "retryable": CONNECTION_RETRYABLE.get(name, True),
+        }
         if name == "error" and outcome.get("message"):
             result["message"] = outcome["message"]
         return result, "ok"

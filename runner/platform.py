@@ -1,6 +1,7 @@
 """The registry of platform ops: built-in server tools an agent template names by ``op``.
 
-It starts empty; later features (``commit_config``, ``execute_code``) register here.
+Built in: ``commit_config`` (runner/commits.py). Also the registries the playground's
+build kit is made from: the sandbox permissions and the authoring skills.
 """
 
 from __future__ import annotations
@@ -9,7 +10,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PLATFORM_OPS", "PlatformOp", "register_platform_op"]
+__all__ = [
+    "AUTHORING_SKILLS",
+    "PLATFORM_OPS",
+    "SANDBOX_PERMISSIONS",
+    "PlatformOp",
+    "SandboxPermission",
+    "register_platform_op",
+]
 
 
 @dataclass(frozen=True)
@@ -29,3 +37,39 @@ PLATFORM_OPS: dict[str, PlatformOp] = {}
 def register_platform_op(op: PlatformOp) -> None:
     """Add ``op`` to the registry (replacing one of the same name)."""
     PLATFORM_OPS[op.name] = op
+
+
+@dataclass(frozen=True)
+class SandboxPermission:
+    """One permission of the code sandbox: its default, and its value in the build kit."""
+
+    name: str
+    description: str
+    default: Any
+    elevated: Any
+
+
+SANDBOX_PERMISSIONS: dict[str, SandboxPermission] = {
+    p.name: p
+    for p in (
+        SandboxPermission("network", "outbound network access", False, True),
+        SandboxPermission("filesystem", "file access: none, workspace", "none", "workspace"),
+        SandboxPermission("max_runtime_s", "seconds a piece of code may run", 10, 60),
+    )
+}
+
+# Skills the build kit gives the assistant while a user builds an agent.
+AUTHORING_SKILLS: tuple[Mapping[str, Any], ...] = (
+    {
+        "name": "agent-authoring",
+        "description": "Edit this agent's own template with commit_config.",
+        "instructions": (
+            "To change the agent, call commit_config with a short summary and a patch: a "
+            "partial template merged over the current one (objects merge, lists of tools "
+            "merge by identity). Remove a tool with remove_tools. The user approves each "
+            "change."
+        ),
+    },
+)
+
+from runner import commits as _commits  # noqa: E402, F401  (registers commit_config)

@@ -9,7 +9,8 @@ calls by toolCallId, then by parkedCallKey; anything else never reaches the mode
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +29,9 @@ from runner.parking import ParkedCall
 from runner.run import RunnerConfig
 from runner.store import ChatStore
 
-__all__ = ["Answer", "AnswerReport", "SettleResult", "Settling"]
+__all__ = ["Answer", "AnswerReport", "SettleListener", "SettleResult", "Settled", "Settling"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,30 @@ class SettleResult:
     pending: int | None = None
 
 
+@dataclass(frozen=True)
+class Settled:
+    """A call this worker has just settled (the winner of the settle), as listeners see
+    it. ``by`` is who recorded the outcome: ``client`` (the browser) or ``server``."""
+
+    chat_id: str
+    call: ParkedCall
+    by: Literal["client", "server"]
+
+
+SettleListener = Callable[[Settled], Awaitable[None]]
+
+
 class Settling:
-    """Settle and answer, as methods of :class:`runner.loop.Runner`."""
+    """Settle and answer, as methods of :class:`runner.loop.Runner`.
+
+    ``settle_listeners`` are awaited after each settle this worker wins (for example,
+    the connect flow forgets a call's OAuth ``state`` once the user cancels it); a
+    listener's failure is logged and never undoes the settle.
+    """
 
     store: ChatStore
     config: RunnerConfig
+    settle_listeners: list[SettleListener]
 
     def resume_in_background(self, chat_id: str) -> None:
         raise NotImplementedError
@@ -121,9 +143,15 @@ class Settling:
         status = result[0]
         if status == "settled":
             pending = int(result[1])
+            settled = call.with_outcome(normalized)
+            for listener in self.settle_listeners:
+                try:
+                    await listener(Settled(keys.chat_id, settled, by))
+                except Exception:
+                    log.exception("settle listener failed (chat %s)", keys.chat_id)
             if pending == 0 and call.auto_resume:
                 self.resume_in_background(keys.chat_id)
-            return SettleResult(call.with_outcome(normalized), fresh=True, pending=pending)
+            return SettleResult(settled, fresh=True, pending=pending)
         if status == "same":
             return SettleResult(call.with_outcome(normalized), fresh=False)
         if status == "conflict":

@@ -86,6 +86,7 @@ class ToolSpec:
     output_schema: Mapping[str, Any] | None = None
     needs_approval: bool = False
     approval_policy: str | None = None
+    denied_by_policy: bool = False
     allow_edits: bool = False
     render: Mapping[str, Any] | None = None
     ref: str | None = None
@@ -145,6 +146,18 @@ def _policy(needs_approval: bool | str) -> str | None:
     return None
 
 
+def _approval(needs_approval: bool | str) -> tuple[bool, str | None, bool]:
+    """(asks, policy name, denied) for a tool's ``needs_approval``: the policies
+    ``allow`` (runs without asking), ``ask`` (parks an approval) and ``deny`` (refused
+    without asking); ``true``/``false`` mean ask/allow; any other name asks (fail safe)."""
+    policy = _policy(needs_approval)
+    if policy == "allow":
+        return False, policy, False
+    if policy == "deny":
+        return False, policy, True
+    return bool(needs_approval), policy, False
+
+
 def _check_schema(schema: Mapping[str, Any], what: str) -> None:
     try:
         Draft202012Validator.check_schema(schema)
@@ -159,14 +172,15 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         func = _import_ref(fn_entry.ref)
         schema = fn_entry.input_schema or getattr(func, "input_schema", None) or ANY_OBJECT
         _check_schema(schema, "input_schema")
-        policy = _policy(fn_entry.needs_approval)
+        asks, policy, denied = _approval(fn_entry.needs_approval)
         return ToolSpec(
             name=fn_entry.name,
             kind="function",
             description=fn_entry.description or (func.__doc__ or "").strip().split("\n")[0],
             input_schema=schema,
-            needs_approval=bool(fn_entry.needs_approval),
+            needs_approval=asks,
             approval_policy=policy,
+            denied_by_policy=denied,
             allow_edits=fn_entry.allow_edits,
             ref=fn_entry.ref,
             timeout_s=fn_entry.timeout_s,
@@ -198,14 +212,15 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             known = ", ".join(sorted(PLATFORM_OPS)) or "none are registered"
             raise ValueError(f"unknown platform op {pl_entry.op!r} (known: {known})")
         approval = op.needs_approval if pl_entry.needs_approval is None else pl_entry.needs_approval
-        _policy(approval)
+        asks, policy, denied = _approval(approval)
         return ToolSpec(
             name=op.name,
             kind="platform",
             description=op.description,
             input_schema=op.input_schema,
-            needs_approval=bool(approval),
-            approval_policy=approval if isinstance(approval, str) else None,
+            needs_approval=asks,
+            approval_policy=policy,
+            denied_by_policy=denied,
             deadline_s=pl_entry.deadline_s,
             source=where,
             func=op.func,

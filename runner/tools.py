@@ -11,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 
 from runner.canonical import canonical_json
 from runner.template import ToolSpec
+
+if TYPE_CHECKING:
+    from runner.agents import AgentStore
+    from runner.credentials import Credentials
 
 __all__ = ["ToolContext", "ToolError", "ToolRun", "execute_tool", "input_problem"]
 
@@ -35,6 +39,31 @@ class ToolContext:
     principal: str
     tool_call_id: str
     tool_name: str
+    credentials: Credentials | None = None
+    agents: AgentStore | None = None
+    # Data parts the tool publishes on the run's stream (``publish``), in order.
+    parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def publish(self, name: str, data: dict[str, Any]) -> None:
+        """Put a ``data-<name>`` part on the run's stream after the tool's output."""
+        self.parts.append((name, dict(data)))
+
+    async def access_token(self, connection_id: str, *, scopes: Sequence[str] = ()) -> str:
+        """The access token of the caller's connection ``connection_id`` (a
+        ``request_connection`` result names it). Raises
+        :class:`runner.credentials.ConnectionUnavailableError`, whose message tells the
+        model what to do; a tool normally lets it propagate."""
+        from runner.credentials import ConnectionUnavailableError  # noqa: PLC0415
+
+        if self.credentials is None:
+            raise ConnectionUnavailableError(
+                "this server has no connection store configured",
+                reason="not_found",
+                provider=None,
+            )
+        return await self.credentials.access_token(
+            self.principal, connection_id, scopes=tuple(scopes)
+        )
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,7 @@ class ToolRun:
 
     output: Any = None
     error: str | None = None
+    parts: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
@@ -119,4 +149,4 @@ async def execute_tool(
         return ToolRun(
             error=f"tool {spec.name!r} returned {size} bytes, over the {max_bytes} limit"
         )
-    return ToolRun(output=output)
+    return ToolRun(output=output, parts=tuple(ctx.parts))

@@ -164,9 +164,15 @@ class ServerThread:
     """A real uvicorn serving Parkway in a background thread."""
 
     def __init__(
-        self, redis_url: str, agent: Mapping[str, Any], *, model: Any = None, **settings: Any
+        self,
+        redis_url: str,
+        agent: Mapping[str, Any],
+        *,
+        model: Any = None,
+        port: int | None = None,
+        **settings: Any,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=Secret(TEST_SECRET),
@@ -328,9 +334,14 @@ def run_sync(coro: Any) -> Any:
 
 @contextlib.contextmanager
 def server_thread(
-    redis_url: str, agent: Mapping[str, Any], *, model: Any = None, **settings: Any
+    redis_url: str,
+    agent: Mapping[str, Any],
+    *,
+    model: Any = None,
+    port: int | None = None,
+    **settings: Any,
 ) -> Iterator[ServerThread]:
-    server = ServerThread(redis_url, agent, model=model, **settings).start()
+    server = ServerThread(redis_url, agent, model=model, port=port, **settings).start()
     try:
         yield server
     finally:

@@ -453,7 +453,7 @@ async def test_demo_agent_full_conversation(redis_url: str, node: str, major: st
             + results(("get_weather", weather), ("choose_option", {"choice": "Oslo"}))
             in said
         )
-        declined = {"connected": False, "reason": "declined", "retryable": True}
+        declined = {"connected": False, "reason": "declined", "retryable": False}
         assert "Connection result: " + results(("request_connection", declined)) in said
         published = {"published": True, "title": "Weather report", "words": 7}
         assert said.endswith(

@@ -19,7 +19,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from runner.keys import DEADLINES, ChatKeys
+from runner.keys import ChatKeys, owned_without_ttl
 from tests.support import ROOT, ParkwayProcess
 from transport.cassettes import (
     Cassette,
@@ -63,7 +63,7 @@ def trip(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Cassette:
     finally:
         server.stop()
     # The recording's keyspace, checked like the per-test fixture checks its own.
-    leaked = [k for k in client.scan_iter() if k != DEADLINES.encode() and client.ttl(k) < 0]
+    leaked = [k for k in client.scan_iter() if not owned_without_ttl(k) and client.ttl(k) < 0]
     client.flushdb()
     client.close()
     assert not leaked, f"keys without a TTL were left behind: {leaked[:10]}"

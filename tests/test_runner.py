@@ -396,7 +396,7 @@ async def test_connection_success_cannot_be_claimed_by_the_client(redis: Redis) 
     assert json.loads(said(events)) == [
         {
             "tool": "request_connection",
-            "result": {"connected": False, "reason": "declined", "retryable": True},
+            "result": {"connected": False, "reason": "declined", "retryable": False},
         }
     ]
 

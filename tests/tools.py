@@ -47,3 +47,19 @@ async def wait_for_file(tool_input: dict[str, Any]) -> dict[str, Any]:
             return {"seen": path.name}
         await asyncio.sleep(0.01)
     raise TimeoutError("the file never appeared")
+
+
+async def whoami(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """Calls a provider's userinfo endpoint with the connection's token, which the tool
+    gets by reference (``ctx.access_token``) and never returns."""
+    import httpx2
+
+    token = await ctx.access_token(tool_input["connection_id"], scopes=tool_input.get("scopes", ()))
+    async with httpx2.AsyncClient(timeout=10) as client:
+        response = await client.get(
+            tool_input["userinfo"], headers={"authorization": f"Bearer {token}"}
+        )
+    if response.status_code != 200:
+        return {"ok": False, "status": response.status_code}
+    info = response.json()
+    return {"ok": True, "sub": info.get("sub")}

@@ -25,7 +25,7 @@ from redis.asyncio import Redis as AsyncRedis
 from runner.connection import RedisClient
 from runner.embedded import redis_server_binary
 from runner.errors import StateError
-from runner.keys import DEADLINES, ChatKeys, parse_deadline_member
+from runner.keys import DEADLINES, ChatKeys, owned_without_ttl, parse_deadline_member
 from tests.support import free_port
 
 __all__ = [
@@ -62,7 +62,7 @@ async def assert_keyspace_clean(nodes: Sequence[AsyncRedis], client: RedisClient
         key.decode()
         for node in nodes
         async for key in node.scan_iter(count=1000)
-        if key != DEADLINES.encode() and await node.ttl(key) < 0
+        if not owned_without_ttl(key) and await node.ttl(key) < 0
     ]
     assert not leaked, f"keys without a TTL were left behind: {sorted(leaked)[:10]}"
     stale = []

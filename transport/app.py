@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,21 +20,25 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from runner.agents import AgentStore
 from runner.connection import connect
 from runner.demo import DEMO_AGENT
 from runner.embedded import EmbeddedRedis
 from runner.errors import ParkwayError, SettleConflictError
 from runner.loop import Runner, RunnerConfig
 from runner.sweeper import Sweeper
+from transport.agent_routes import agent_routes
 from transport.errors import HTTPError, status_for
 from transport.routes import api_routes
 from transport.sessions import Authenticator, SessionAuthenticator
 from transport.settings import Settings
-from widgets_api import widget_routes
+from widgets_api import describe_call, widget_routes
+from widgets_api.oauth import DEMO_MOUNT, DemoDispatch, OAuthRuntime, OAuthSettings, start_oauth
+from widgets_api.providers import parse_provider_specs
 
 __all__ = ["create_app"]
 
@@ -119,6 +125,17 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok", "redis": "ok"})
 
 
+def _agent_id(settings: Settings, agent: AgentFile) -> str:
+    """The agent's id for its revisions: ``demo`` for the built-in demo, the agent file's
+    name, or (an agent given in code) a digest of its template."""
+    if settings.agent_file is not None:
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", settings.agent_file.stem)[:64]
+        return stem or "agent"
+    if agent.template.raw == parse_agent_file(DEMO_AGENT).template.raw:
+        return "demo"
+    return f"agent-{agent.template.digest[:16]}"
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -136,6 +153,24 @@ def create_app(
         )
     if authenticator is None:
         authenticator = SessionAuthenticator(settings.resolve_secret().get())
+    agent_id = _agent_id(settings, agent)
+    specs = tuple(parse_provider_specs(settings.oauth_providers))
+    oauth_settings = OAuthSettings(
+        specs=specs,
+        demo=settings.demo_oauth_enabled,
+        base_url=settings.base_url,
+        # the demo provider's client secret derives from the session key; nothing else
+        # here needs it (a custom authenticator may run without one)
+        secret=settings.resolve_secret().get() if settings.demo_oauth_enabled else "",
+        token_key=(
+            settings.resolve_token_key().get() if specs or settings.demo_oauth_enabled else None
+        ),
+        allowed_origins=settings.allowed_origins,
+        cookie_secure=settings.cookie_secure,
+        flow_ttl_s=settings.connect_flow_ttl_s,
+        connection_ttl_s=settings.connection_ttl_s,
+        http_timeout_s=settings.oauth_http_timeout_s,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -149,16 +184,34 @@ def create_app(
         try:
             await redis.ping()
             app.state.redis = redis
+            agents = AgentStore(redis, agent_id, dict(agent.template.raw))
+            await agents.ensure_seeded()
+            app.state.agents = agents
             app.state.runner = Runner(
                 redis,
                 agent.model,
                 agent.template,
+                agents=agents,
                 config=RunnerConfig(
                     chat_ttl_s=settings.chat_ttl_s,
                     lease_s=settings.lease_s,
                     max_output_bytes=settings.max_output_bytes,
                 ),
             )
+            # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
+            oauth: OAuthRuntime | None = await start_oauth(
+                oauth_settings,
+                runner=app.state.runner,
+                redis=redis,
+                redis_url=url,
+                environ=os.environ,
+            )
+            app.state.oauth = oauth
+            app.state.connect = None if oauth is None else oauth.flow
+            names = {} if oauth is None else oauth.providers.names()
+            app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names)
+            if oauth is not None and oauth.demo is not None:
+                app.state.demo_router = Router(routes=oauth.demo.routes())
             # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
             # a timeout that settles a step resumes "auto"-policy chats.
             app.state.sweeper = Sweeper(app.state.runner, on_timeout=app.state.runner.on_timeout)
@@ -174,6 +227,9 @@ def create_app(
             runner = getattr(app.state, "runner", None)
             if runner is not None:
                 await runner.aclose()
+            oauth_runtime: OAuthRuntime | None = getattr(app.state, "oauth", None)
+            if oauth_runtime is not None:
+                oauth_runtime.close()
             await redis.aclose()
             if embedded is not None:
                 embedded.stop()
@@ -181,8 +237,10 @@ def create_app(
     app = Starlette(
         routes=[
             *api_routes(),
+            *agent_routes(),
             Route("/healthz", healthz, methods=["GET"]),
             *widget_routes(),
+            Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
         ],
         middleware=[Middleware(OriginGuard, settings=settings)],
         exception_handlers={
@@ -196,4 +254,6 @@ def create_app(
     )
     app.state.settings = settings
     app.state.authenticator = authenticator
+    app.state.describe = describe_call
+    app.state.connect = None
     return app

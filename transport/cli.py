@@ -23,6 +23,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="data folder for the embedded Redis (default .parkway)")
     serve.add_argument("--agent", dest="agent_file", help="agent file (default: the demo agent)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--public-url", help="origin browsers use to reach this server (OAuth redirect URIs)"
+    )
+    serve.add_argument(
+        "--oauth-providers",
+        help="OAuth providers: a JSON array, or @file.json (see docs/security.md)",
+    )
     # -- parkway replay (begin) --
     replay = sub.add_parser(
         "replay",
@@ -71,12 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from runner.errors import TemplateError
     from transport.app import create_app
     from transport.settings import Settings, SettingsError
+    from widgets_api.providers import ProviderConfigError
 
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = Settings.from_sources(flags)
         app = create_app(settings)
-    except (SettingsError, TemplateError) as exc:
+    except (SettingsError, TemplateError, ProviderConfigError) as exc:
         print(f"parkway: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     agent = settings.agent_file or "the built-in demo agent"
     print(
-        f"Parkway is serving {agent} at http://{settings.host}:{settings.port}/ "
+        f"Parkway is serving {agent} at {settings.base_url}/ "
         f"(Redis: {settings.redacted_redis_url()})",
         flush=True,
     )

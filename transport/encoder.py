@@ -13,6 +13,7 @@ from typing import Any
 from runner.events import (
     ApprovalRequested,
     CallParked,
+    DataPublished,
     Event,
     MessageFinished,
     MessageStarted,
@@ -84,6 +85,8 @@ def encode_event(event: Event, describe: Describe) -> Chunk:
             return ToolOutputErrorChunk(tool_call_id=call_id, error_text=err)
         case ToolDenied(tool_call_id=call_id):
             return ToolOutputDeniedChunk(tool_call_id=call_id)
+        case DataPublished(name=name, data=data, part_id=part_id):
+            return DataChunk(name=name, id=part_id, data=dict(data))
         case StepFinished():
             return FinishStepChunk()
         case MessageFinished(reason=reason):

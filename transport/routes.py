@@ -21,14 +21,14 @@ from runner.keys import chat_keys, check_chat_id
 from runner.loop import Runner
 from runner.parking import ParkedCall
 from runner.store import ChatRecord
+from transport.agent_routes import working_template
 from transport.chunks import ErrorChunk
 from transport.errors import HTTPError
 from transport.replay import replay_message
 from transport.sessions import COOKIE_NAME, SessionAuthenticator
 from transport.settings import Settings
-from transport.streaming import follow_response, replay_response, stream_response
+from transport.streaming import Describer, follow_response, replay_response, stream_response
 from transport.uimessages import chat_messages, parse_chat_post
-from widgets_api.descriptors import describe_call
 
 __all__ = ["api_routes"]
 
@@ -76,7 +76,12 @@ def _chat_id(request: Request, name: str = "chat_id") -> str:
     return str(value)
 
 
-def _call_view(chat_id: str, call: ParkedCall) -> dict[str, Any]:
+def _describer(request: Request) -> Describer:
+    describer: Describer = request.app.state.describe
+    return describer
+
+
+def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str, Any]:
     view: dict[str, Any] = {
         "toolCallId": call.tool_call_id,
         "toolName": call.tool_name,
@@ -85,7 +90,7 @@ def _call_view(chat_id: str, call: ParkedCall) -> dict[str, Any]:
         "input": call.input,
         "parkedCallKey": call.key,
         "messageId": call.message_id,
-        "widget": describe_call(chat_id, call),
+        "widget": describer(chat_id, call),
     }
     if call.approval_id is not None:
         view["approvalId"] = call.approval_id
@@ -100,7 +105,8 @@ async def post_chat(request: Request) -> Response:
     """AI SDK chat endpoint: a new user message starts a turn; answers settle parked
     calls and, once all are settled, resume the run in the same response."""
     principal = _principal(request)
-    post = parse_chat_post(await read_json(request))
+    body = await read_json(request)
+    post = parse_chat_post(body)
     check_chat_id(post.chat_id)
     runner = _runner(request)
     settled: tuple[str, ...] = ()
@@ -113,10 +119,20 @@ async def post_chat(request: Request) -> Response:
             if post.user_text is None:
                 raise
     if post.user_text is not None:
+        template = None
+        if isinstance(body, dict) and body.get("agentTemplate") is not None:
+            # the playground's working copy (build kit on, or edits not yet committed)
+            agents = getattr(request.app.state, "agents", None)
+            committed = await agents.current_template() if agents else runner.template
+            template = working_template(body["agentTemplate"], committed)
         run = await runner.start_turn(
-            post.chat_id, principal, post.user_text, user_message_id=post.user_message_id
+            post.chat_id,
+            principal,
+            post.user_text,
+            user_message_id=post.user_message_id,
+            template=template,
         )
-        return stream_response(post.chat_id, runner, run)
+        return stream_response(post.chat_id, runner, run, _describer(request))
     if pending and not settled:
         raise HTTPError(
             409,
@@ -131,27 +147,29 @@ async def post_chat(request: Request) -> Response:
         run = await runner.resume(post.chat_id, principal, skip_echo=frozenset(settled))
     except NothingToResumeError as exc:
         raise HTTPError(409, "nothing_to_resume", str(exc)) from None
-    return stream_response(post.chat_id, runner, run)
+    return stream_response(post.chat_id, runner, run, _describer(request))
 
 
 async def get_chat(request: Request) -> Response:
     principal = _principal(request)
     chat_id = _chat_id(request)
     record = await _runner(request).chat(chat_id, principal)
-    calls = [_call_view(chat_id, c) for c in record.calls]
+    calls = [_call_view(chat_id, c, _describer(request)) for c in record.calls]
     return JSONResponse(
         {
             "id": chat_id,
             "state": record.meta.get("state", "idle"),
             "messageId": record.meta.get("message_id"),
-            "messages": chat_messages(record, lambda c: describe_call(chat_id, c)),
+            "messages": chat_messages(record, lambda c: _describer(request)(chat_id, c)),
             "calls": calls,
         }
     )
 
 
-def _message_of(record: ChatRecord, chat_id: str, message_id: str) -> dict[str, Any] | None:
-    messages = chat_messages(record, lambda c: describe_call(chat_id, c))
+def _message_of(
+    record: ChatRecord, chat_id: str, message_id: str, describer: Describer
+) -> dict[str, Any] | None:
+    messages = chat_messages(record, lambda c: describer(chat_id, c))
     return next((m for m in reversed(messages) if m["id"] == message_id), None)
 
 
@@ -182,12 +200,16 @@ async def resume_stream(request: Request) -> Response:
         if start_id is not None:
             stored = int(meta.get("run_hist", len(record.entries)))
             earlier = ChatRecord(meta=meta, entries=record.entries[:stored], calls=record.calls)
-            message = _message_of(earlier, chat_id, message_id)
+            message = _message_of(earlier, chat_id, message_id, _describer(request))
             if message is None:  # a new message: the run's own start opens it
-                return follow_response(chat_id, runner, [], start_id, skip_start=False)
+                return follow_response(
+                    chat_id, runner, [], start_id, skip_start=False, describer=_describer(request)
+                )
             prefix = replay_message(message, None)
-            return follow_response(chat_id, runner, prefix, start_id, skip_start=True)
-    message = _message_of(record, chat_id, message_id)
+            return follow_response(
+                chat_id, runner, prefix, start_id, skip_start=True, describer=_describer(request)
+            )
+    message = _message_of(record, chat_id, message_id, _describer(request))
     if message is None:
         return Response(status_code=204)
     if state == "parked":
@@ -227,7 +249,7 @@ async def get_call(request: Request) -> Response:
     principal = _principal(request)
     chat_id = _chat_id(request)
     call = await _runner(request).call(chat_id, principal, request.path_params["call_id"])
-    return JSONResponse(_call_view(chat_id, call))
+    return JSONResponse(_call_view(chat_id, call, _describer(request)))
 
 
 class _SettleBody(BaseModel):
@@ -254,7 +276,7 @@ async def settle_call(request: Request) -> Response:
     result = await _runner(request).settle(
         chat_id, principal, request.path_params["call_id"], raw, by="client"
     )
-    body = _call_view(chat_id, result.call)
+    body = _call_view(chat_id, result.call, _describer(request))
     body["fresh"] = result.fresh
     if result.pending is not None:
         body["pendingInChat"] = result.pending
@@ -267,7 +289,7 @@ async def resume_chat(request: Request) -> Response:
     chat_id = _chat_id(request)
     runner = _runner(request)
     run = await runner.resume(chat_id, principal)
-    return stream_response(chat_id, runner, run)
+    return stream_response(chat_id, runner, run, _describer(request))
 
 
 async def create_session(request: Request) -> Response:

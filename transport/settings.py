@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from runner.connection import parse_redis_url
 from runner.errors import CallerError
+from widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 
 __all__ = ["Secret", "Settings", "SettingsError"]
 
@@ -74,6 +75,12 @@ class Settings:
     stream_grace_s: float = 300.0
     cookie_secure: bool = False
     log_level: str = "info"
+    oauth_providers: str | None = None
+    token_key: Secret | None = None
+    demo_oauth: bool | None = None
+    connect_flow_ttl_s: int = 600
+    connection_ttl_s: int = 180 * 24 * 3600
+    oauth_http_timeout_s: float = 10.0
 
     @classmethod
     def from_sources(
@@ -103,7 +110,14 @@ class Settings:
     @staticmethod
     def _convert(name: str, raw: Any) -> Any:
         try:
-            if name in {"port", "max_body_bytes", "max_output_bytes", "chat_ttl_s"}:
+            if name in {
+                "port",
+                "max_body_bytes",
+                "max_output_bytes",
+                "chat_ttl_s",
+                "connect_flow_ttl_s",
+                "connection_ttl_s",
+            }:
                 value = int(raw)
                 low = 0 if name == "port" else 1
                 if value < low or (name == "port" and value > 65535):
@@ -124,10 +138,27 @@ class Settings:
                 if not 1 <= lease <= 3600:
                     raise ValueError
                 return lease
-            if name == "cookie_secure":
+            if name == "oauth_http_timeout_s":
+                timeout = float(raw)
+                if not 0 < timeout <= 120:
+                    raise ValueError
+                return timeout
+            if name in {"cookie_secure", "demo_oauth"}:
                 if isinstance(raw, bool):
                     return raw
-                return str(raw).lower() in {"1", "true", "yes", "on"}
+                text_value = str(raw).lower()
+                if text_value not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+                    raise ValueError
+                return text_value in {"1", "true", "yes", "on"}
+            if name == "token_key":
+                key_text = raw.get() if isinstance(raw, Secret) else str(raw)
+                try:
+                    TokenCipher.from_setting(key_text)
+                except TokenKeyError as exc:
+                    raise SettingsError(f"token_key (PARKWAY_TOKEN_KEY): {exc}") from None
+                return Secret(key_text)
+            if name == "oauth_providers":
+                return None if raw is None else str(raw)
             if name in {"data_dir", "agent_file"}:
                 return Path(raw)
             if name == "secret_key":
@@ -163,6 +194,56 @@ class Settings:
             ) from None
 
     @property
+    def base_url(self) -> str:
+        """Where browsers reach this server: ``public_url``, else ``http://host:port``.
+        OAuth redirect URIs are built from it, never from a request's Host header."""
+        if self.public_url is not None:
+            return _origin(self.public_url, "public_url")
+        host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host  # noqa: S104
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def demo_oauth_enabled(self) -> bool:
+        """The built-in demo OAuth provider: on by default with the embedded Redis."""
+        return self.embedded if self.demo_oauth is None else self.demo_oauth
+
+    def resolve_token_key(self) -> Secret:
+        """The key that encrypts OAuth tokens at rest: the configured one; for the
+        embedded default a generated key persisted in the data folder. With an external
+        Redis (production) it is required: a generated key would differ per worker."""
+        if self.token_key is not None:
+            return self.token_key
+        if not self.embedded:
+            raise SettingsError(
+                "PARKWAY_TOKEN_KEY is required with an external Redis when OAuth providers "
+                "are configured: every worker must decrypt the same tokens (make one with "
+                "`python -c 'import secrets,base64;"
+                "print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())'`)"
+            )
+        return Secret(self._persisted_key("token.key", generate_token_key))
+
+    def _persisted_key(self, name: str, make: Callable[[], str]) -> str:
+        path = self.data_dir / name
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            # Write the whole key to a private temporary file, then publish it with a
+            # hard link, which fails if another process published first: nobody ever
+            # reads a half-written key, and both processes end up with the same one.
+            tmp = path.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(make())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        return path.read_text().strip()
+
+    @property
     def embedded(self) -> bool:
         """True when Parkway runs its own Redis (no ``redis_url`` given)."""
         return self.redis_url is None
@@ -178,25 +259,11 @@ class Settings:
                 "PARKWAY_SECRET_KEY is required with an external Redis: every worker must "
                 "sign sessions with the same key (at least 32 random characters)"
             )
-        path = self.data_dir / "secret.key"
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not path.exists():
-            # Write the whole key to a private temporary file, then publish it with a
-            # hard link, which fails if another process published first: nobody ever
-            # reads a half-written key, and both processes end up with the same one.
-            tmp = path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(48))
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
-        key = path.read_text().strip()
+        key = self._persisted_key("secret.key", lambda: secrets.token_urlsafe(48))
         if len(key) < 32:
-            raise SettingsError(f"{path} holds no usable key; delete it to make a new one")
+            raise SettingsError(
+                f"{self.data_dir / 'secret.key'} holds no usable key; delete it to make a new one"
+            )
         return Secret(key)
 
     def __repr__(self) -> str:
@@ -205,6 +272,8 @@ class Settings:
             value = getattr(self, f.name)
             if f.name == "redis_url" and value is not None:
                 value = self.redacted_redis_url()
+            if f.name == "oauth_providers" and value and not value.startswith("@"):
+                value = "<inline JSON, not shown: it may hold client secrets>"
             shown.append(f"{f.name}={value!r}")
         return f"Settings({', '.join(shown)})"
 

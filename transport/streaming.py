@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from sse_starlette import EventSourceResponse
 
 from runner.events import Event
 from runner.loop import Run, Runner
+from runner.parking import ParkedCall
 from transport.encoder import encode_event
 from widgets_api.descriptors import describe_call
 
-__all__ = ["STREAM_HEADERS", "follow_response", "replay_response", "stream_response"]
+__all__ = ["STREAM_HEADERS", "Describer", "follow_response", "replay_response", "stream_response"]
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,14 @@ def _sse(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
     return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)
 
 
-def _encoded(chat_id: str, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+Describer = Callable[[str, ParkedCall], dict[str, Any]]
+
+
+def _encoded(
+    chat_id: str, events: AsyncIterator[Event], describer: Describer = describe_call
+) -> AsyncIterator[dict[str, Any]]:
     def describe(call: Any) -> dict[str, Any]:
-        return describe_call(chat_id, call)
+        return describer(chat_id, call)
 
     async def chunks() -> AsyncIterator[dict[str, Any]]:
         async for event in events:
@@ -58,7 +64,9 @@ def _encoded(chat_id: str, events: AsyncIterator[Event]) -> AsyncIterator[dict[s
     return chunks()
 
 
-def stream_response(chat_id: str, runner: Runner, run: Run) -> EventSourceResponse:
+def stream_response(
+    chat_id: str, runner: Runner, run: Run, describer: Describer = describe_call
+) -> EventSourceResponse:
     """An AI SDK UI message stream response that follows ``run`` in the chat's log."""
 
     async def events() -> AsyncIterator[Event]:
@@ -74,7 +82,7 @@ def stream_response(chat_id: str, runner: Runner, run: Run) -> EventSourceRespon
         async for event in runner.follow(chat_id, start):
             yield event
 
-    return _sse(_encoded(chat_id, events()))
+    return _sse(_encoded(chat_id, events(), describer))
 
 
 def follow_response(
@@ -84,6 +92,7 @@ def follow_response(
     start_id: str,
     *,
     skip_start: bool,
+    describer: Describer = describe_call,
 ) -> EventSourceResponse:
     """Ready-made chunks (the rebuilt start of a message), then a run followed live."""
 
@@ -91,7 +100,7 @@ def follow_response(
         for chunk in prefix:
             yield chunk
         async for chunk in _encoded(
-            chat_id, runner.follow(chat_id, start_id, skip_start=skip_start)
+            chat_id, runner.follow(chat_id, start_id, skip_start=skip_start), describer
         ):
             yield chunk
 

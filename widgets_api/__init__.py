@@ -1,16 +1,39 @@
-"""Widgets: descriptors for parked calls, and the pages the browser sees.
+"""Widgets: descriptors for parked calls, the OAuth connect flow, the build-kit overlay,
+and the pages the browser sees.
 
-Imports ``runner``; never imported by it.
+Imports ``runner``; never imported by it, and never imports ``transport``.
 """
 
-from starlette.routing import Route
+from starlette.routing import BaseRoute
 
+from widgets_api.connect import ConnectFlow, connect_routes, outcome_summary
+from widgets_api.connections import Connection, ConnectionStore
 from widgets_api.descriptors import describe_call
-from widgets_api.page import index
+from widgets_api.overlay import OverlayMerge, entry_identity, merge_overlay
+from widgets_api.page import page_routes
+from widgets_api.providers import Provider, ProviderConfigError, ProviderRegistry
+from widgets_api.tokens import TokenCipher
 
-__all__ = ["describe_call", "widget_routes"]
+__all__ = [
+    "ConnectFlow",
+    "Connection",
+    "ConnectionStore",
+    "OverlayMerge",
+    "Provider",
+    "ProviderConfigError",
+    "ProviderRegistry",
+    "TokenCipher",
+    "connect_routes",
+    "describe_call",
+    "entry_identity",
+    "merge_overlay",
+    "outcome_summary",
+    "page_routes",
+    "widget_routes",
+]
 
 
-def widget_routes() -> list[Route]:
-    """Routes that ``transport`` mounts: the page at ``/``."""
-    return [Route("/", index, methods=["GET"])]
+def widget_routes() -> list[BaseRoute]:
+    """Routes that ``transport`` mounts: the playground page at ``/`` and its files, and
+    the connect flow."""
+    return [*page_routes(), *connect_routes()]

@@ -8,6 +8,7 @@ and the URL to watch the call's status on the server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -16,8 +17,11 @@ from runner.parking import ParkedCall
 __all__ = ["describe_call"]
 
 
-def describe_call(chat_id: str, call: ParkedCall) -> dict[str, Any]:
-    """The widget descriptor of ``call`` in chat ``chat_id``."""
+def describe_call(
+    chat_id: str, call: ParkedCall, providers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The widget descriptor of ``call`` in chat ``chat_id``. ``providers`` maps the
+    configured OAuth providers' names to display names (for connect widgets)."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
     render.pop("kind", None)
@@ -38,8 +42,18 @@ def describe_call(chat_id: str, call: ParkedCall) -> dict[str, Any]:
         descriptor["approvalId"] = call.approval_id
         descriptor["allowEdits"] = call.allow_edits
     if kind == "connect" and isinstance(call.input, dict):
-        descriptor["provider"] = call.input.get("provider")
+        provider = str(call.input.get("provider") or "")
+        descriptor["provider"] = provider
         descriptor["scopes"] = list(call.input.get("scopes") or [])
+        names = providers or {}
+        descriptor["providerName"] = names.get(provider, provider)
+        descriptor["configured"] = provider in names
+        descriptor["startUrl"] = (
+            f"/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
+            f"&call={quote(call.tool_call_id, safe='')}"
+        )
+        descriptor["useUrl"] = f"/connect/{quote(provider, safe='')}/use"
+        descriptor["connectionsUrl"] = f"/api/connections?provider={quote(provider, safe='')}"
     if render:
         descriptor["render"] = render
     return descriptor

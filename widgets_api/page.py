@@ -1,33 +1,105 @@
-"""The page served at ``/``: for now a short status page with the API's entry points."""
+"""The reference playground page at ``/`` and its static files at ``/static/{name}``.
+
+The page is plain HTML, CSS and JavaScript from ``widgets_api/static/`` (no build step,
+no external resources). It speaks the AI SDK UI message stream like any ``useChat``
+front end and renders a widget for each parked call.
+
+Security headers, and the threat each one answers:
+
+- ``Content-Security-Policy: default-src 'self'`` with no inline script or style: an
+  injected string in a tool's input or output (which the page shows) cannot run code,
+  and the page loads nothing from other origins. ``frame-ancestors 'none'``: no other
+  site can frame the page to click its Approve button for the user (clickjacking).
+- ``Referrer-Policy: no-referrer``: chat ids in the URL never leak to the connect
+  popup's provider or anywhere else.
+- No ``Cross-Origin-Opener-Policy``: the connect widget keeps a handle on its OAuth
+  popup and receives the callback page's ``postMessage``; COOP would sever that link.
+  (The widget still works without it, by polling the server.)
+- ``X-Content-Type-Options: nosniff`` with exact content types for the fixed list of
+  static files; any other name is a 404, so no path ever reaches the file system.
+"""
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import resources
+
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
-__all__ = ["index"]
+__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_FILES", "page_routes"]
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Parkway</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}
-code{background:#f3f3f3;padding:0 .25rem}</style></head>
-<body><h1>Parkway is running</h1>
-<p>Human-in-the-loop tool calls for AI agents, over the AI SDK UI message stream.</p>
-<ul>
-<li><code>POST /api/sessions</code> &mdash; get a session</li>
-<li><code>POST /api/chat</code> &mdash; the AI SDK chat endpoint (<code>useChat</code>)</li>
-<li><code>GET /api/chats/{id}</code> &mdash; a chat with its parked calls</li>
-<li><code>GET /healthz</code> &mdash; health</li>
-</ul></body></html>
-"""
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+#: The only names ``/static/{name}`` serves, with their content types. ``overlay.js``
+#: is the build-kit overlay merge shared with the server's tests (DESIGN §10); it is
+#: served once it exists.
+STATIC_FILES: dict[str, str] = {
+    "playground.html": "text/html; charset=utf-8",
+    "playground.css": "text/css; charset=utf-8",
+    "playground.js": "text/javascript; charset=utf-8",
+    "overlay.js": "text/javascript; charset=utf-8",
+}
+
+_HEADERS = {
+    "content-security-policy": CONTENT_SECURITY_POLICY,
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    # The page is small and changes with the server; always revalidate.
+    "cache-control": "no-cache",
+}
 
 
-async def index(request: Request) -> Response:
-    return HTMLResponse(
-        _PAGE,
-        headers={
-            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'",
-            "referrer-policy": "no-referrer",
-        },
-    )
+@cache
+def _read(name: str) -> bytes | None:
+    """The bytes of an allow-listed static file (cached: the files ship with the
+    package and do not change while the server runs)."""
+    item = resources.files("widgets_api").joinpath("static", name)
+    if not item.is_file():
+        return None
+    return item.read_bytes()
+
+
+def _not_found() -> Response:
+    body = {"error": {"code": "not_found", "message": "no such file"}}
+    return JSONResponse(body, status_code=404, headers={"x-content-type-options": "nosniff"})
+
+
+async def playground(request: Request) -> Response:
+    """``GET /``: the playground page."""
+    content = _read("playground.html")
+    if content is None:  # a broken install; say so rather than serve nothing
+        return _not_found()
+    return Response(content, media_type=STATIC_FILES["playground.html"], headers=_HEADERS)
+
+
+async def static_file(request: Request) -> Response:
+    """``GET /static/{name}``: one of :data:`STATIC_FILES`, else 404."""
+    name = request.path_params["name"]
+    media_type = STATIC_FILES.get(name)
+    content = _read(name) if media_type is not None else None
+    if media_type is None or content is None:
+        return _not_found()
+    return Response(content, media_type=media_type, headers=_HEADERS)
+
+
+def page_routes() -> list[BaseRoute]:
+    """The page's routes: ``GET /`` and ``GET /static/{name}``."""
+    return [
+        Route("/", playground, methods=["GET"]),
+        Route("/static/{name}", static_file, methods=["GET"]),
+    ]

@@ -1,0 +1,241 @@
+"""Agent revisions: the agent's template, versioned in Redis.
+
+Every commit (the ``commit_config`` platform op, or ``POST /api/agent/commit``) adds a
+revision with the next version number, atomically and only on top of the version the
+committer read (a stale commit is refused with the current version, never merged
+silently). New turns run the head revision; a run keeps the template snapshot it
+started with, so a commit never changes a run midway.
+
+The agent file seeds version 1. A later deploy with a different agent file commits that
+file as a new revision (its digest differs from the one recorded), so editing the file
+still takes effect; a restart with the same file changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runner.canonical import canonical_json
+from runner.connection import RedisClient
+from runner.errors import ConflictError, TemplateError
+from runner.keys import AgentKeys
+from runner.template import AgentTemplate, load_template
+
+__all__ = ["AgentRevision", "AgentStore", "RevisionConflictError", "check_function_tools"]
+
+# Commit a revision on top of an expected version.
+# KEYS: 1 head (hash), 2 revisions (hash version -> record JSON)
+# ARGV: 1 expected version ('' = any), 2 record JSON without version, 3 template digest,
+#       4 seed digest ('' = not a seed), 5 revision id
+# Returns: {'ok', version} | {'conflict', current version} | {'same', version} (a seed
+#          whose digest is already recorded)
+_COMMIT = """
+local head = redis.call('HMGET', KEYS[1], 'version', 'seed_digest')
+local current = tonumber(head[1] or '0')
+if ARGV[4] ~= '' and head[2] == ARGV[4] then return {'same', current} end
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= current then return {'conflict', current} end
+local version = current + 1
+redis.call('HSET', KEYS[2], tostring(version), ARGV[2])
+redis.call('HSET', KEYS[1], 'version', version, 'revision_id', ARGV[5], 'record', ARGV[2],
+           'digest', ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'seed_digest', ARGV[4]) end
+return {'ok', version}
+"""
+
+
+def _function_entries(tools: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for entry in tools if isinstance(tools, list) else []:
+        if isinstance(entry, Mapping) and entry.get("type") == "function":
+            found[str(entry.get("name"))] = canonical_json(
+                {"name": entry.get("name"), "ref": entry.get("ref")}
+            )
+    return found
+
+
+def check_function_tools(document: Mapping[str, Any], trusted: Mapping[str, Any]) -> None:
+    """Refuse a template bringing a function tool that ``trusted`` (the agent file's or
+    the committed template) does not have with the same name and ref: a function tool
+    names server code to import, so only the operator's agent file may add one. A commit
+    or a playground working copy may keep, drop or reorder them. Raises
+    :class:`TemplateError`."""
+    allowed = _function_entries(trusted.get("tools"))
+    for name, identity in _function_entries(document.get("tools")).items():
+        if allowed.get(name) != identity:
+            raise TemplateError(
+                f"function tool {name!r} is not in the committed agent: function tools name "
+                "server code, so only the agent file can add or change one"
+            )
+
+
+class RevisionConflictError(ConflictError):
+    """The agent changed since the committer read it."""
+
+    code = "revision_conflict"
+
+    def __init__(self, message: str, current: int) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+@dataclass(frozen=True)
+class AgentRevision:
+    agent_id: str
+    revision_id: str
+    version: int
+    template: Mapping[str, Any]
+    committed_at: float
+    committed_by: str
+    summary: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "agentId": self.agent_id,
+            "revisionId": self.revision_id,
+            "version": self.version,
+            "template": dict(self.template),
+            "committedAt": int(self.committed_at * 1000),
+            "committedBy": self.committed_by,
+            "summary": self.summary,
+        }
+
+
+def _decode(agent_id: str, version: int, text: bytes | str) -> AgentRevision:
+    record = json.loads(text)
+    return AgentRevision(
+        agent_id=agent_id,
+        revision_id=record["revision_id"],
+        version=version,
+        template=record["template"],
+        committed_at=float(record["committed_at"]),
+        committed_by=record["committed_by"],
+        summary=record["summary"],
+    )
+
+
+class AgentStore:
+    """One agent's revisions (keys in :class:`runner.keys.AgentKeys`)."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        agent_id: str,
+        seed: Mapping[str, Any],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.agent_id = agent_id
+        self.keys = AgentKeys(agent_id)
+        self.seed = seed
+        self.clock = clock
+        self._commit = redis.register_script(_COMMIT)
+        self._cached: tuple[int, AgentTemplate] | None = None
+
+    async def ensure_seeded(self) -> AgentRevision:
+        """Commit the agent file as a revision unless that very file already is one."""
+        template = load_template(self.seed)
+        await self._write(
+            template, expected=None, by="agent-file", summary="from the agent file",
+            seed_digest=template.digest,
+        )  # fmt: skip
+        version, record = await self.redis.hmget(self.keys.head, ["version", "record"])
+        if version is None or record is None:
+            raise ConflictError("the agent's head revision could not be written")
+        return _decode(self.agent_id, int(version), record)
+
+    async def head(self) -> AgentRevision:
+        version, record = await self.redis.hmget(self.keys.head, ["version", "record"])
+        if record is None or version is None:
+            return await self.ensure_seeded()
+        return _decode(self.agent_id, int(version), record)
+
+    async def current_template(self) -> AgentTemplate:
+        """The head revision's template, parsed once per version (one round trip)."""
+        version_raw = await self.redis.hget(self.keys.head, "version")
+        if version_raw is None:
+            await self.ensure_seeded()
+            version_raw = await self.redis.hget(self.keys.head, "version")
+        version = int(version_raw or 0)
+        if self._cached is not None and self._cached[0] == version:
+            return self._cached[1]
+        revision = await self.get(version)
+        if revision is None:  # moved on meanwhile: take the head as it is now
+            revision = await self.head()
+        template = load_template(revision.template)
+        self._cached = (revision.version, template)
+        return template
+
+    async def get(self, version: int) -> AgentRevision | None:
+        record = await self.redis.hget(self.keys.revisions, str(version))
+        return None if record is None else _decode(self.agent_id, version, record)
+
+    async def history(self, limit: int = 20) -> list[AgentRevision]:
+        head = await self.head()
+        versions = list(range(head.version, max(0, head.version - limit), -1))
+        records = await self.redis.hmget(self.keys.revisions, [str(v) for v in versions])
+        return [_decode(self.agent_id, v, r) for v, r in zip(versions, records, strict=True) if r]
+
+    async def commit(
+        self,
+        document: Mapping[str, Any],
+        *,
+        expected_version: int | None,
+        by: str,
+        summary: str,
+    ) -> AgentRevision:
+        """Commit ``document`` as the next revision. Raises :class:`TemplateError` for an
+        invalid template and :class:`RevisionConflictError` when ``expected_version`` is
+        not the head any more."""
+        head = await self.head()
+        check_function_tools(document, head.template)
+        template = load_template(document)
+        version = await self._write(
+            template, expected=expected_version, by=by, summary=summary, seed_digest=None
+        )
+        revision = await self.get(version)
+        assert revision is not None
+        return revision
+
+    async def _write(
+        self,
+        template: AgentTemplate,
+        *,
+        expected: int | None,
+        by: str,
+        summary: str,
+        seed_digest: str | None,
+    ) -> int:
+        if len(summary) > 500:
+            raise TemplateError("a commit summary has at most 500 characters")
+        revision_id = f"rev_{secrets.token_urlsafe(9)}"
+        record = {
+            "revision_id": revision_id,
+            "template": json.loads(canonical_json(dict(template.raw))),
+            "committed_at": self.clock(),
+            "committed_by": by,
+            "summary": summary,
+        }
+        status, version = await self._commit(
+            keys=[self.keys.head, self.keys.revisions],
+            args=[
+                "" if expected is None else str(expected),
+                json.dumps(record),
+                template.digest,
+                seed_digest or "",
+                revision_id,
+            ],
+        )
+        status = status.decode() if isinstance(status, bytes) else status
+        if status == "conflict":
+            raise RevisionConflictError(
+                f"the agent is at version {int(version)} now, not {expected}: reload and "
+                "commit again",
+                int(version),
+            )
+        return int(version)

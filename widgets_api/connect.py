@@ -1,0 +1,650 @@
+"""The OAuth connect flow of ``request_connection`` (DESIGN §3, §6, §9).
+
+``GET /connect/{provider}/start?chat=&call=`` is the popup's first page. It checks the
+caller owns the pending call, creates a random single-use ``state`` stored server-side
+(chat, call, principal, provider, issuer, PKCE verifier, the hash of a per-flow cookie it
+sets, the playground origin, the redirect URI) and redirects only to the configured
+authorization endpoint.
+
+``GET /connect/{provider}/callback`` takes the state once (GETDEL), requires every bound
+value to match (the path's provider, the per-flow cookie, the signed-in principal, and
+``iss`` where the provider supports RFC 9207), exchanges the code with the stored PKCE
+verifier at the stored provider's token endpoint, stores the connection and settles the
+parked call itself: the server is the source of truth, and the page it renders only
+posts a hint to the playground. A provider error settles the call ``denied``
+(``access_denied``) or ``error``. A callback for a call that has meanwhile been settled
+(timed out, or answered elsewhere) still stores a connection the user authorised, never
+changes the recorded outcome, and says so. A client settle of the call (Not now, Cancel)
+forgets its flow, so a later callback with that state is refused.
+
+``POST /connect/{provider}/use`` settles a pending call with an existing connection of
+the caller's (the agent's re-ask after a retry finds it). ``GET /api/connections`` and
+``DELETE /api/connections/{id}`` list and remove connections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from runner.connection import RedisClient
+from runner.errors import CallNotFoundError, ChatNotFoundError, ParkwayError, SettleConflictError
+from runner.keys import chat_keys, flow_key, flow_pointer_key
+from runner.loop import Runner
+from runner.parking import ParkedCall
+from runner.settling import Settled
+from runner.workflows import REQUEST_CONNECTION
+from widgets_api.connect_page import MESSAGE_TYPE, connect_page
+from widgets_api.connections import (
+    ConnectionStore,
+    TokenExchangeError,
+    call_token_endpoint,
+    oauth_client,
+)
+from widgets_api.providers import Provider, ProviderRegistry
+
+__all__ = ["ConnectFlow", "FlowRecord", "connect_routes", "outcome_summary"]
+
+log = logging.getLogger(__name__)
+
+_START_PARAMS = {"chat", "call", "retry", "origin"}
+_MAX_PARAM = 512
+_FAILED = {"declined", "cancelled", "denied", "error", "timeout"}
+
+
+class FlowRecord(BaseModel):
+    """One started flow, as stored under its state's digest (version 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+    chat: str
+    call: str
+    principal: str
+    provider: str
+    issuer: str | None
+    verifier: str | None
+    cookie_hash: str
+    origin: str
+    redirect_uri: str
+    scopes: list[str]
+    retry: bool
+    created: float
+
+
+def _sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _cookie_name(digest: str) -> str:
+    return f"parkway_flow_{digest[:16]}"
+
+
+def outcome_summary(outcome: dict[str, Any] | None) -> str:
+    """One word for a connect call's recorded outcome: ``connected`` or the reason."""
+    if outcome is None:
+        return "pending"
+    if outcome.get("outcome") == "output":
+        output = outcome.get("output") or {}
+        return "connected" if output.get("connected") else str(output.get("reason", "error"))
+    return str(outcome.get("outcome"))
+
+
+def _json_error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status)
+
+
+class ConnectFlow:
+    """The connect flow's routes and its settle listener (mounted by ``transport``)."""
+
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        redis: RedisClient,
+        providers: ProviderRegistry,
+        connections: ConnectionStore,
+        base_url: str,
+        allowed_origins: tuple[str, ...] = (),
+        cookie_secure: bool = False,
+        flow_ttl_s: int = 600,
+        http_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runner = runner
+        self.redis = redis
+        self.providers = providers
+        self.connections = connections
+        self.base_url = base_url.rstrip("/")
+        self.own_origin = self.base_url
+        self.allowed_origins = {self.own_origin, *allowed_origins}
+        self.cookie_secure = cookie_secure or self.base_url.startswith("https://")
+        self.flow_ttl_s = flow_ttl_s
+        self.http_timeout_s = http_timeout_s
+        self.clock = clock
+
+    def redirect_uri(self, provider: Provider) -> str:
+        """The one exact callback URI of ``provider``: from configuration, never Host."""
+        return f"{self.base_url}/connect/{provider.name}/callback"
+
+    @staticmethod
+    def start_url(provider: str, chat_id: str, tool_call_id: str) -> str:
+        return (
+            f"/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
+            f"&call={quote(tool_call_id, safe='')}"
+        )
+
+    def _principal(self, request: Request) -> str | None:
+        principal = request.app.state.authenticator.authenticate(request)
+        return None if principal is None else str(principal)
+
+    async def _call(self, chat_id: str, call_id: str, principal: str) -> ParkedCall | None:
+        try:
+            keys = chat_keys(chat_id)
+        except ParkwayError:
+            return None
+        owner, calls = await self.runner.store.calls(keys, [call_id])
+        if owner != principal or not calls:
+            return None
+        return calls[0]
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(self, request: Request) -> Response:
+        provider = self.providers.get(request.path_params["provider"])
+        if provider is None:
+            return self._fail(404, "Unknown provider", "This server has no such provider.")
+        params = request.query_params
+        extra = sorted(set(params.keys()) - _START_PARAMS)
+        if extra or any(len(v) > _MAX_PARAM for v in params.values()):
+            return self._fail(400, "Invalid request", "The connect link has unexpected parameters.")
+        principal = self._principal(request)
+        if principal is None:
+            return self._fail(401, "Not signed in", "Sign in to the playground first.")
+        origin = (params.get("origin") or self.own_origin).lower().rstrip("/")
+        if origin not in self.allowed_origins:
+            return self._fail(400, "Invalid request", "That origin is not allowed here.")
+        call = await self._call(params.get("chat", ""), params.get("call", ""), principal)
+        if call is None or call.tool_name != REQUEST_CONNECTION:
+            return self._fail(404, "Request not found", "There is no such connection request.")
+        asked = call.input if isinstance(call.input, dict) else {}
+        if asked.get("provider") != provider.name:
+            return self._fail(400, "Wrong provider", "This request is for another provider.")
+        # A retry is a new flow for a call that ended without a connection; for a call
+        # still pending it is just the flow (the callback settles it).
+        retry = params.get("retry") == "1" and call.outcome is not None
+        summary = outcome_summary(None if call.outcome is None else dict(call.outcome))
+        if call.outcome is not None and not (retry and summary in _FAILED):
+            return self._fail(
+                409, "Request already ended", "This connection request has already ended."
+            )
+        state = secrets.token_urlsafe(32)
+        digest = _sha(state)
+        cookie = secrets.token_urlsafe(32)
+        verifier = secrets.token_urlsafe(64) if provider.pkce == "s256" else None
+        scopes = list(provider.requested_scopes(asked.get("scopes") or ()))
+        record = FlowRecord(
+            chat=str(params.get("chat", "")),
+            call=call.tool_call_id,
+            principal=principal,
+            provider=provider.name,
+            issuer=provider.issuer,
+            verifier=verifier,
+            cookie_hash=_sha(cookie),
+            origin=origin,
+            redirect_uri=self.redirect_uri(provider),
+            scopes=scopes,
+            retry=retry,
+            created=self.clock(),
+        )
+        pointer = flow_pointer_key(record.chat, record.call)
+        previous = await self.redis.get(pointer)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if previous is not None:  # one live flow per call: the older state dies
+                pipe.delete(
+                    flow_key(previous.decode() if isinstance(previous, bytes) else previous)
+                )
+            pipe.set(flow_key(digest), record.model_dump_json(), ex=self.flow_ttl_s)
+            pipe.set(pointer, digest, ex=self.flow_ttl_s)
+            await pipe.execute()
+        client = oauth_client(
+            provider,
+            timeout_s=self.http_timeout_s,
+            redirect_uri=record.redirect_uri,
+            scope=" ".join(scopes) or None,
+            code_challenge_method="S256" if verifier else None,
+        )
+        async with client:
+            url, _ = client.create_authorization_url(
+                provider.authorization_endpoint,
+                state=state,
+                code_verifier=verifier,
+                **dict(provider.authorize_params),
+            )
+        response = RedirectResponse(url, status_code=303)
+        response.headers["cache-control"] = "no-store"
+        response.headers["referrer-policy"] = "no-referrer"
+        response.set_cookie(
+            _cookie_name(digest),
+            cookie,
+            max_age=self.flow_ttl_s,
+            path=f"/connect/{provider.name}/callback",
+            httponly=True,
+            samesite="lax",
+            secure=self.cookie_secure,
+        )
+        return response
+
+    # -- callback ---------------------------------------------------------------------
+
+    async def callback(self, request: Request) -> Response:
+        provider = self.providers.get(request.path_params["provider"])
+        if provider is None:
+            return self._fail(404, "Unknown provider", "This server has no such provider.")
+        params = request.query_params
+        state = params.get("state")
+        if not state or len(state) > _MAX_PARAM:
+            return self._fail(400, "Sign-in not recognised", "The provider's answer has no state.")
+        digest = _sha(state)
+        raw = await self.redis.getdel(flow_key(digest))  # single use, whatever follows
+        if raw is None:
+            return self._fail(
+                400,
+                "Sign-in not recognised",
+                "This sign-in link is unknown, was already used, or has expired.",
+            )
+        try:
+            flow = FlowRecord.model_validate_json(raw)
+        except ValidationError:
+            log.error("connect flow record unreadable; refusing the callback")
+            return self._fail(400, "Sign-in not recognised", "This sign-in cannot be completed.")
+        problem = self._binding_problem(request, provider, flow, digest)
+        if problem is not None:
+            log.warning(
+                "connect callback refused (%s): chat %s call %s", problem, flow.chat, flow.call
+            )
+            return self._fail(
+                400 if problem != "principal" else 403,
+                "Sign-in not accepted",
+                "This sign-in was started elsewhere, or its answer does not match. "
+                "Start again from the chat.",
+            )
+        error = params.get("error")
+        if error is not None:
+            return await self._provider_error(
+                flow, provider, error, params.get("error_description")
+            )
+        code = params.get("code")
+        if not code or len(code) > 4096:
+            return await self._finish_failed(
+                flow, provider, "error", "the provider sent no authorization code"
+            )
+        try:
+            token, account, subject = await self._exchange(provider, flow, code)
+        except TokenExchangeError as exc:
+            log.warning(
+                "connect callback: token exchange with %s failed (%s), chat %s call %s",
+                provider.name,
+                exc.code,
+                flow.chat,
+                flow.call,
+            )
+            return await self._finish_failed(
+                flow, provider, "error", f"the provider refused the sign-in ({exc.code})"
+            )
+        granted = token.get("scope")
+        scopes = granted.split() if isinstance(granted, str) and granted.strip() else flow.scopes
+        connection = await self.connections.save(
+            flow.principal, provider, token, account=account, subject=subject, scopes=scopes
+        )
+        if flow.retry:
+            return self._page_for(flow, provider, "connected", settled_now=False, account=account)
+        try:
+            await self.runner.settle(
+                flow.chat,
+                flow.principal,
+                flow.call,
+                {"outcome": "output", "output": connection.reference()},
+                by="server",
+            )
+        except SettleConflictError as exc:
+            return self._page_for(
+                flow, provider, outcome_summary(exc.existing), settled_now=False, account=account
+            )
+        except (ChatNotFoundError, CallNotFoundError):
+            return self._page_for(flow, provider, "gone", settled_now=False, account=account)
+        return self._page_for(flow, provider, "connected", settled_now=True, account=account)
+
+    def _binding_problem(
+        self, request: Request, provider: Provider, flow: FlowRecord, digest: str
+    ) -> str | None:
+        if flow.provider != provider.name:
+            return "provider"  # a state issued for another provider: a mix-up
+        cookie = request.cookies.get(_cookie_name(digest))
+        if cookie is None or not secrets.compare_digest(_sha(cookie), flow.cookie_hash):
+            return "cookie"  # finished in a browser that did not start it
+        principal = self._principal(request)
+        if principal is None or not secrets.compare_digest(principal, flow.principal):
+            return "principal"
+        iss = request.query_params.get("iss")
+        if provider.iss_parameter and (iss is None or iss != flow.issuer):
+            return "iss"
+        if iss is not None and flow.issuer is not None and iss != flow.issuer:
+            return "iss"
+        return None
+
+    async def _exchange(
+        self, provider: Provider, flow: FlowRecord, code: str
+    ) -> tuple[dict[str, Any], str, str | None]:
+        if provider.pkce == "s256" and not flow.verifier:
+            raise TokenExchangeError("missing_verifier")  # fail closed, never without it
+        extra: dict[str, Any] = {"code": code, "redirect_uri": flow.redirect_uri}
+        if flow.verifier:
+            extra["code_verifier"] = flow.verifier
+
+        async def fetch() -> Any:
+            async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
+                return await client.fetch_token(provider.token_endpoint, **extra)
+
+        token = await call_token_endpoint(fetch)
+        try:
+            account, subject = await self._account(provider, token)
+        except TokenExchangeError:
+            await self._revoke_quietly(provider, token)  # nothing is stored: end the grant
+            raise
+        return token, account, subject
+
+    async def _revoke_quietly(self, provider: Provider, token: dict[str, Any]) -> None:
+        if not provider.revocation_endpoint:
+            return
+        target = token.get("refresh_token") or token.get("access_token")
+        hint = "refresh_token" if token.get("refresh_token") else "access_token"
+        try:
+            async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
+                await client.revoke_token(
+                    provider.revocation_endpoint, token=target, token_type_hint=hint
+                )
+        except Exception as exc:
+            log.warning(
+                "revoking an unused grant at %s failed (%s)", provider.name, type(exc).__name__
+            )
+
+    async def _account(self, provider: Provider, token: dict[str, Any]) -> tuple[str, str | None]:
+        if provider.userinfo_endpoint is None:
+            return f"{provider.display_name} account", None
+        async with oauth_client(provider, timeout_s=self.http_timeout_s, token=token) as client:
+            try:
+                response = await client.get(
+                    provider.userinfo_endpoint, headers={"accept": "application/json"}
+                )
+                info = response.json() if response.status_code == 200 else None
+            except Exception:
+                info = None
+        if not isinstance(info, dict):
+            raise TokenExchangeError("userinfo_failed")
+
+        def first(claims: tuple[str, ...]) -> str | None:
+            for claim in claims:
+                value = info.get(claim)
+                if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                    return str(value)[:200]
+            return None
+
+        subject = first(provider.subject_claims)
+        return first(provider.account_claims) or subject or "account", subject
+
+    async def _provider_error(
+        self, flow: FlowRecord, provider: Provider, error: str, description: str | None
+    ) -> Response:
+        code = "".join(c for c in error if c.isalnum() or c == "_")[:64] or "error"
+        if code == "access_denied":
+            return await self._finish_failed(
+                flow, provider, "denied", "you did not allow access", description=description
+            )
+        return await self._finish_failed(
+            flow, provider, "error", f"the provider answered {code}", description=description
+        )
+
+    async def _finish_failed(
+        self,
+        flow: FlowRecord,
+        provider: Provider,
+        reason: str,
+        message: str,
+        *,
+        description: str | None = None,
+    ) -> Response:
+        output: dict[str, Any] = {"connected": False, "reason": reason}
+        if reason == "error":
+            output["message"] = message
+        summary = reason
+        settled_now = False
+        if not flow.retry:
+            try:
+                await self.runner.settle(
+                    flow.chat,
+                    flow.principal,
+                    flow.call,
+                    {"outcome": "output", "output": output},
+                    by="server",
+                )
+                settled_now = True
+            except SettleConflictError as exc:
+                summary = outcome_summary(exc.existing)
+            except (ChatNotFoundError, CallNotFoundError):
+                summary = "gone"
+        return self._page_for(
+            flow,
+            provider,
+            summary,
+            settled_now=settled_now,
+            detail=message,
+            description=description,
+        )
+
+    def _page_for(
+        self,
+        flow: FlowRecord,
+        provider: Provider,
+        summary: str,
+        *,
+        settled_now: bool,
+        account: str | None = None,
+        detail: str | None = None,
+        description: str | None = None,
+    ) -> Response:
+        name = provider.display_name
+        stored = account is not None
+        if summary == "connected":
+            title = f"{name} connected"
+            text = f"Connected as {account}. You can go back to the chat."
+            if flow.retry:
+                text = f"Connected as {account}. Ask the agent to continue."
+        elif stored:
+            title = f"{name} connected, but the request had ended"
+            ended = {"gone": "no longer exists"}.get(summary, f"had already ended ({summary})")
+            text = (
+                f"Connected as {account} and saved. The agent's request {ended}, so "
+                "nothing changed in the chat: ask the agent to try again."
+            )
+        elif settled_now and summary == "denied":
+            title = f"{name} not connected"
+            text = "You did not allow access. The agent has been told."
+        elif settled_now or flow.retry:
+            title = f"{name} not connected"
+            text = f"The connection did not complete: {detail}."
+            if description:
+                text += f" The provider said: {description[:300]}"
+        else:
+            title = f"{name} not connected"
+            text = (
+                f"The connection did not complete, and the request had already ended ({summary})."
+            )
+        post = {
+            "type": MESSAGE_TYPE,
+            "chatId": flow.chat,
+            "toolCallId": flow.call,
+            "outcome": summary,
+        }
+        return connect_page(
+            status=200 if summary == "connected" or stored else 400,
+            title=title,
+            message=text,
+            ok=summary == "connected" or stored,
+            post=post,
+            target_origin=flow.origin,
+            close=True,
+        )
+
+    @staticmethod
+    def _fail(status: int, title: str, message: str) -> Response:
+        return connect_page(status=status, title=title, message=message, ok=False)
+
+    # -- use an existing connection, list, delete -------------------------------------
+
+    async def use(self, request: Request) -> Response:
+        provider = self.providers.get(request.path_params["provider"])
+        principal = self._principal(request)
+        if principal is None:
+            return _json_error(401, "unauthenticated", "no valid session")
+        if provider is None:
+            return _json_error(404, "not_found", "no such provider")
+        body = await _small_json(request)
+        if body is None:
+            return _json_error(
+                422, "invalid_body", "send {chatId, toolCallId, connectionId} as strings"
+            )
+        chat_id, call_id, connection_id = body
+        call = await self._call(chat_id, call_id, principal)
+        if call is None or call.tool_name != REQUEST_CONNECTION:
+            return _json_error(404, "not_found", "no such connection request")
+        asked = call.input if isinstance(call.input, dict) else {}
+        connection = await self.connections.get(principal, connection_id)
+        if connection is None or connection.provider != provider.name:
+            return _json_error(404, "not_found", "no such connection")
+        if asked.get("provider") != provider.name:
+            return _json_error(409, "wrong_provider", "the request is for another provider")
+        if connection.status != "active":
+            return _json_error(409, "needs_reconnect", "that connection must be connected again")
+        wanted = provider.requested_scopes(asked.get("scopes") or ())
+        missing = [s for s in wanted if s not in connection.scopes]
+        if missing:
+            return _json_error(
+                409, "missing_scope", f"that connection lacks {', '.join(missing)}; connect again"
+            )
+        result = await self.runner.settle(
+            chat_id, principal, call_id, {"outcome": "output", "output": connection.reference()},
+            by="server",
+        )  # fmt: skip
+        return JSONResponse({"outcome": dict(result.call.outcome or {})})
+
+    async def list_connections(self, request: Request) -> Response:
+        principal = self._principal(request)
+        if principal is None:
+            return _json_error(401, "unauthenticated", "no valid session")
+        provider = request.query_params.get("provider")
+        found = await self.connections.list(principal, provider)
+        names = self.providers.names()
+        return JSONResponse(
+            {
+                "connections": [
+                    {**c.public(), "providerName": names.get(c.provider, c.provider)} for c in found
+                ]
+            }
+        )
+
+    async def delete_connection(self, request: Request) -> Response:
+        principal = self._principal(request)
+        if principal is None:
+            return _json_error(401, "unauthenticated", "no valid session")
+        connection_id = str(request.path_params["connection_id"])
+        if len(connection_id) > 64 or not await self.connections.delete(principal, connection_id):
+            return _json_error(404, "not_found", "no such connection")
+        return Response(status_code=204)
+
+    # -- settle listener ----------------------------------------------------------------
+
+    async def on_settled(self, settled: Settled) -> None:
+        """A connect call the browser settled (Not now, Cancel, an error) forgets its
+        flow: a callback arriving later with that state is refused."""
+        if settled.by != "client" or settled.call.tool_name != REQUEST_CONNECTION:
+            return
+        pointer = flow_pointer_key(settled.chat_id, settled.call.tool_call_id)
+        digest = await self.redis.getdel(pointer)
+        if digest is not None:
+            await self.redis.delete(
+                flow_key(digest.decode() if isinstance(digest, bytes) else digest)
+            )
+
+
+async def _small_json(request: Request) -> tuple[str, str, str] | None:
+    body = await request.body()
+    if len(body) > 4096:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or set(data) != {"chatId", "toolCallId", "connectionId"}:
+        return None
+    values = (data["chatId"], data["toolCallId"], data["connectionId"])
+    if not all(isinstance(v, str) and 0 < len(v) <= 256 for v in values):
+        return None
+    return values[0], values[1], values[2]
+
+
+def _flow(request: Request) -> ConnectFlow | None:
+    flow: ConnectFlow | None = getattr(request.app.state, "connect", None)
+    return flow
+
+
+async def _start(request: Request) -> Response:
+    flow = _flow(request)
+    if flow is None:
+        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
+    return await flow.start(request)
+
+
+async def _callback(request: Request) -> Response:
+    flow = _flow(request)
+    if flow is None:
+        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
+    return await flow.callback(request)
+
+
+def _json_route(name: str) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        flow = _flow(request)
+        if flow is None:
+            return _json_error(404, "not_found", "this server has no OAuth providers configured")
+        handler: Callable[[Request], Any] = getattr(flow, name)
+        response: Response = await handler(request)
+        return response
+
+    return endpoint
+
+
+def connect_routes() -> list[Route]:
+    """The connect flow's routes; they find the flow at ``app.state.connect``."""
+    return [
+        Route("/connect/{provider}/start", _start, methods=["GET"]),
+        Route("/connect/{provider}/callback", _callback, methods=["GET"]),
+        Route("/connect/{provider}/use", _json_route("use"), methods=["POST"]),
+        Route("/api/connections", _json_route("list_connections"), methods=["GET"]),
+        Route(
+            "/api/connections/{connection_id}",
+            _json_route("delete_connection"),
+            methods=["DELETE"],
+        ),
+    ]
