@@ -117,12 +117,12 @@ DEMO_AGENT: dict[str, Any] = {
                 ],
                 [
                     {"text": "Thanks. Results so far: {{last_tool_results}}. "},
-                    {"text": "To file the report I need a GitHub connection."},
+                    {"text": "To file the report I need a connection to your demo account."},
                     {
                         "tool_call": {
                             "name": "request_connection",
                             "input": {
-                                "provider": "github",
+                                "provider": "demo",
                                 "scopes": ["repo"],
                                 "reason": "File the weather report as an issue.",
                             },

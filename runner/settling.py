@@ -176,6 +176,10 @@ class Settling:
         if owner is None or owner != principal:
             raise ChatNotFoundError("no such chat")
         by_id = {c.tool_call_id: c for c in pending}
+        # An answer naming a call this chat has (settled already) is that call's answer,
+        # never a stand-in for another pending call with the same key.
+        unknown = [a.tool_call_id for a in answers if a.tool_call_id not in by_id]
+        known = await self.store.existing_calls(keys, unknown) if unknown else set()
         used: set[str] = set()
         matched: list[tuple[ParkedCall, Answer]] = []
         for answer in answers:
@@ -191,7 +195,11 @@ class Settling:
                         f"approval id {answer.approval_id!r} does not belong to call "
                         f"{call.tool_call_id!r}"
                     )
-            elif answer.match_by_key and answer.tool_call_id not in by_id:
+            elif (
+                answer.match_by_key
+                and answer.tool_call_id not in by_id
+                and answer.tool_call_id not in known
+            ):
                 key = self._key_of(answer)
                 call = next(
                     (c for c in pending if c.key == key and c.tool_call_id not in used), None

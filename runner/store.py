@@ -374,6 +374,11 @@ class ChatStore:
         calls = [decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec]
         return (None if owner is None else _s(owner)), calls
 
+    async def existing_calls(self, keys: ChatKeys, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are parked calls of the chat (pending or settled)."""
+        records = await self.redis.hmget(keys.calls, list(ids))
+        return {i for i, rec in zip(ids, records, strict=True) if rec is not None}
+
     async def load(self, keys: ChatKeys) -> ChatRecord | None:
         """The whole chat (meta, history, every parked call), or None if absent."""
         pipe = self.redis.pipeline(transaction=False)

@@ -148,6 +148,13 @@ def providers_config(port: int, peer: OidcPeer, broken: BrokenTokenServer) -> st
                 "scopes": ["openid", "profile"],
             },
             {
+                "name": "wrongsecret",
+                "issuer": peer.issuer,
+                "client_id": "parkway",
+                "client_secret": "not-the-secret-" + "q" * 24,
+                "scopes": ["openid"],
+            },
+            {
                 "name": "broken",
                 "discovery": False,
                 "authorization_endpoint": f"{broken.url}/authorize",
@@ -166,7 +173,10 @@ def peer_clients(port: int) -> list[dict[str, Any]]:
         {
             "client_id": "parkway",
             "client_secret": ACME_SECRET,
-            "redirect_uris": [f"{base}/connect/acme/callback"],
+            "redirect_uris": [
+                f"{base}/connect/acme/callback",
+                f"{base}/connect/wrongsecret/callback",
+            ],
         },
         {
             "client_id": "other",

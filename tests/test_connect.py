@@ -626,3 +626,41 @@ def test_two_tabs_finishing_the_same_flow_redeem_the_code_once(rig: Rig, browser
     assert sorted(a.status_code for a in answers) == [200, 400]
     assert code_requests(rig) == 1
     assert len(browser.get("/api/connections").json()["connections"]) == 1
+
+
+def test_a_lost_pkce_verifier_fails_closed_without_a_token_request(
+    rig: Rig, browser: Browser
+) -> None:
+    """§10: a flow record without its verifier (lost, or written by a bug) never leads to
+    a token request without PKCE; the call ends in an error result."""
+    call = browser.park("c-verifier")
+    callback_url = authorize(browser, browser.start("acme", "c-verifier", call))
+
+    async def drop(client: Redis) -> None:
+        [key] = [k async for k in client.scan_iter(match="pw:flow:*")]
+        record = json.loads(await client.get(key))
+        record["verifier"] = None
+        await client.set(key, json.dumps(record), keepttl=True)
+
+    on_redis(rig, drop)
+    assert browser.get(callback_url).status_code == 400
+    assert code_requests(rig) == 0
+    outcome = outcome_of(browser, "c-verifier", call)
+    assert outcome is not None and "missing_verifier" in outcome["message"]
+
+
+def test_a_wrong_client_secret_is_an_error_result_and_stays_out_of_logs(
+    rig: Rig, browser: Browser, caplog: pytest.LogCaptureFixture
+) -> None:
+    """§14 invalid_client: the provider refuses the client (401); nothing is stored and
+    neither secret appears in a log line."""
+    caplog.set_level(logging.DEBUG)
+    call = browser.park("c-client", provider="wrongsecret")
+    page = browser.get(authorize(browser, browser.start("wrongsecret", "c-client", call)))
+    assert page.status_code == 400
+    assert rig.peer.stats()["token_errors"].get("invalid_client") == 1
+    outcome = outcome_of(browser, "c-client", call)
+    assert outcome is not None and "invalid_client" in outcome["message"]
+    assert browser.get("/api/connections").json()["connections"] == []
+    assert "not-the-secret-" not in caplog.text
+    assert "acme-client-secret" not in caplog.text
