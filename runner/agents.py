@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.canonical import canonical_json
 from runner.connection import RedisClient
-from runner.errors import ConflictError, TemplateError
+from runner.errors import ConflictError, EditingDisabledError, TemplateError
 from runner.keys import AgentKeys
 from runner.template import AgentTemplate, load_template
 
@@ -52,24 +52,28 @@ def _function_entries(tools: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     for entry in tools if isinstance(tools, list) else []:
         if isinstance(entry, Mapping) and entry.get("type") == "function":
+            # everything but the description: the code, its approval policy, edits,
+            # timeouts and schema are the operator's, not the playground's, to change
             found[str(entry.get("name"))] = canonical_json(
-                {"name": entry.get("name"), "ref": entry.get("ref")}
+                {k: v for k, v in entry.items() if k != "description"}
             )
     return found
 
 
 def check_function_tools(document: Mapping[str, Any], trusted: Mapping[str, Any]) -> None:
-    """Refuse a template bringing a function tool that ``trusted`` (the agent file's or
-    the committed template) does not have with the same name and ref: a function tool
-    names server code to import, so only the operator's agent file may add one. A commit
-    or a playground working copy may keep, drop or reorder them. Raises
+    """Refuse a template bringing a function tool that ``trusted`` (the committed
+    template, which the agent file seeded) does not have exactly (only its description
+    may differ): a function tool names server code to import and carries the operator's
+    approval policy, so only the agent file may add or change one. A commit or a
+    playground working copy may keep, drop or reorder them. Raises
     :class:`TemplateError`."""
     allowed = _function_entries(trusted.get("tools"))
     for name, identity in _function_entries(document.get("tools")).items():
         if allowed.get(name) != identity:
             raise TemplateError(
-                f"function tool {name!r} is not in the committed agent: function tools name "
-                "server code, so only the agent file can add or change one"
+                f"function tool {name!r} differs from the committed agent's: function tools "
+                "name server code and carry the operator's approval policy, so only the "
+                "agent file can add or change one"
             )
 
 
@@ -128,9 +132,13 @@ class AgentStore:
         seed: Mapping[str, Any],
         *,
         clock: Callable[[], float] = time.time,
+        editable: bool = True,
     ) -> None:
         self.redis = redis
         self.agent_id = agent_id
+        # Whether commits (and playground working copies) are allowed at all: the agent
+        # is shared by every user of the server.
+        self.editable = editable
         self.keys = AgentKeys(agent_id)
         self.seed = seed
         self.clock = clock
@@ -192,6 +200,10 @@ class AgentStore:
         """Commit ``document`` as the next revision. Raises :class:`TemplateError` for an
         invalid template and :class:`RevisionConflictError` when ``expected_version`` is
         not the head any more."""
+        if not self.editable:
+            raise EditingDisabledError(
+                "agent editing is off on this server (setting agent_editing)"
+            )
         head = await self.head()
         check_function_tools(document, head.template)
         template = load_template(document)

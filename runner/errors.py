@@ -8,6 +8,7 @@ The tree::
     │   ├── NotPlainJSONError         a value that must be plain JSON is not
     │   ├── InvalidOutcomeError       an outcome that the call's kind or schema does not allow
     │   ├── OutcomeNotAllowedError    an outcome this settler may not record (403)
+    │   ├── EditingDisabledError      agent editing is off on this server (403)
     │   ├── ChatNotFoundError         no such chat, or not the caller's (callers cannot tell)
     │   ├── CallNotFoundError         no such parked call in the chat
     │   └── AnswerMismatchError       an answer names a pending call but carries other input
@@ -35,6 +36,7 @@ __all__ = [
     "ChatNotFoundError",
     "ConflictError",
     "DuplicateMessageError",
+    "EditingDisabledError",
     "IncompatibleStateError",
     "InvalidOutcomeError",
     "NotPlainJSONError",
@@ -72,6 +74,10 @@ class InvalidOutcomeError(CallerError):
 
 class OutcomeNotAllowedError(CallerError):
     code = "outcome_not_allowed"
+
+
+class EditingDisabledError(CallerError):
+    code = "agent_editing_off"
 
 
 class ChatNotFoundError(CallerError):

@@ -173,6 +173,8 @@ class ServerThread:
         **settings: Any,
     ) -> None:
         self.port = port or free_port()
+        # Test servers play the local playground: agent editing on unless a test says.
+        settings.setdefault("agent_editing", True)
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=Secret(TEST_SECRET),

@@ -50,8 +50,8 @@ async def api_for(redis_url: str, redis: Redis) -> AsyncIterator[Any]:
     servers: list[Any] = []
     clients: list[Api] = []
 
-    async def make(doc: dict[str, Any], model: Any = None) -> Api:
-        context = server_thread(redis_url, doc, model=model)
+    async def make(doc: dict[str, Any], model: Any = None, **settings: Any) -> Api:
+        context = server_thread(redis_url, doc, model=model, **settings)
         server = context.__enter__()
         servers.append(context)
         client = await Api(server.base_url).login()
@@ -144,7 +144,7 @@ async def test_direct_commit_is_versioned_and_refuses_stale_or_unsafe_changes(
         "/api/agent/commit", json={"template": evil, "expectedVersion": 2}
     )
     assert refused.status_code == 422
-    assert "function tool 'x'" in refused.json()["error"]["message"]
+    assert "function tool 'x' differs" in refused.json()["error"]["message"]
     broken = await api.http.post(
         "/api/agent/commit",
         json={"template": {**changed, "tools": [{"type": "nope"}]}, "expectedVersion": 2},
@@ -228,3 +228,49 @@ async def test_a_new_agent_file_is_committed_once_as_a_new_revision(redis: Redis
     template = await AgentStore(redis, "seeded", second).current_template()
     assert template.instructions == "two"
     assert load_template(first).digest != template.digest
+
+
+async def test_editing_is_off_by_default_with_a_shared_redis(api_for: Any) -> None:
+    """With an external Redis the agent is shared by every user (and anyone can get a
+    session), so commits, working copies and commit_config are refused unless the
+    operator turns agent_editing on."""
+    api = await api_for(agent("allow"), agent_editing=None)
+    head = (await api.http.get("/api/agent")).json()
+    assert head["editable"] is False
+    refused = await api.http.post(
+        "/api/agent/commit", json={"template": head["template"], "expectedVersion": 1}
+    )
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "agent_editing_off"
+    working = await api.chat("c-off", [user_message("hi")], agentTemplate=head["template"])
+    assert working.status_code == 403
+    chunks = await api.say("c-off-2", "change yourself")
+    errors = [c for c in chunks if c["type"] == "tool-output-error"]
+    assert errors and "agent editing is off" in errors[0]["errorText"]
+    assert (await api.http.get("/api/agent")).json()["version"] == 1
+
+
+async def test_a_commit_cannot_loosen_an_operator_function_tool(api_for: Any) -> None:
+    """Only a tool's description may change: its approval policy, edits and code are the
+    operator's (a commit or working copy turning approval off is refused)."""
+    api = await api_for(agent_doc([], tools=[WEATHER_TOOL | {"needs_approval": True}]))
+    head = (await api.http.get("/api/agent")).json()
+    [tool] = head["template"]["tools"]
+    loosened = {**head["template"], "tools": [{**tool, "needs_approval": False}]}
+    refused = await api.http.post(
+        "/api/agent/commit", json={"template": loosened, "expectedVersion": 1}
+    )
+    assert refused.status_code == 422
+    assert (
+        await api.chat("c-loose", [user_message("hi")], agentTemplate=loosened)
+    ).status_code == 422
+    described = {**head["template"], "tools": [{**tool, "description": "Weather, kindly."}]}
+    ok = await api.http.post(
+        "/api/agent/commit", json={"template": described, "expectedVersion": 1}
+    )
+    assert ok.status_code == 201, ok.text
+    stale = await api.http.post(
+        "/api/agent/commit", json={"template": described, "expectedVersion": 1}
+    )
+    assert stale.status_code == 409
+    assert stale.json()["error"]["currentVersion"] == 2

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runner.agents import AgentStore, check_function_tools
+from runner.agents import AgentStore, RevisionConflictError, check_function_tools
 from runner.errors import TemplateError
 from runner.template import AgentTemplate, load_template
 from transport.errors import HTTPError
@@ -56,6 +56,7 @@ async def get_agent(request: Request) -> Response:
     return JSONResponse(
         {
             **head.public(),
+            "editable": store.editable,
             "revisions": [
                 {k: v for k, v in r.public().items() if k != "template"} for r in revisions
             ],
@@ -77,12 +78,15 @@ async def commit_agent(request: Request) -> Response:
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise HTTPError(422, "invalid_body", f"{where}: {first['msg']}") from None
     store = _agents(request)
-    revision = await store.commit(
-        body.template,
-        expected_version=body.expectedVersion,
-        by=f"user:{principal}",
-        summary=body.summary or "edited in the playground",
-    )
+    try:
+        revision = await store.commit(
+            body.template,
+            expected_version=body.expectedVersion,
+            by=f"user:{principal}",
+            summary=body.summary or "edited in the playground",
+        )
+    except RevisionConflictError as exc:
+        raise HTTPError(409, exc.code, str(exc), currentVersion=exc.current) from None
     return JSONResponse(
         {k: v for k, v in revision.public().items() if k != "template"}, status_code=201
     )

@@ -125,6 +125,22 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok", "redis": "ok"})
 
 
+class RedactCallbackQuery(logging.Filter):
+    """Keeps OAuth codes and states out of the access log: uvicorn logs each request's
+    path with its query string, and a connect callback's query holds both."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            path = args[2]
+            if path.startswith("/connect/") and "?" in path:
+                record.args = (*args[:2], path.split("?", 1)[0] + "?[redacted]", *args[3:])
+        return True
+
+
+_ACCESS_FILTER = RedactCallbackQuery()
+
+
 def _agent_id(settings: Settings, agent: AgentFile) -> str:
     """The agent's id for its revisions: ``demo`` for the built-in demo, the agent file's
     name, or (an agent given in code) a digest of its template."""
@@ -145,6 +161,9 @@ def create_app(
     """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo);
     ``authenticator`` replaces the default signed-session authenticator."""
     settings = settings or Settings()
+    access_log = logging.getLogger("uvicorn.access")
+    if _ACCESS_FILTER not in access_log.filters:
+        access_log.addFilter(_ACCESS_FILTER)
     if agent is None:
         agent = (
             load_agent_file(settings.agent_file)
@@ -184,7 +203,12 @@ def create_app(
         try:
             await redis.ping()
             app.state.redis = redis
-            agents = AgentStore(redis, agent_id, dict(agent.template.raw))
+            agents = AgentStore(
+                redis,
+                agent_id,
+                dict(agent.template.raw),
+                editable=settings.agent_editing_enabled,
+            )
             await agents.ensure_seeded()
             app.state.agents = agents
             app.state.runner = Runner(
@@ -241,6 +265,8 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             *widget_routes(),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
+            # RFC 8414 §3.1 puts the well-known segment before the issuer's path
+            Route(f"/.well-known/oauth-authorization-server{DEMO_MOUNT}", DemoDispatch()),
         ],
         middleware=[Middleware(OriginGuard, settings=settings)],
         exception_handlers={

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -78,12 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from runner.errors import TemplateError
     from transport.app import create_app
     from transport.settings import Settings, SettingsError
-    from widgets_api.providers import ProviderConfigError
+    from widgets_api.oauth import check_providers
+    from widgets_api.providers import ProviderConfigError, parse_provider_specs
 
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = Settings.from_sources(flags)
         app = create_app(settings)
+        specs = tuple(parse_provider_specs(settings.oauth_providers))
+        if specs:
+            asyncio.run(
+                check_providers(specs, environ=os.environ, timeout_s=settings.oauth_http_timeout_s)
+            )
     except (SettingsError, TemplateError, ProviderConfigError) as exc:
         print(f"parkway: {exc}", file=sys.stderr)
         return 2

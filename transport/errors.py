@@ -19,6 +19,7 @@ from runner.errors import (
     CallNotFoundError,
     ChatNotFoundError,
     ConflictError,
+    EditingDisabledError,
     InvalidOutcomeError,
     NotPlainJSONError,
     OutcomeNotAllowedError,
@@ -48,7 +49,7 @@ class HTTPError(Exception):
 def status_for(exc: ParkwayError) -> int:
     if isinstance(exc, ChatNotFoundError | CallNotFoundError):
         return 404
-    if isinstance(exc, OutcomeNotAllowedError):
+    if isinstance(exc, OutcomeNotAllowedError | EditingDisabledError):
         return 403
     if isinstance(exc, AnswerMismatchError):
         return 409

@@ -123,7 +123,11 @@ async def post_chat(request: Request) -> Response:
         if isinstance(body, dict) and body.get("agentTemplate") is not None:
             # the playground's working copy (build kit on, or edits not yet committed)
             agents = getattr(request.app.state, "agents", None)
-            committed = await agents.current_template() if agents else runner.template
+            if agents is None or not agents.editable:
+                raise HTTPError(
+                    403, "agent_editing_off", "agent editing (and working copies) is off here"
+                )
+            committed = await agents.current_template()
             template = working_template(body["agentTemplate"], committed)
         run = await runner.start_turn(
             post.chat_id,

@@ -78,6 +78,7 @@ class Settings:
     oauth_providers: str | None = None
     token_key: Secret | None = None
     demo_oauth: bool | None = None
+    agent_editing: bool | None = None
     connect_flow_ttl_s: int = 600
     connection_ttl_s: int = 180 * 24 * 3600
     oauth_http_timeout_s: float = 10.0
@@ -143,7 +144,7 @@ class Settings:
                 if not 0 < timeout <= 120:
                     raise ValueError
                 return timeout
-            if name in {"cookie_secure", "demo_oauth"}:
+            if name in {"cookie_secure", "demo_oauth", "agent_editing"}:
                 if isinstance(raw, bool):
                     return raw
                 text_value = str(raw).lower()
@@ -209,6 +210,13 @@ class Settings:
         """The built-in demo OAuth provider: on by default with the embedded Redis."""
         return self.embedded if self.demo_oauth is None else self.demo_oauth
 
+    @property
+    def agent_editing_enabled(self) -> bool:
+        """Whether users may commit the agent and run working copies: on by default with
+        the embedded Redis (a local playground), off otherwise (the agent is shared by
+        every user, and with the default authenticator anyone can get a session)."""
+        return self.embedded if self.agent_editing is None else self.agent_editing
+
     def resolve_token_key(self) -> Secret:
         """The key that encrypts OAuth tokens at rest: the configured one; for the
         embedded default a generated key persisted in the data folder. With an external
@@ -218,7 +226,8 @@ class Settings:
         if not self.embedded:
             raise SettingsError(
                 "PARKWAY_TOKEN_KEY is required with an external Redis when OAuth providers "
-                "are configured: every worker must decrypt the same tokens (make one with "
+                "or the demo provider are configured: every worker must decrypt the same "
+                "tokens (make one with "
                 "`python -c 'import secrets,base64;"
                 "print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())'`)"
             )

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from runner.parking import ParkedCall
+from runner.workflows import REQUEST_CONNECTION
 
 __all__ = ["describe_call"]
 
@@ -41,7 +42,7 @@ def describe_call(
     if call.kind == "approval":
         descriptor["approvalId"] = call.approval_id
         descriptor["allowEdits"] = call.allow_edits
-    if kind == "connect" and isinstance(call.input, dict):
+    if kind == "connect" and call.tool_name == REQUEST_CONNECTION and isinstance(call.input, dict):
         provider = str(call.input.get("provider") or "")
         descriptor["provider"] = provider
         descriptor["scopes"] = list(call.input.get("scopes") or [])

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from starlette.responses import JSONResponse
@@ -34,7 +35,14 @@ from widgets_api.providers import (
 )
 from widgets_api.tokens import TokenCipher
 
-__all__ = ["DEMO_MOUNT", "DemoDispatch", "OAuthRuntime", "OAuthSettings", "start_oauth"]
+__all__ = [
+    "DEMO_MOUNT",
+    "DemoDispatch",
+    "OAuthRuntime",
+    "OAuthSettings",
+    "check_providers",
+    "start_oauth",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +112,19 @@ def demo_client_secret(secret: str) -> str:
     return hmac.new(secret.encode(), b"parkway.demo-oauth.client", hashlib.sha256).hexdigest()
 
 
+async def check_providers(
+    specs: tuple[ProviderSpec, ...], *, environ: Mapping[str, str], timeout_s: float
+) -> None:
+    """Resolve the configured providers once (discovery included) and raise
+    :class:`ProviderConfigError` for the first unusable one: ``parkway serve`` calls it
+    before serving, so a bad provider is a one-line error, not a failed startup."""
+
+    async def fetch(url: str) -> Any:
+        return await _fetch_json(url, timeout_s)
+
+    await load_providers(specs, fetch=fetch, environ=environ)
+
+
 async def start_oauth(
     settings: OAuthSettings,
     *,
@@ -121,6 +142,11 @@ async def start_oauth(
 
     providers = await load_providers(settings.specs, fetch=fetch, environ=environ)
     demo: DemoProvider | None = None
+    if settings.demo and urlsplit(redis_url).scheme not in {"redis", "rediss", "unix"}:
+        raise ProviderConfigError(
+            "the demo OAuth provider needs a single Redis server (redis://, rediss:// or "
+            "unix://), not a Cluster or Sentinel URL: turn it off with demo_oauth=false"
+        )
     if settings.demo:
         issuer = f"{settings.base_url}{DEMO_MOUNT}"
         secret = demo_client_secret(settings.secret)
