@@ -31,7 +31,6 @@ import secrets
 import time
 from collections.abc import Callable
 from typing import Any, Literal
-from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
@@ -137,13 +136,6 @@ class ConnectFlow:
     def redirect_uri(self, provider: Provider) -> str:
         """The one exact callback URI of ``provider``: from configuration, never Host."""
         return f"{self.base_url}/connect/{provider.name}/callback"
-
-    @staticmethod
-    def start_url(provider: str, chat_id: str, tool_call_id: str) -> str:
-        return (
-            f"/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
-            f"&call={quote(tool_call_id, safe='')}"
-        )
 
     def _principal(self, request: Request) -> str | None:
         principal = request.app.state.authenticator.authenticate(request)
