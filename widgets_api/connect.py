@@ -358,15 +358,8 @@ class ConnectFlow:
         return token, account, subject
 
     async def _revoke_quietly(self, provider: Provider, token: dict[str, Any]) -> None:
-        if not provider.revocation_endpoint:
-            return
-        target = token.get("refresh_token") or token.get("access_token")
-        hint = "refresh_token" if token.get("refresh_token") else "access_token"
         try:
-            async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
-                await client.revoke_token(
-                    provider.revocation_endpoint, token=target, token_type_hint=hint
-                )
+            await self.connections.revoke(provider, token)
         except Exception as exc:
             log.warning(
                 "revoking an unused grant at %s failed (%s)", provider.name, type(exc).__name__

@@ -293,7 +293,7 @@ class ConnectionStore:
         if provider is not None and provider.revocation_endpoint:
             try:
                 token = self._open(principal, connection_id, raw)
-                await self._revoke(provider, token)
+                await self.revoke(provider, token)
             except Exception as exc:
                 log.warning(
                     "revoking connection %s at %s failed (%s); deleting it here anyway",
@@ -309,7 +309,11 @@ class ConnectionStore:
             await pipe.execute()
         return True
 
-    async def _revoke(self, provider: Provider, token: dict[str, Any]) -> None:
+    async def revoke(self, provider: Provider, token: dict[str, Any]) -> None:
+        """Revoke a grant at the provider (its refresh token, else its access token);
+        nothing to do where the provider has no revocation endpoint."""
+        if not provider.revocation_endpoint:
+            return
         target = token.get("refresh_token") or token.get("access_token")
         hint = "refresh_token" if token.get("refresh_token") else "access_token"
         async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:

@@ -45,12 +45,15 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 #: The only names ``/static/{name}`` serves, with their content types. ``overlay.js``
-#: is the build-kit overlay merge shared with the server's tests (DESIGN §10); it is
-#: served once it exists.
+#: is the build-kit overlay merge shared with the server's tests (DESIGN §10); the other
+#: scripts are the page's ES modules (``playground.js`` imports the rest).
 STATIC_FILES: dict[str, str] = {
     "playground.html": "text/html; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
     "playground.js": "text/javascript; charset=utf-8",
+    "playground-base.js": "text/javascript; charset=utf-8",
+    "agent-panel.js": "text/javascript; charset=utf-8",
+    "commit-diff.js": "text/javascript; charset=utf-8",
     "overlay.js": "text/javascript; charset=utf-8",
 }
 

@@ -9,62 +9,31 @@
 // renders a widget for each parked call, rebuilds a chat from GET /api/chats/{id} on
 // reload, and polls call status so another tab's (or the server's) answer shows up.
 //
+// Modules: playground-base.js (shared helpers and the API client), agent-panel.js (the
+// agent panel: working template, build kit, commit), commit-diff.js (commit_config's
+// patch and line diff), and the classic script overlay.js (the build-kit merge).
+//
 // Sections:
-//   1. util      ids, canonical JSON, a tiny DOM builder, tool-part helpers
-//   2. api       fetch wrapper: cookie session bootstrap on 401, JSON errors
+//   1. util      constants, tool-part helpers
+//   2. api       (in playground-base.js)
 //   3. sse       reading a UI message stream body into chunks
 //   4. stream    the UI message reducer: chunks -> message parts (StreamRun)
 //   5. chat      the controller: send, continue, sync, follow, polling, answers
-//   6. widgets   registry + approval, choice, connect, client, unsupported widgets
+//   6. widgets   registry + approval, commit, choice, connect, client, unsupported widgets
 //   7. view      rendering messages, tool calls and widget cards
 //   8. boot
 
+import { agentPanel } from "/static/agent-panel.js";
+import { applyPatch, diffView } from "/static/commit-diff.js";
+import { API_ORIGIN, api, canonical, errorMessage, h, newId, pretty, sameOrigin } from "/static/playground-base.js";
+
 // -- 1. util ---------------------------------------------------------------------------
 
-/** The API's origin. The page is served by the API, so it is the page's own origin. */
-const API_ORIGIN = window.location.origin;
 const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const PENDING_POLL_MS = 2000;
 const CONNECT_POLL_MS = 1000;
 const POPUP_CLOSED_GRACE_MS = 3000;
 const RESOLVED = new Set(["output-available", "output-error", "output-denied", "approval-responded"]);
-
-function newId(prefix) {
-  const bytes = new Uint8Array(10);
-  crypto.getRandomValues(bytes);
-  return `${prefix}_${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
-function pretty(value) {
-  return value === undefined ? "" : JSON.stringify(value, null, 2);
-}
-
-/** JSON with sorted object keys: equal values give equal strings. */
-function canonical(value) {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const keys = Object.keys(value).sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
-  }
-  return JSON.stringify(value);
-}
-
-/** h("div", {class: "x", "data-action": "go", onclick: fn}, child, "text", ...) */
-function h(tag, attrs, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") el.className = value;
-    else if (key === "text") el.textContent = value;
-    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
-    else el.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
-  return el;
-}
 
 function toolNameOf(part) {
   if (part.type === "dynamic-tool") return typeof part.toolName === "string" ? part.toolName : null;
@@ -89,70 +58,9 @@ function lastStep(message) {
   return message.parts.slice(start + 1);
 }
 
-/** A same-origin URL from a descriptor, or null: the page never follows a descriptor
- *  to another origin. */
-function sameOrigin(url) {
-  if (typeof url !== "string" || !url) return null;
-  try {
-    const parsed = new URL(url, API_ORIGIN);
-    return parsed.origin === API_ORIGIN ? parsed.pathname + parsed.search : null;
-  } catch {
-    return null;
-  }
-}
-
 function callPath(chatId, toolCallId) {
   return `/api/chats/${encodeURIComponent(chatId)}/calls/${encodeURIComponent(toolCallId)}`;
 }
-
-function errorMessage(body, status) {
-  const error = body && typeof body === "object" ? body.error : null;
-  if (error && typeof error.message === "string") return error.message;
-  return `The request failed (HTTP ${status}).`;
-}
-
-// -- 2. api ----------------------------------------------------------------------------
-
-const api = {
-  sessionPromise: null,
-
-  /** POST /api/sessions once, however many requests found themselves without one. A
-   *  request that already carries a valid cookie keeps its principal. */
-  ensureSession() {
-    if (!this.sessionPromise) {
-      this.sessionPromise = fetch("/api/sessions", { method: "POST", credentials: "same-origin" })
-        .then((response) => {
-          if (!response.ok) throw new Error(`could not start a session (HTTP ${response.status})`);
-        })
-        .finally(() => {
-          this.sessionPromise = null;
-        });
-    }
-    return this.sessionPromise;
-  },
-
-  /** fetch, with a session created and the request retried once on 401. */
-  async fetch(url, { method = "GET", body, signal } = {}) {
-    const init = { method, credentials: "same-origin", cache: "no-store", headers: {}, signal };
-    if (body !== undefined) {
-      init.headers["content-type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let response = await fetch(url, init);
-    if (response.status === 401) {
-      await this.ensureSession();
-      response = await fetch(url, init);
-    }
-    return response;
-  },
-
-  /** fetch and read a JSON answer: {ok, status, data}. */
-  async json(url, options) {
-    const response = await this.fetch(url, options);
-    const data = await response.json().catch(() => null);
-    return { ok: response.ok, status: response.status, data };
-  },
-};
 
 // -- 3. sse ----------------------------------------------------------------------------
 
@@ -374,6 +282,7 @@ class StreamRun {
           if (type === "data-parkway-widget" && chunk.data && typeof chunk.id === "string") {
             this.chat.descriptors.set(chunk.id, chunk.data);
           }
+          if (type === "data-committed-revision" && chunk.data) agentPanel.committed(chunk.data);
         }
         // Sources, files and chunk types this page does not show are left out.
         break;
@@ -476,8 +385,17 @@ const chat = {
 
   // -- sending ------------------------------------------------------------------------
 
+  /** Start a turn with the user's message. Returns false when it was not sent (the
+   *  working template cannot be used: the banner says why). */
   async send(text) {
-    if (this.busy()) return;
+    if (this.busy()) return false;
+    this.setStatus("submitted");
+    const turn = await agentPanel.forTurn();
+    if (turn.error) {
+      this.setStatus("ready");
+      view.banner(turn.error);
+      return false;
+    }
     if (!this.id) {
       this.id = newId("chat");
       const url = new URL(window.location.href);
@@ -489,7 +407,11 @@ const chat = {
     this.answers.clear();
     this.messages.push({ id: newId("u"), role: "user", parts: [{ type: "text", text }] });
     view.render();
-    await this.post({ id: this.id, messages: this.messages, trigger: "submit-message" }, []);
+    const body = { id: this.id, messages: this.messages, trigger: "submit-message" };
+    // The build kit over the working template, or uncommitted edits: this turn only.
+    if (turn.template !== undefined) body.agentTemplate = turn.template;
+    await this.post(body, []);
+    return true;
   },
 
   /** Record an answer to a parked call in its tool part, as `addToolOutput` /
@@ -970,6 +892,80 @@ class ApprovalWidget extends Widget {
   }
 }
 
+/** commit_config: the agent asks to change its own template. The card shows the
+ *  summary and a line diff of the committed head against what the server would commit
+ *  (runner/commits.py `apply_patch`, mirrored by commit-diff.js `applyPatch`). */
+class CommitApprovalWidget extends ApprovalWidget {
+  constructor(id) {
+    super(id);
+    this.root.dataset.tool = "commit_config";
+    this.committed = null; // {version, template}: the head the diff is drawn against
+    this.committedError = "";
+    this.fetching = false;
+  }
+
+  title() {
+    return "Approve this change to the agent?";
+  }
+
+  drawKey(ctx, state) {
+    return [...super.drawKey(ctx, state), this.committed && this.committed.version, this.committedError];
+  }
+
+  draw(ctx, state) {
+    if (state !== "pending" || ctx.desc.allowEdits === true) return super.draw(ctx, state);
+    if (!this.committed && !this.committedError && !this.fetching) this.fetchCommitted();
+    const input = ctx.input && typeof ctx.input === "object" ? ctx.input : {};
+    const summary = typeof input.summary === "string" ? input.summary : "";
+    let diff;
+    if (this.committedError) {
+      diff = h("p", { class: "widget-error", text: this.committedError });
+    } else if (!this.committed) {
+      diff = h("p", { class: "widget-result widget-result-neutral", text: "Loading the current template…" });
+    } else {
+      try {
+        diff = diffView(this.committed.template, applyPatch(this.committed.template, input));
+      } catch (error) {
+        diff = h("p", { class: "widget-error", "data-testid": "commit-diff-error", text: `The patch cannot be applied: ${error.message}` });
+      }
+    }
+    return [
+      this.head(ctx, "Agent change"),
+      summary ? h("p", { class: "commit-summary", "data-testid": "commit-summary-text", text: summary }) : null,
+      h("div", { class: "tool-label", text: this.committed ? `Changes to version ${this.committed.version}` : "Changes" }),
+      diff,
+      h("details", { class: "commit-raw" }, h("summary", {}, "The call's input"), h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) })),
+      h("label", { class: "widget-field", for: this.reason.id }, "Reason (optional, sent with a denial)", this.reason),
+      h(
+        "div",
+        { class: "widget-actions" },
+        h("button", { type: "button", class: "button button-primary", "data-action": "approve", disabled: this.busy, onclick: () => this.approve() }, "Approve"),
+        h("button", { type: "button", class: "button button-danger", "data-action": "deny", disabled: this.busy, onclick: () => this.deny() }, "Deny"),
+        this.deadline(ctx),
+      ),
+      ...this.messages(),
+    ];
+  }
+
+  /** The committed head, read once: the diff shows the change against what is live. */
+  async fetchCommitted() {
+    this.fetching = true;
+    try {
+      const result = await api.json("/api/agent");
+      if (result.ok && result.data && result.data.template && typeof result.data.template === "object") {
+        this.committed = { version: result.data.version, template: result.data.template };
+      } else {
+        this.committedError = `The current template could not be read: ${errorMessage(result.data, result.status)}`;
+      }
+    } catch (error) {
+      this.committedError = `Could not reach the server: ${error.message}`;
+    } finally {
+      this.fetching = false;
+    }
+    this.update();
+  }
+}
+
 class ChoiceWidget extends Widget {
   constructor(id) {
     super(id, "choice");
@@ -1139,7 +1135,14 @@ class ConnectWidget extends Widget {
     this.checking = false;
     this.hints = 0;
     this.account = null;
+    this.connectedName = null; // the provider's name from the confirming connection
     this.retryNote = "";
+    this.retryPressedAt = null;
+    this.retryBaseline = null; // a promise of the connection list read when Retry was pressed
+    this.hinted = false; // a verified "connected" message arrived during this retry
+    this.confirming = false;
+    this.existing = null; // the caller's active connections to this provider, once read
+    this.fetchingExisting = false;
     this.onMessage = (event) => this.message(event);
     this.root.dataset.hints = "0";
   }
@@ -1152,6 +1155,40 @@ class ConnectWidget extends Widget {
 
   title(ctx) {
     return `Connect ${this.providerName(ctx)}`;
+  }
+
+  connectionsUrl(ctx) {
+    const given = sameOrigin(ctx.desc.connectionsUrl);
+    if (given) return given;
+    const provider = ctx.desc.provider || (ctx.input && ctx.input.provider);
+    return provider ? `/api/connections?provider=${encodeURIComponent(provider)}` : null;
+  }
+
+  /** The caller's connections to this provider (GET connectionsUrl), or null. */
+  async listConnections(ctx) {
+    const url = this.connectionsUrl(ctx);
+    if (!url) return null;
+    const result = await api.json(url);
+    if (!result.ok || !result.data || !Array.isArray(result.data.connections)) return null;
+    const provider = ctx.desc.provider || (ctx.input && ctx.input.provider);
+    return result.data.connections.filter((c) => c && typeof c === "object" && typeof c.id === "string" && (!provider || c.provider === provider));
+  }
+
+  /** Read once, for a pending call: the active connections the user may answer with. */
+  fetchExisting(ctx) {
+    if (this.existing !== null || this.fetchingExisting || ctx.desc.configured === false || !ctx.desc.useUrl) return;
+    this.fetchingExisting = true;
+    this.listConnections(ctx)
+      .then((list) => {
+        this.existing = (list || []).filter((c) => c.status === "active");
+      })
+      .catch(() => {
+        this.existing = [];
+      })
+      .finally(() => {
+        this.fetchingExisting = false;
+        this.update();
+      });
   }
 
   startUrl(ctx) {
@@ -1177,7 +1214,8 @@ class ConnectWidget extends Widget {
   }
 
   drawKey(ctx, state) {
-    return [...super.drawKey(ctx), this.phase, this.blocked, this.closedHint, this.account, this.retryNote, state];
+    const existing = (this.existing || []).map((c) => [c.id, c.account]);
+    return [...super.drawKey(ctx), this.phase, this.blocked, this.closedHint, this.account, this.connectedName, this.retryNote, existing, state];
   }
 
   pollsItself() {
@@ -1209,25 +1247,30 @@ class ConnectWidget extends Widget {
           ...this.messages(),
         ];
       }
-      case "reconnected":
+      case "reconnected": {
+        const who = this.account ? ` (${this.account})` : "";
         return [
           this.head(ctx, "Connected"),
-          h("p", { class: "widget-result widget-result-ok", text: `${name} connected ✓ — ask the agent to continue` }),
-          this.account ? h("p", { class: "widget-desc", text: `Account: ${this.account}` }) : null,
+          h("p", { class: "widget-result widget-result-ok", "data-testid": "connect-reconnected", text: `${this.connectedName || name} connected ✓${who} — ask the agent to continue` }),
+          h("p", { class: "widget-desc", text: "This request had already ended, so the chat does not continue by itself." }),
           ...this.messages(),
         ];
+      }
       case "ended":
         return this.endedCard(ctx, state);
       case "declined":
       case "failed": {
         const outcome = ctx.outcome || {};
+        // The callback records a provider's refusal as an output {connected: false, reason}.
+        const output = outcome.outcome === "output" && outcome.output && typeof outcome.output === "object" ? outcome.output : null;
+        const reasonOf = output && typeof output.reason === "string" ? output.reason : outcome.outcome;
         const why = {
           declined: "You chose not to connect for now.",
           cancelled: "The connection was cancelled.",
           timeout: "The connection request timed out.",
           denied: `Access was not allowed at ${name}.`,
-          error: outcome.message || "The connection failed.",
-        }[outcome.outcome] || "";
+          error: (output && typeof output.message === "string" && output.message) || outcome.message || "The connection failed.",
+        }[reasonOf] || "";
         return [
           this.head(ctx, "Not connected"),
           state === "declined"
@@ -1253,7 +1296,9 @@ class ConnectWidget extends Widget {
       case "submitting":
       case "queued":
         return [this.head(ctx, "Connect"), this.queuedCard(ctx, state), ...this.messages()];
-      default:
+      default: {
+        this.fetchExisting(ctx);
+        const existing = this.existing || [];
         return [
           this.head(ctx, "Connect an account"),
           reason ? h("p", { class: "widget-desc", text: reason }) : this.description(ctx),
@@ -1268,10 +1313,54 @@ class ConnectWidget extends Widget {
             button("decline", "Not now", () => this.notNow()),
             this.deadline(ctx),
           ),
+          existing.length
+            ? h(
+                "div",
+                { class: "widget-existing", "data-testid": "connect-existing" },
+                h("p", { class: "widget-desc", text: "Or answer with a connection you already have:" }),
+                h(
+                  "div",
+                  { class: "widget-actions" },
+                  existing.map((c) =>
+                    h("button", { type: "button", class: "button button-option", "data-action": "use", "data-connection": c.id, disabled: this.busy, onclick: () => this.use(c) }, `Use ${c.account}`),
+                  ),
+                ),
+              )
+            : null,
           blockedLink,
           ...this.messages(),
         ];
+      }
     }
+  }
+
+  /** Answer the call with an existing connection: the server settles it (useUrl), and
+   *  the chat continues with the outcome it recorded. */
+  async use(connection) {
+    const ctx = this.ctx();
+    const url = sameOrigin(ctx.desc.useUrl);
+    if (!url || !chat.id) return;
+    this.busy = true;
+    this.error = "";
+    this.update();
+    let result = null;
+    try {
+      result = await api.json(url, { method: "POST", body: { chatId: chat.id, toolCallId: this.id, connectionId: connection.id } });
+    } catch (error) {
+      this.error = `Could not reach the server: ${error.message}`;
+    }
+    this.busy = false;
+    if (result && result.ok && result.data && result.data.outcome) {
+      this.finish({ ...(ctx.view || {}), toolCallId: this.id, status: "settled", outcome: result.data.outcome });
+      return;
+    }
+    const winner = result && result.data && result.data.error ? result.data.error.outcome : null;
+    if (result && result.status === 409 && winner) {
+      chat.winner(this.id, winner);
+      return;
+    }
+    if (result) this.error = errorMessage(result.data, result.status);
+    this.update();
   }
 
   // The popup must open synchronously inside the click handler, or it is blocked.
@@ -1286,9 +1375,17 @@ class ConnectWidget extends Widget {
   }
 
   retry() {
-    const base = this.startUrl(this.ctx());
+    const ctx = this.ctx();
+    const base = this.startUrl(ctx);
     if (!base) return;
     this.open(`${base}${base.includes("?") ? "&" : "?"}retry=1`, "retrying");
+    // What the server had when Retry was pressed: the retry is confirmed only by a
+    // connection stored or refreshed after this (see confirmRetry).
+    this.retryPressedAt = Date.now();
+    this.hinted = false;
+    this.retryBaseline = this.listConnections(ctx)
+      .then((list) => (list ? new Map(list.map((c) => [c.id, c.updatedAt])) : null))
+      .catch(() => null);
   }
 
   open(url, phase) {
@@ -1339,16 +1436,16 @@ class ConnectWidget extends Widget {
     this.hints += 1;
     this.root.dataset.hints = String(this.hints);
     if (this.phase === "retrying") {
-      // A retry starts a new flow for an already settled call: there is no call status
-      // to confirm it with, so the verified hint is what the widget has.
-      this.stopFlow();
+      // A retry is a new flow for an already settled call: there is no call status to
+      // confirm it with, so a "connected" hint is confirmed with the connection list.
       if (data.outcome === "connected") {
-        this.phase = "reconnected";
-        this.account = typeof data.account === "string" ? data.account : null;
-      } else {
-        this.phase = "idle";
-        this.retryNote = "The retry did not complete.";
+        this.hinted = true;
+        this.confirmRetry();
+        return;
       }
+      this.stopFlow();
+      this.phase = "idle";
+      this.retryNote = "The retry did not complete.";
       this.update();
       return;
     }
@@ -1366,15 +1463,50 @@ class ConnectWidget extends Widget {
     }
   }
 
-  watchRetry() {
+  async watchRetry() {
+    if (await this.confirmRetry()) return;
+    if (this.phase !== "retrying") return;
     if (this.popup && this.popup.closed) {
       if (this.closedAt === null) this.closedAt = Date.now();
       else if (Date.now() - this.closedAt >= POPUP_CLOSED_GRACE_MS) {
         this.stopFlow();
         this.phase = "idle";
-        this.retryNote = "The retry window was closed before it finished.";
+        this.retryNote = this.hinted
+          ? "The sign-in said it connected, but the server has no new connection. Try again."
+          : "The retry window was closed before it finished.";
         this.update();
       }
+    }
+  }
+
+  /** Confirm a retry with the server: a connection of this provider stored or refreshed
+   *  after Retry was pressed, i.e. new or newer than in the list read at that moment
+   *  (the server's own clock on both sides); by the page's clock only when that read
+   *  failed. Neither the popup's message nor its closing is taken as proof. */
+  async confirmRetry() {
+    if (this.confirming || this.phase !== "retrying") return false;
+    this.confirming = true;
+    try {
+      const baseline = await this.retryBaseline;
+      const list = await this.listConnections(this.ctx());
+      if (!list || this.phase !== "retrying") return false;
+      const fresh = list.filter((c) => {
+        if (c.status !== "active" || typeof c.updatedAt !== "number") return false;
+        if (baseline) return !baseline.has(c.id) || c.updatedAt > baseline.get(c.id);
+        return c.updatedAt > this.retryPressedAt;
+      });
+      if (!fresh.length) return false;
+      const latest = fresh.reduce((a, b) => (b.updatedAt > a.updatedAt ? b : a));
+      this.stopFlow();
+      this.phase = "reconnected";
+      this.account = typeof latest.account === "string" ? latest.account : null;
+      this.connectedName = typeof latest.providerName === "string" && latest.providerName ? latest.providerName : null;
+      this.update();
+      return true;
+    } catch {
+      return false; // the next tick asks again
+    } finally {
+      this.confirming = false;
     }
   }
 
@@ -1464,7 +1596,7 @@ const widgets = {
   live: new Map(),
 
   classFor(desc, toolName) {
-    if (desc.callKind === "approval") return ApprovalWidget;
+    if (desc.callKind === "approval") return (desc.tool || toolName) === "commit_config" ? CommitApprovalWidget : ApprovalWidget;
     const kind = typeof desc.kind === "string" ? desc.kind : "client";
     if (Object.hasOwn(WIDGETS_BY_KIND, kind)) return WIDGETS_BY_KIND[kind];
     if (Object.hasOwn(WIDGETS_BY_TOOL, toolName)) return WIDGETS_BY_TOOL[toolName];
@@ -1666,13 +1798,16 @@ const view = {
 
 function boot() {
   view.init();
+  agentPanel.init(document.getElementById("agent-panel"));
   view.status("ready");
   const composer = view.els.composer;
   const submit = () => {
     const text = composer.value.trim();
     if (!text || chat.busy()) return;
     composer.value = "";
-    chat.send(text);
+    chat.send(text).then((sent) => {
+      if (!sent && !composer.value) composer.value = text;
+    });
   };
   view.els["composer-form"].addEventListener("submit", (event) => {
     event.preventDefault();

@@ -1,0 +1,394 @@
+// Parkway playground: the agent panel (DESIGN §8, §10).
+//
+// It shows the agent's head revision (GET /api/agent), keeps the user's working copy of
+// the template in a JSON editor, and commits that copy (POST /api/agent/commit) on top of
+// the version it read, so a change made elsewhere meanwhile is refused, never merged.
+//
+// The "Playground build kit" toggle (on by default, remembered for this tab only in
+// sessionStorage) lays the server's agent-template overlay over a throwaway copy of the
+// working template for each new turn. A commit always sends the user's own template,
+// never the overlay: the kit must never ship with the published agent. Where the kit
+// replaces a value the user set, an override hint says so beside the editor.
+
+import { api, canonical, errorMessage, h, pretty } from "/static/playground-base.js";
+
+const KIT_STORAGE_KEY = "parkway.playground.buildKit";
+const REVISIONS_SHOWN = 5;
+const SECTION_LABELS = { tools: "Tools", skills: "Skills", mcps: "MCP servers", sandbox: "Sandbox permissions" };
+
+function readKit() {
+  try {
+    return window.sessionStorage.getItem(KIT_STORAGE_KEY) !== "off";
+  } catch {
+    return true; // storage disabled: the default
+  }
+}
+
+function writeKit(on) {
+  try {
+    window.sessionStorage.setItem(KIT_STORAGE_KEY, on ? "on" : "off");
+  } catch {
+    // storage disabled: the toggle lasts until the page reloads
+  }
+}
+
+function isObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function copy(value) {
+  return JSON.parse(JSON.stringify(value));
+}
+
+/** The value at `path` inside `value`, or undefined. */
+function valueAt(value, path) {
+  let current = value;
+  for (const key of path) {
+    if (!isObject(current) || !Object.hasOwn(current, key)) return undefined;
+    current = current[key];
+  }
+  return current;
+}
+
+function short(value) {
+  const text = value === undefined ? "unset" : JSON.stringify(value);
+  return text.length > 60 ? `${text.slice(0, 57)}…` : text;
+}
+
+/** The leaves of an object section, as {path, value}. */
+function leaves(value, path, out = []) {
+  if (isObject(value) && Object.keys(value).length) {
+    for (const [key, inner] of Object.entries(value)) leaves(inner, [...path, key], out);
+  } else {
+    out.push({ path, value });
+  }
+  return out;
+}
+
+function committer(by) {
+  if (typeof by !== "string") return "";
+  if (by === "agent-file") return "agent file";
+  if (by.startsWith("user:")) return "a user";
+  if (by.startsWith("agent:")) return "the agent";
+  return by;
+}
+
+export const agentPanel = {
+  root: null,
+  els: {},
+  head: null, // the GET /api/agent body
+  overlay: null, // additional_context.playground_build_kit.agent_template_overlay
+  working: null, // the editor's template, parsed; null while it is not a JSON object
+  problem: "", // why the editor's text is not a usable template
+  kitOn: true,
+  loadError: "",
+  newer: null, // a version committed elsewhere while this tab had uncommitted edits
+  message: null, // {tone, text, reload} after a commit attempt
+  committing: false,
+  seq: 0,
+  ready: Promise.resolve(),
+
+  init(root) {
+    this.root = root;
+    this.kitOn = readKit();
+    const e = this.els;
+    const reload = () => this.reload();
+    e.meta = h("span", { class: "agent-meta", "data-testid": "agent-meta" });
+    e.loadError = h("p", { class: "panel-error", role: "alert", "data-testid": "agent-load-error", hidden: true });
+    e.noticeText = h("span");
+    e.notice = h(
+      "div",
+      { class: "panel-notice", role: "status", "data-testid": "agent-notice", hidden: true },
+      e.noticeText,
+      h("button", { type: "button", class: "button button-small", "data-action": "reload-agent", onclick: reload }, "Reload"),
+    );
+    e.kit = h("input", { type: "checkbox", id: "kit-toggle", "data-testid": "kit-toggle", onchange: () => this.setKit(e.kit.checked) });
+    e.kitList = h("div", { class: "kit-list" });
+    e.drawer = h("details", { class: "kit-drawer", "data-testid": "kit-drawer" }, h("summary", {}, "What the kit adds"), e.kitList);
+    e.editor = h("textarea", { id: "template-editor", class: "template-editor", "data-testid": "template-editor", spellcheck: "false", rows: 14, oninput: () => this.edit() });
+    e.edited = h("span", { class: "edited-badge", "data-testid": "template-edited", hidden: true }, "uncommitted edits");
+    e.discard = h("button", { type: "button", class: "button button-quiet button-small", "data-action": "discard", hidden: true, onclick: () => this.discard() }, "Discard");
+    e.problem = h("p", { class: "panel-error", role: "alert", "data-testid": "template-error", hidden: true });
+    e.hints = h("ul", { class: "override-hints", "aria-label": "Build kit overrides" });
+    e.summary = h("input", { type: "text", id: "commit-summary", class: "commit-summary-input", "data-testid": "commit-summary", maxlength: "500", placeholder: "What changed, in one line" });
+    e.commit = h("button", { type: "button", class: "button button-primary", "data-action": "commit", onclick: () => this.commit() }, "Commit");
+    e.messageText = h("span");
+    e.messageReload = h("button", { type: "button", class: "button button-small", "data-action": "reload-agent", onclick: reload }, "Reload");
+    e.message = h("div", { class: "commit-message", role: "status", "data-testid": "commit-message", hidden: true }, e.messageText, e.messageReload);
+    e.revisions = h("ol", { class: "revisions", "data-testid": "revisions" });
+    e.body = h(
+      "div",
+      { class: "panel-body", hidden: true },
+      h(
+        "section",
+        { class: "kit", "aria-label": "Playground build kit" },
+        h("label", { class: "kit-toggle", for: "kit-toggle" }, e.kit, h("span", { text: "Playground build kit" })),
+        h("p", { class: "panel-note", text: "While on, new turns run with the kit laid over your template. Commits never include it." }),
+        e.drawer,
+      ),
+      h(
+        "div",
+        { class: "template-field" },
+        h("div", { class: "field-head" }, h("label", { for: "template-editor", text: "Working template (JSON)" }), e.edited, e.discard),
+        e.editor,
+        e.problem,
+        e.hints,
+      ),
+      h("div", { class: "commit-row" }, h("label", { class: "visually-hidden", for: "commit-summary", text: "Commit summary" }), e.summary, e.commit),
+      e.message,
+      h("h3", { class: "panel-subtitle", text: "Revisions" }),
+      e.revisions,
+    );
+    root.replaceChildren(h("div", { class: "panel-head" }, h("h2", { class: "panel-title", text: "Agent" }), e.meta), e.loadError, e.notice, e.body);
+    this.ready = this.load();
+  },
+
+  // -- reading the agent ---------------------------------------------------------------
+
+  /** GET /api/agent and show it (the editor starts over from the committed template).
+   *  Only the latest of overlapping loads is shown. */
+  async load() {
+    const seq = ++this.seq;
+    let result;
+    try {
+      result = await api.json("/api/agent");
+    } catch (error) {
+      result = { ok: false, status: 0, data: null, error };
+    }
+    if (seq !== this.seq) return;
+    if (!result.ok) {
+      if (result.status === 404) this.loadError = "This server keeps no agent revisions.";
+      else if (result.status === 0) this.loadError = `Could not reach the server: ${result.error.message}`;
+      else this.loadError = errorMessage(result.data, result.status);
+      this.render();
+      return;
+    }
+    const data = result.data;
+    const kit = isObject(data.additional_context) ? data.additional_context.playground_build_kit : null;
+    this.head = data;
+    this.overlay = isObject(kit) && isObject(kit.agent_template_overlay) ? kit.agent_template_overlay : null;
+    this.loadError = "";
+    this.newer = null;
+    this.els.editor.value = pretty(data.template);
+    this.working = copy(data.template);
+    this.problem = "";
+    this.root.dataset.version = String(data.version);
+    this.renderKit();
+    this.renderRevisions();
+    this.render();
+  },
+
+  async reload() {
+    this.message = null;
+    await this.load();
+  },
+
+  /** A `data-committed-revision` part: someone (the agent's commit_config, usually)
+   *  committed a revision. Refresh, unless that would throw away the user's edits. */
+  committed(data) {
+    const version = data && Number.isInteger(data.version) ? data.version : null;
+    if (version === null) return;
+    if (this.head && version <= this.head.version) return; // already shown (or a replay)
+    if (this.head && this.edited()) {
+      this.newer = version;
+      this.render();
+      return;
+    }
+    this.load();
+  },
+
+  // -- the working template ------------------------------------------------------------
+
+  edit() {
+    try {
+      const parsed = JSON.parse(this.els.editor.value);
+      if (!isObject(parsed)) throw new Error("the template must be a JSON object");
+      this.working = parsed;
+      this.problem = "";
+    } catch (error) {
+      this.working = null;
+      this.problem = `Not a valid template: ${error.message}`;
+    }
+    this.message = null;
+    this.render();
+  },
+
+  discard() {
+    if (!this.head) return;
+    this.els.editor.value = pretty(this.head.template);
+    this.working = copy(this.head.template);
+    this.problem = "";
+    this.message = null;
+    if (this.newer !== null) {
+      this.load();
+      return;
+    }
+    this.render();
+  },
+
+  edited() {
+    if (!this.head) return false;
+    return this.working === null || canonical(this.working) !== canonical(this.head.template);
+  },
+
+  setKit(on) {
+    this.kitOn = on;
+    writeKit(on);
+    this.render();
+  },
+
+  /** The build kit laid over the working template: {template, overrides}. Throws a
+   *  TypeError naming the problem when the template cannot take it. */
+  merged() {
+    return globalThis.ParkwayOverlay.mergeOverlay(this.working, this.overlay);
+  },
+
+  /** What a new turn's POST /api/chat carries: {template} to send as `agentTemplate`,
+   *  {} to send none (the server runs the committed head), or {error} to not send. */
+  async forTurn() {
+    await this.ready;
+    if (!this.head) return {};
+    if (this.working === null) {
+      return { error: `The working template is not valid (${this.problem.replace(/^Not a valid template: /, "")}): fix it or discard your edits before sending.` };
+    }
+    if (this.kitOn && this.overlay) {
+      try {
+        return { template: this.merged().template };
+      } catch (error) {
+        return { error: `The build kit cannot be applied to the working template: ${error.message}` };
+      }
+    }
+    return this.edited() ? { template: copy(this.working) } : {};
+  },
+
+  hintText(override) {
+    const where = override.path.join(".");
+    if (override.identity) return `Build kit overrides ${where} entry ${override.identity} (yours differs) while it is on`;
+    return `Build kit overrides ${where} (yours: ${short(valueAt(this.working, override.path))}) while it is on`;
+  },
+
+  // -- committing ----------------------------------------------------------------------
+
+  async commit() {
+    if (this.committing || !this.head) return;
+    if (this.working === null) {
+      this.message = { tone: "bad", text: this.problem };
+      this.render();
+      return;
+    }
+    this.committing = true;
+    this.message = null;
+    this.render();
+    // The user's own template: never the build kit (DESIGN §10).
+    const body = { template: this.working, expectedVersion: this.head.version, summary: this.els.summary.value.trim() };
+    let result;
+    try {
+      result = await api.json("/api/agent/commit", { method: "POST", body });
+    } catch (error) {
+      result = { ok: false, status: 0, data: null, error };
+    }
+    this.committing = false;
+    if (result.status === 201) {
+      this.els.summary.value = "";
+      await this.load();
+      this.message = { tone: "ok", text: `Committed version ${result.data.version}.` };
+    } else if (result.status === 409) {
+      this.message = { tone: "bad", text: "The agent changed elsewhere; reload", reload: true };
+    } else if (result.status === 0) {
+      this.message = { tone: "bad", text: `Could not reach the server: ${result.error.message}` };
+    } else {
+      this.message = { tone: "bad", text: errorMessage(result.data, result.status) };
+    }
+    this.render();
+  },
+
+  // -- drawing -------------------------------------------------------------------------
+
+  render() {
+    const e = this.els;
+    e.loadError.hidden = !this.loadError;
+    e.loadError.textContent = this.loadError;
+    const head = this.head;
+    e.body.hidden = !head;
+    if (!head) return;
+    e.meta.textContent = `${head.agentId} · v${head.version}`;
+    e.notice.hidden = this.newer === null;
+    e.noticeText.textContent = this.newer === null ? "" : `A new revision ${this.newer} was committed; reload to see it.`;
+    e.kit.checked = this.kitOn;
+    e.kit.disabled = !this.overlay;
+    this.root.dataset.kit = this.kitOn ? "on" : "off";
+    const edited = this.edited();
+    this.root.dataset.edited = String(edited);
+    e.edited.hidden = !edited;
+    e.discard.hidden = !edited;
+
+    let problem = this.problem;
+    let overrides = [];
+    if (!problem && this.kitOn && this.overlay) {
+      try {
+        overrides = this.merged().overrides;
+      } catch (error) {
+        problem = `The build kit cannot be applied to this template: ${error.message}`;
+      }
+    }
+    e.problem.hidden = !problem;
+    e.problem.textContent = problem;
+    e.editor.setAttribute("aria-invalid", String(Boolean(this.problem)));
+    e.hints.replaceChildren(
+      ...overrides.map((override) =>
+        h("li", { class: "override-hint", "data-testid": "override-hint", "data-path": override.path.join("."), text: this.hintText(override) }),
+      ),
+    );
+    e.commit.disabled = this.committing || !edited || this.working === null;
+    e.commit.title = edited ? "" : "Edit the template to commit a new revision";
+
+    const message = this.message;
+    e.message.hidden = !message;
+    e.message.dataset.tone = message ? message.tone : "";
+    e.messageText.textContent = message ? message.text : "";
+    e.messageReload.hidden = !(message && message.reload);
+  },
+
+  renderKit() {
+    const overlay = this.overlay;
+    if (!overlay) {
+      this.els.kitList.replaceChildren(h("p", { class: "panel-note", text: "This server offers no build kit." }));
+      return;
+    }
+    const identity = globalThis.ParkwayOverlay.entryIdentity;
+    const groups = [];
+    for (const [key, value] of Object.entries(overlay)) {
+      let items;
+      if (Array.isArray(value)) {
+        items = value.map((entry) => (key === "skills" && isObject(entry) && typeof entry.name === "string" ? entry.name : identity(entry) || "(an entry without identity)"));
+      } else {
+        items = leaves(value, [key]).map(({ path, value: leaf }) => `${path.join(".")}: ${short(leaf)}`);
+      }
+      if (!items.length) continue;
+      groups.push(
+        h("div", { class: "kit-group" }, h("div", { class: "tool-label", text: SECTION_LABELS[key] || key })),
+        h(
+          "ul",
+          { class: "kit-items" },
+          items.map((item) => h("li", { class: "kit-item", "data-testid": "kit-item" }, h("code", { text: item }), h("span", { class: "tag-removed", text: "Removed on commit" }))),
+        ),
+      );
+    }
+    this.els.kitList.replaceChildren(...groups);
+  },
+
+  renderRevisions() {
+    const revisions = Array.isArray(this.head.revisions) ? this.head.revisions.slice(0, REVISIONS_SHOWN) : [];
+    this.els.revisions.replaceChildren(
+      ...revisions.map((revision) =>
+        h(
+          "li",
+          { class: "revision", "data-version": revision.version },
+          h("span", { class: "revision-version", text: `v${revision.version}` }),
+          h("span", { class: "revision-summary", text: revision.summary || "(no summary)" }),
+          h("span", { class: "revision-by", title: revision.committedBy || "", text: `by ${committer(revision.committedBy)}` }),
+        ),
+      ),
+    );
+  },
+};

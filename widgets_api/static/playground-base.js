@@ -1,0 +1,103 @@
+// Parkway playground: the helpers every part of the page shares (DOM builder, ids,
+// canonical JSON, same-origin URLs) and the API client (cookie session bootstrap on 401,
+// JSON errors). An ES module imported by playground.js, agent-panel.js and
+// commit-diff.js; no build step.
+
+/** The API's origin. The page is served by the API, so it is the page's own origin. */
+export const API_ORIGIN = window.location.origin;
+
+export function newId(prefix) {
+  const bytes = new Uint8Array(10);
+  crypto.getRandomValues(bytes);
+  return `${prefix}_${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+export function pretty(value) {
+  return value === undefined ? "" : JSON.stringify(value, null, 2);
+}
+
+/** JSON with sorted object keys: equal values give equal strings. */
+export function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** h("div", {class: "x", "data-action": "go", onclick: fn}, child, "text", ...) */
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+/** A same-origin URL from a descriptor, or null: the page never follows a descriptor
+ *  to another origin. */
+export function sameOrigin(url) {
+  if (typeof url !== "string" || !url) return null;
+  try {
+    const parsed = new URL(url, API_ORIGIN);
+    return parsed.origin === API_ORIGIN ? parsed.pathname + parsed.search : null;
+  } catch {
+    return null;
+  }
+}
+
+export function errorMessage(body, status) {
+  const error = body && typeof body === "object" ? body.error : null;
+  if (error && typeof error.message === "string") return error.message;
+  return `The request failed (HTTP ${status}).`;
+}
+
+export const api = {
+  sessionPromise: null,
+
+  /** POST /api/sessions once, however many requests found themselves without one. A
+   *  request that already carries a valid cookie keeps its principal. */
+  ensureSession() {
+    if (!this.sessionPromise) {
+      this.sessionPromise = fetch("/api/sessions", { method: "POST", credentials: "same-origin" })
+        .then((response) => {
+          if (!response.ok) throw new Error(`could not start a session (HTTP ${response.status})`);
+        })
+        .finally(() => {
+          this.sessionPromise = null;
+        });
+    }
+    return this.sessionPromise;
+  },
+
+  /** fetch, with a session created and the request retried once on 401. */
+  async fetch(url, { method = "GET", body, signal } = {}) {
+    const init = { method, credentials: "same-origin", cache: "no-store", headers: {}, signal };
+    if (body !== undefined) {
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response = await fetch(url, init);
+    if (response.status === 401) {
+      await this.ensureSession();
+      response = await fetch(url, init);
+    }
+    return response;
+  },
+
+  /** fetch and read a JSON answer: {ok, status, data}. */
+  async json(url, options) {
+    const response = await this.fetch(url, options);
+    const data = await response.json().catch(() => null);
+    return { ok: response.ok, status: response.status, data };
+  },
+};
