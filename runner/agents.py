@@ -97,14 +97,19 @@ class AgentRevision:
     committed_by: str
     summary: str
 
-    def public(self) -> dict[str, Any]:
+    def public(self, viewer: str | None = None) -> dict[str, Any]:
+        """The revision as any user may see it: who committed it only as ``user``,
+        ``agent`` or ``agent-file`` (never another user's principal id), and whether it
+        was ``viewer`` (directly or through the agent in one of their chats)."""
+        kind, _, who = self.committed_by.partition(":")
         return {
             "agentId": self.agent_id,
             "revisionId": self.revision_id,
             "version": self.version,
             "template": dict(self.template),
             "committedAt": int(self.committed_at * 1000),
-            "committedBy": self.committed_by,
+            "committedBy": kind,
+            "committedByYou": viewer is not None and who == viewer,
             "summary": self.summary,
         }
 
@@ -228,7 +233,7 @@ class AgentStore:
         revision_id = f"rev_{secrets.token_urlsafe(9)}"
         record = {
             "revision_id": revision_id,
-            "template": json.loads(canonical_json(dict(template.raw))),
+            "template": dict(template.raw),  # as written: the editor keeps its key order
             "committed_at": self.clock(),
             "committed_by": by,
             "summary": summary,

@@ -12,14 +12,16 @@ closes before the ``redis`` fixture's async teardown runs.
 Building blocks for a test: :func:`chromium` (the browser), :class:`Tab` (one
 playground tab with DOM-waiting helpers), :class:`ServerView` (the server's view of the
 chat, with the tab's session), :class:`OtherOrigin` (a page on another loopback origin,
-for postMessage checks), :func:`screenshot` (docs images, only with
-``PARKWAY_SCREENSHOTS=1``).
+for postMessage checks), :func:`provider_rig` and :func:`sign_in_at_provider` (a real
+OpenID provider on loopback, and the user at its pages), :func:`screenshot` (docs
+images, only with ``PARKWAY_SCREENSHOTS=1``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,8 +43,10 @@ __all__ = [
     "ServerView",
     "Tab",
     "chromium",
+    "provider_rig",
     "require_chromium",
     "screenshot",
+    "sign_in_at_provider",
     "wait_until",
 ]
 
@@ -258,3 +262,29 @@ class OtherOrigin:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+@contextlib.contextmanager
+def provider_rig(redis_url: str, *, coop: bool = False) -> Iterator[Any]:
+    """Parkway with OAuth providers against a real OpenID provider on loopback
+    (tests/connect_rig.py); its agent asks to connect the provider named last in the
+    user's message ("connect me to acme"). ``coop``: the provider's pages send
+    ``Cross-Origin-Opener-Policy: same-origin``, severing the popup from the page."""
+    if shutil.which("node") is None:
+        pytest.skip("the `node` executable is not on PATH (the OpenID provider needs it)")
+    from tests.connect_rig import start_rig
+    from tests.oidc_peer import oidc_peer
+
+    def peer(clients: Any) -> Any:
+        return oidc_peer(clients, coop=coop)
+
+    yield from start_rig(redis_url, peer)
+
+
+def sign_in_at_provider(popup: Page, *, decision: str = "allow") -> None:
+    """Play the user in the provider's real login and consent pages; ``decision``
+    presses Allow or Deny on the consent page."""
+    popup.locator('#login input[name="login"]').fill("alice")
+    popup.locator('#login input[name="password"]').fill("correct horse")
+    popup.locator("#submit-login").click()
+    popup.locator("#allow" if decision == "allow" else "#deny").click()

@@ -172,7 +172,8 @@ async def test_commit_config_asks_by_default_and_publishes_the_revision(api_for:
         "version": 2,
     }
     assert head["template"]["instructions"] == "Say hello first."
-    assert head["revisions"][0]["committedBy"].startswith("agent:")
+    assert head["revisions"][0]["committedBy"] == "agent"
+    assert head["revisions"][0]["committedByYou"] is True
 
 
 async def test_commit_config_policies_allow_and_deny(api_for: Any) -> None:

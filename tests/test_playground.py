@@ -9,8 +9,6 @@ full sign-in add a provider on loopback and drive the popup the same way.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,9 +25,12 @@ from tests.browser import (
     ServerView,
     Tab,
     chromium,
+    provider_rig,
     screenshot,
+    sign_in_at_provider,
     wait_until,
 )
+from tests.connect_rig import TOKEN_KEY
 from tests.support import (
     CONFIRM_TOOL,
     CONNECT_EMBED,
@@ -40,6 +41,7 @@ from tests.support import (
     server_thread,
     text,
 )
+from transport.settings import Secret
 
 CHOOSE_TOOL = next(t for t in DEMO_AGENT["template"]["tools"] if t.get("name") == "choose_option")
 HOLOGRAM_TOOL = {
@@ -80,31 +82,6 @@ def executions(chat_id: str) -> list[dict[str, Any]]:
     return [e for e in tools.EXECUTIONS if e["chat"] == chat_id]
 
 
-@contextlib.contextmanager
-def provider_rig(redis_url: str, *, coop: bool = False) -> Iterator[Any]:
-    """Parkway with OAuth providers against a real OpenID provider on loopback
-    (tests/connect_rig.py); its agent asks to connect the provider named last in the
-    user's message ("connect me to acme"). ``coop``: the provider's pages send
-    ``Cross-Origin-Opener-Policy: same-origin``, severing the popup from the page."""
-    if shutil.which("node") is None:
-        pytest.skip("the `node` executable is not on PATH (the OpenID provider needs it)")
-    from tests.connect_rig import start_rig
-    from tests.oidc_peer import oidc_peer
-
-    def peer(clients: Any) -> Any:
-        return oidc_peer(clients, coop=coop)
-
-    yield from start_rig(redis_url, peer)
-
-
-def sign_in_at_provider(popup: Any) -> None:
-    """Play the user in the provider's real login and consent pages."""
-    popup.locator('#login input[name="login"]').fill("alice")
-    popup.locator('#login input[name="password"]').fill("correct horse")
-    popup.locator("#submit-login").click()
-    popup.locator("#allow").click()
-
-
 # -- the page itself ------------------------------------------------------------------
 
 
@@ -131,6 +108,10 @@ def test_page_is_served_with_a_strict_csp_and_a_fixed_static_allow_list(
         assert script.status_code == 200
         assert script.headers["content-type"].startswith("text/javascript")
         assert script.headers["x-content-type-options"] == "nosniff"
+        for module in ["playground-base.js", "agent-panel.js", "commit-diff.js", "overlay.js"]:
+            served = httpx.get(f"{server.base_url}/static/{module}")
+            assert served.status_code == 200, module
+            assert served.headers["content-type"].startswith("text/javascript")
         css = httpx.get(f"{server.base_url}/static/playground.css")
         assert css.headers["content-type"].startswith("text/css")
         for name in ["page.py", "..%2Fpage.py", "nope.js", "%2E%2E%2F__init__.py", "PLAYGROUND.JS"]:
@@ -142,13 +123,18 @@ def test_page_is_served_with_a_strict_csp_and_a_fixed_static_allow_list(
 # -- widgets, end to end --------------------------------------------------------------
 
 
+# The built-in demo OAuth provider, as `make run` has it (the test servers use an
+# external Redis, where it is off by default).
+DEMO_PROVIDER: dict[str, Any] = {"demo_oauth": True, "token_key": Secret(TOKEN_KEY)}
+
+
 def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
     browser: Browser, redis_url: str
 ) -> None:
     """The built-in demo, as a user sees it: streamed text and a server tool, then a
     choice, a connection (declined with "Not now"), an approval; each answer
     continues the same assistant message until the agent's final answer."""
-    with server_thread(redis_url, DEMO_AGENT) as server:
+    with server_thread(redis_url, DEMO_AGENT, **DEMO_PROVIDER) as server:
         tab = Tab.new_context(browser, server.base_url).open()
         tab.send("Plan my weather report")
         tab.expect_said("Hello! I'll check the weather")
@@ -167,7 +153,7 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
 
         connect = tab.widget("connect")
         tab.expect_state(connect, "pending")
-        expect(connect.get_by_role("button", name="Connect Github")).to_be_visible()
+        expect(connect.get_by_role("button", name="Connect Demo account")).to_be_visible()
         tab.expect_ready()
         screenshot(tab.page, "connect")
         tab.act(connect, "decline")
@@ -191,6 +177,37 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
         # One assistant message across all four round trips.
         expect(tab.page.get_by_test_id("message-assistant")).to_have_count(1)
         screenshot(tab.page, "chat")
+        tab.assert_clean()
+
+
+def test_demo_agent_connects_through_the_built_in_demo_provider(
+    browser: Browser, redis_url: str
+) -> None:
+    """What ``make run`` shows: the demo agent's connect step completes locally in a
+    real popup on the built-in demo provider (its consent page, Allow), the callback
+    settles the call, and the conversation runs to its end."""
+    with server_thread(redis_url, DEMO_AGENT, **DEMO_PROVIDER) as server:
+        tab = Tab.new_context(browser, server.base_url).open()
+        tab.send("Plan my weather report")
+        choice = tab.widget("choice")
+        tab.expect_state(choice, "pending")
+        choice.get_by_role("button", name="Lisbon").click()
+        connect = tab.widget("connect")
+        tab.expect_state(connect, "pending")
+        with tab.page.expect_popup() as opened:
+            tab.act(connect, "connect")
+        popup = opened.value
+        popup.locator('input[name="account"]').fill("ada")
+        popup.locator("#allow").click()
+        tab.expect_state(connect, "connected")
+        expect(connect).to_contain_text("ada")
+        tab.expect_said('"account":"ada","connected":true')
+        approval = tab.widget("approval")
+        tab.expect_state(approval, "pending")
+        tab.act(approval, "approve")
+        tab.expect_said('All done: [{"result":{"published":true')
+        tab.expect_ready()
+        screenshot(tab.page, "demo-connected")
         tab.assert_clean()
 
 

@@ -49,16 +49,16 @@ def _principal(request: Request) -> str:
 
 
 async def get_agent(request: Request) -> Response:
-    _principal(request)
+    principal = _principal(request)
     store = _agents(request)
     revisions = await store.history(limit=20)
     head = revisions[0]
     return JSONResponse(
         {
-            **head.public(),
+            **head.public(principal),
             "editable": store.editable,
             "revisions": [
-                {k: v for k, v in r.public().items() if k != "template"} for r in revisions
+                {k: v for k, v in r.public(principal).items() if k != "template"} for r in revisions
             ],
             "additional_context": {
                 "playground_build_kit": {"agent_template_overlay": build_kit_overlay()}
@@ -88,7 +88,8 @@ async def commit_agent(request: Request) -> Response:
     except RevisionConflictError as exc:
         raise HTTPError(409, exc.code, str(exc), currentVersion=exc.current) from None
     return JSONResponse(
-        {k: v for k, v in revision.public().items() if k != "template"}, status_code=201
+        {k: v for k, v in revision.public(principal).items() if k != "template"},
+        status_code=201,
     )
 
 

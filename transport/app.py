@@ -62,7 +62,14 @@ class OriginGuard:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in _STATE_CHANGING:
+        if (
+            scope["type"] == "http"
+            and scope["method"] in _STATE_CHANGING
+            # The demo provider's consent form posts with ``Origin: null`` (its page is
+            # no-referrer) and guards itself: a one-time consent record bound to a
+            # SameSite=Strict browser cookie. Its token endpoint is called server-side.
+            and not scope["path"].startswith(f"{DEMO_MOUNT}/")
+        ):
             headers = dict(scope["headers"])
             origin = headers.get(b"origin")
             if origin is not None and not self._allowed(origin.decode("latin-1"), scope, headers):

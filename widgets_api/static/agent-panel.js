@@ -65,12 +65,11 @@ function leaves(value, path, out = []) {
   return out;
 }
 
-function committer(by) {
-  if (typeof by !== "string") return "";
-  if (by === "agent-file") return "agent file";
-  if (by.startsWith("user:")) return "a user";
-  if (by.startsWith("agent:")) return "the agent";
-  return by;
+function committer(by, you) {
+  if (by === "agent-file") return "the agent file";
+  if (by === "user") return you ? "you" : "a user";
+  if (by === "agent") return you ? "the agent, in your chat" : "the agent";
+  return typeof by === "string" ? by : "";
 }
 
 export const agentPanel = {
@@ -114,7 +113,7 @@ export const agentPanel = {
     e.commit = h("button", { type: "button", class: "button button-primary", "data-action": "commit", onclick: () => this.commit() }, "Commit");
     e.messageText = h("span");
     e.messageReload = h("button", { type: "button", class: "button button-small", "data-action": "reload-agent", onclick: reload }, "Reload");
-    e.message = h("div", { class: "commit-message", role: "status", "data-testid": "commit-message", hidden: true }, e.messageText, e.messageReload);
+    e.message = h("div", { class: "commit-message", role: "status", "data-testid": "commit-message", hidden: true }, e.messageText);
     e.revisions = h("ol", { class: "revisions", "data-testid": "revisions" });
     e.body = h(
       "div",
@@ -130,9 +129,9 @@ export const agentPanel = {
         "div",
         { class: "template-field" },
         h("div", { class: "field-head" }, h("label", { for: "template-editor", text: "Working template (JSON)" }), e.edited, e.discard),
+        e.hints,
         e.editor,
         e.problem,
-        e.hints,
       ),
       h("div", { class: "commit-row" }, h("label", { class: "visually-hidden", for: "commit-summary", text: "Commit summary" }), e.summary, e.commit),
       e.message,
@@ -164,6 +163,11 @@ export const agentPanel = {
       return;
     }
     const data = result.data;
+    if (!isObject(data) || !isObject(data.template) || !Number.isInteger(data.version)) {
+      this.loadError = "The server sent an agent this page cannot read.";
+      this.render();
+      return;
+    }
     const kit = isObject(data.additional_context) ? data.additional_context.playground_build_kit : null;
     this.head = data;
     this.overlay = isObject(kit) && isObject(kit.agent_template_overlay) ? kit.agent_template_overlay : null;
@@ -346,7 +350,7 @@ export const agentPanel = {
     e.message.hidden = !message;
     e.message.dataset.tone = message ? message.tone : "";
     e.messageText.textContent = message ? message.text : "";
-    e.messageReload.hidden = !(message && message.reload);
+    e.message.replaceChildren(e.messageText, ...(message && message.reload ? [e.messageReload] : []));
   },
 
   renderKit() {
@@ -362,7 +366,8 @@ export const agentPanel = {
       if (Array.isArray(value)) {
         items = value.map((entry) => (key === "skills" && isObject(entry) && typeof entry.name === "string" ? entry.name : identity(entry) || "(an entry without identity)"));
       } else {
-        items = leaves(value, [key]).map(({ path, value: leaf }) => `${path.join(".")}: ${short(leaf)}`);
+        // Under its section's heading, a setting is named by its path inside the section.
+        items = leaves(value, []).map(({ path, value: leaf }) => `${path.join(".") || key}: ${short(leaf)}`);
       }
       if (!items.length) continue;
       groups.push(
@@ -386,7 +391,7 @@ export const agentPanel = {
           { class: "revision", "data-version": revision.version },
           h("span", { class: "revision-version", text: `v${revision.version}` }),
           h("span", { class: "revision-summary", text: revision.summary || "(no summary)" }),
-          h("span", { class: "revision-by", title: revision.committedBy || "", text: `by ${committer(revision.committedBy)}` }),
+          h("span", { class: "revision-by", text: `by ${committer(revision.committedBy, revision.committedByYou)}` }),
         ),
       ),
     );
