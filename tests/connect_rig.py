@@ -37,8 +37,9 @@ BROKEN_SECRET = "broken-client-secret-" + "w" * 24
 class RecordingModel:
     """A scripted model for connect tests, keeping every request (the model's input).
 
-    The first step of a chat asks for a connection with the provider named by the last
-    word of the user's message ("connect me to acme"); the next one states the result.
+    The first step of a chat asks for a connection with each provider the user's
+    message names ("connect me to acme", "connect me to acme and other"); the next one
+    states the results.
     """
 
     def __init__(self) -> None:
@@ -47,11 +48,14 @@ class RecordingModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
         if request.call_index == 0:
-            provider = last_user_text(request).split()[-1]
-            tool_input: dict[str, Any] = {"provider": provider}
-            if provider == "acme":
-                tool_input["scopes"] = ["repo"]
-            yield ModelToolCall(name="request_connection", input=tool_input)
+            # "connect me to acme", or "connect me to acme and other": one call each,
+            # in one step
+            named = last_user_text(request).rsplit(" to ", 1)[-1]
+            for provider in named.split(" and "):
+                tool_input: dict[str, Any] = {"provider": provider.strip()}
+                if provider.strip() == "acme":
+                    tool_input["scopes"] = ["repo"]
+                yield ModelToolCall(name="request_connection", input=tool_input)
             return
         text = "Connection result: " + canonical_json(last_tool_results(request))
         yield ModelTextDelta(text)

@@ -581,6 +581,35 @@ def test_connect_signs_in_through_the_provider_popup_and_continues_the_chat(
         tab.assert_clean()
 
 
+def test_two_connect_flows_live_in_one_turn_each_with_its_own_popup(
+    browser: Browser, redis_url: str
+) -> None:
+    """Several connect flows in one step: each widget has its own popup and listener,
+    a hint from one popup never moves the other widget, and the chat continues once
+    both calls are settled."""
+    with provider_rig(redis_url) as rig:
+        tab = Tab.new_context(browser, rig.base_url).open()
+        tab.send("connect me to acme and other")
+        first, second = tab.widget("connect", 0), tab.widget("connect", 1)
+        tab.expect_state(first, "pending")
+        tab.expect_state(second, "pending")
+        with tab.page.expect_popup() as opened_first:
+            tab.act(first, "connect")
+        with tab.page.expect_popup() as opened_second:
+            tab.act(second, "connect")
+        tab.expect_state(first, "connecting")
+        tab.expect_state(second, "connecting")
+        sign_in_at_provider(opened_second.value)
+        tab.expect_state(second, "connected")
+        tab.expect_state(first, "connecting")  # the other popup's success is not its own
+        sign_in_at_provider(opened_first.value)
+        tab.expect_state(first, "connected")
+        tab.expect_said('"provider":"acme"')
+        tab.expect_said('"provider":"other"')
+        tab.expect_ready()
+        tab.assert_clean()
+
+
 def test_connect_completes_by_polling_when_the_provider_severs_the_popup(
     browser: Browser, redis_url: str
 ) -> None:
