@@ -178,8 +178,14 @@ class Settling:
         by_id = {c.tool_call_id: c for c in pending}
         # An answer naming a call this chat has (settled already) is that call's answer,
         # never a stand-in for another pending call with the same key.
-        unknown = [a.tool_call_id for a in answers if a.tool_call_id not in by_id]
-        known = await self.store.existing_calls(keys, unknown) if unknown else set()
+        # (Looked up only for answers that could otherwise take a pending call's place.)
+        pending_keys = {c.key for c in pending}
+        candidates = [
+            a.tool_call_id
+            for a in answers
+            if a.match_by_key and a.tool_call_id not in by_id and self._key_of(a) in pending_keys
+        ]
+        known = await self.store.existing_calls(keys, candidates) if candidates else set()
         used: set[str] = set()
         matched: list[tuple[ParkedCall, Answer]] = []
         for answer in answers:

@@ -431,3 +431,32 @@ async def test_an_answer_post_resumes_when_the_server_already_settled_the_call(a
     assert response.status_code == 200, response.text
     said = "".join(c.get("delta", "") for c in sse_chunks(response.text))
     assert said == 'seen [{"result":{"choice":"tab"},"tool":"pick"}]'
+
+
+async def test_an_answer_for_a_settled_call_never_takes_a_twin_pending_calls_place(
+    redis: Redis, redis_url: str
+) -> None:
+    """Two identical calls in one step (same parkedCallKey). One is settled through its
+    status URL; the client then posts its history carrying only that call's answer.
+    That answer belongs to the settled call: it must not be matched by key to the other
+    call, which stays pending until someone answers it."""
+    del redis
+    twins = agent_doc([[call("pick", {"q": "same"}), call("pick", {"q": "same"})], [text("ok")]])
+    with server_thread(redis_url, twins) as srv:
+        api = await Api(srv.base_url).login()
+        try:
+            chunks = await api.say("twins", "go")
+            first, second = [c for c in chunks if c["type"] == "tool-input-available"]
+            settled = await api.settle(
+                "twins", first["toolCallId"], {"outcome": "output", "output": {"choice": "a"}}
+            )
+            assert settled.status_code == 200, settled.text
+            history = answered(chunks, {"choice": "a"}, user="go")
+            response = await api.chat("twins", history)
+            assert response.status_code == 409, response.text
+            assert response.json()["error"]["code"] == "no_pending_call_answered"
+            state = await api.state("twins")
+            pending = [c["toolCallId"] for c in state["calls"] if c["status"] == "pending"]
+            assert pending == [second["toolCallId"]]
+        finally:
+            await api.aclose()
