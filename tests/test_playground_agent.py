@@ -456,3 +456,33 @@ def test_a_new_request_offers_the_existing_connection_and_use_settles_it(
         assert recorded["outcome"] == "output"
         assert recorded["output"]["connection_id"] == existing["id"]
         tab.assert_clean()
+
+
+def test_a_blocked_popup_offers_a_tab_link_and_the_timeout_still_ends_the_call(
+    browser: Browser, redis_url: str
+) -> None:
+    """§25: ``window.open`` returns null (a popup blocker): the widget offers "Continue
+    in a new tab" with the start URL, never cancels anything itself, and when nobody
+    finishes, the server's timeout ends the call and the widget shows it."""
+    from tests.connect_rig import CONNECT_AGENT
+
+    with provider_rig(redis_url) as rig:
+        context = browser.new_context(viewport={"width": 1000, "height": 700})
+        context.add_init_script("window.open = () => null;")
+        tab = Tab(context, rig.base_url).open()
+        tab.send("connect me to acme")
+        widget = tab.widget("connect")
+        tab.expect_state(widget, "pending")
+        tab.expect_ready()
+        tab.act(widget, "connect")
+        link = widget.locator('[data-action="open-tab"]')
+        expect(link).to_be_visible()
+        expect(link).to_have_attribute("href", re.compile(r"^/connect/acme/start\?chat="))
+        call_id = Tab.call_id(widget)
+        with ServerView(tab) as server:
+            assert server.call(tab.chat_id, call_id)["status"] == "pending"
+        assert sweep_later(redis_url, CONNECT_AGENT["template"]) == 1
+        tab.expect_state(widget, "failed")
+        with ServerView(tab) as server:
+            assert server.call(tab.chat_id, call_id)["outcome"] == {"outcome": "timeout"}
+        tab.assert_clean()
