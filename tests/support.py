@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -20,6 +19,7 @@ import httpx
 import uvicorn
 
 from runner.agentfile import AgentFile, parse_agent_file
+from transport._cassette_diff import parse_sse
 from transport.app import create_app
 from transport.settings import Secret, Settings
 
@@ -35,16 +35,7 @@ def free_port() -> int:
 
 def sse_chunks(text: str) -> list[dict[str, Any]]:
     """The JSON chunks of an SSE body (``[DONE]`` and comments dropped)."""
-    chunks = []
-    for event in text.replace("\r\n", "\n").split("\n\n"):
-        data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
-        if not data:
-            continue
-        payload = "\n".join(data)
-        if payload == "[DONE]":
-            continue
-        chunks.append(json.loads(payload))
-    return chunks
+    return parse_sse(text)
 
 
 def types(chunks: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -22,6 +22,7 @@ from runner.agents import AgentStore, RevisionConflictError, check_function_tool
 from runner.errors import TemplateError
 from runner.template import AgentTemplate, load_template
 from transport.errors import HTTPError
+from transport.requests import invalid_body, principal_of, read_json
 from widgets_api.overlay import build_kit_overlay
 
 __all__ = ["agent_routes", "working_template"]
@@ -41,15 +42,8 @@ def _agents(request: Request) -> AgentStore:
     return store
 
 
-def _principal(request: Request) -> str:
-    principal = request.app.state.authenticator.authenticate(request)
-    if principal is None:
-        raise HTTPError(401, "unauthenticated", "no valid session: POST /api/sessions first")
-    return str(principal)
-
-
 async def get_agent(request: Request) -> Response:
-    principal = _principal(request)
+    principal = principal_of(request)
     store = _agents(request)
     revisions = await store.history(limit=20)
     head = revisions[0]
@@ -68,15 +62,11 @@ async def get_agent(request: Request) -> Response:
 
 
 async def commit_agent(request: Request) -> Response:
-    from transport.routes import read_json  # noqa: PLC0415 (one body reader)
-
-    principal = _principal(request)
+    principal = principal_of(request)
     try:
         body = _CommitBody.model_validate(await read_json(request))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise HTTPError(422, "invalid_body", f"{where}: {first['msg']}") from None
+        raise invalid_body(exc) from None
     store = _agents(request)
     try:
         revision = await store.commit(

@@ -7,7 +7,6 @@ the encoder; SSE framing happens in :mod:`transport.streaming` alone.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,6 +24,7 @@ from transport.agent_routes import working_template
 from transport.chunks import ErrorChunk
 from transport.errors import HTTPError
 from transport.replay import replay_message
+from transport.requests import invalid_body, principal_of, read_json
 from transport.sessions import COOKIE_NAME, SessionAuthenticator
 from transport.settings import Settings
 from transport.streaming import Describer, follow_response, replay_response, stream_response
@@ -36,38 +36,6 @@ __all__ = ["api_routes"]
 def _runner(request: Request) -> Runner:
     runner: Runner = request.app.state.runner
     return runner
-
-
-def _principal(request: Request) -> str:
-    principal = request.app.state.authenticator.authenticate(request)
-    if principal is None:
-        raise HTTPError(
-            401,
-            "unauthenticated",
-            "no valid session: POST /api/sessions first, then send "
-            "the cookie or 'Authorization: Bearer <token>'",
-        )
-    return str(principal)
-
-
-async def read_json(request: Request) -> Any:
-    """The request body as JSON, refusing oversized or malformed bodies."""
-    settings: Settings = request.app.state.settings
-    limit = settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPError(413, "body_too_large", f"the body exceeds {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise HTTPError(413, "body_too_large", f"the body exceeds {limit} bytes")
-    if not body:
-        raise HTTPError(400, "invalid_json", "the body is empty; send a JSON object")
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise HTTPError(400, "invalid_json", "the body is not valid JSON") from None
 
 
 def _chat_id(request: Request, name: str = "chat_id") -> str:
@@ -104,7 +72,7 @@ def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str
 async def post_chat(request: Request) -> Response:
     """AI SDK chat endpoint: a new user message starts a turn; answers settle parked
     calls and, once all are settled, resume the run in the same response."""
-    principal = _principal(request)
+    principal = principal_of(request)
     body = await read_json(request)
     post = parse_chat_post(body)
     check_chat_id(post.chat_id)
@@ -155,7 +123,7 @@ async def post_chat(request: Request) -> Response:
 
 
 async def get_chat(request: Request) -> Response:
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     record = await _runner(request).chat(chat_id, principal)
     calls = [_call_view(chat_id, c, _describer(request)) for c in record.calls]
@@ -188,7 +156,7 @@ async def resume_stream(request: Request) -> Response:
     - A run whose worker died: what was stored, then an error saying it was interrupted.
     - A finished message: replayable for ``stream_grace_s``; after that, 204.
     """
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     runner = _runner(request)
     settings: Settings = request.app.state.settings
@@ -242,7 +210,7 @@ async def _run_start(runner: Runner, chat_id: str) -> str | None:
 async def stop_chat(request: Request) -> Response:
     """Stop the chat's running run. It keeps the partial answer and finishes cleanly;
     unlike a disconnect, which never stops a run."""
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     if not await _runner(request).stop(chat_id, principal):
         raise HTTPError(409, "not_running", "no run of this chat is running")
@@ -250,7 +218,7 @@ async def stop_chat(request: Request) -> Response:
 
 
 async def get_call(request: Request) -> Response:
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     call = await _runner(request).call(chat_id, principal, request.path_params["call_id"])
     return JSONResponse(_call_view(chat_id, call, _describer(request)))
@@ -268,15 +236,13 @@ class _SettleBody(BaseModel):
 async def settle_call(request: Request) -> Response:
     """Settle one parked call without resuming. 200 with the recorded outcome (also for
     an identical repeat); 409 with the winner's outcome when it differs."""
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     raw = await read_json(request)
     try:
         _SettleBody.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise HTTPError(422, "invalid_body", f"{where}: {first['msg']}") from None
+        raise invalid_body(exc) from None
     result = await _runner(request).settle(
         chat_id, principal, request.path_params["call_id"], raw, by="client"
     )
@@ -289,7 +255,7 @@ async def settle_call(request: Request) -> Response:
 
 async def resume_chat(request: Request) -> Response:
     """Resume a chat whose parked calls are all settled; the response is the stream."""
-    principal = _principal(request)
+    principal = principal_of(request)
     chat_id = _chat_id(request)
     runner = _runner(request)
     run = await runner.resume(chat_id, principal)

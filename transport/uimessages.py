@@ -20,6 +20,7 @@ from runner.loop import Answer
 from runner.parking import ParkedCall
 from runner.store import ChatRecord
 from transport.errors import HTTPError
+from transport.requests import invalid_body
 
 __all__ = ["ChatPost", "chat_messages", "parse_chat_post"]
 
@@ -115,9 +116,7 @@ def parse_chat_post(body: Any) -> ChatPost:
     try:
         parsed = _ChatBody.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise HTTPError(422, "invalid_body", f"{where}: {first['msg']}") from None
+        raise invalid_body(exc) from None
     last = parsed.messages[-1]
     user_text = None
     user_id = None

@@ -23,7 +23,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx2
@@ -375,15 +375,19 @@ class ConnectionStore:
                 provider=connection.provider,
             ) from None
 
+    @staticmethod
+    def _reconnect_error(connection: Connection) -> ConnectionUnavailableError:
+        return ConnectionUnavailableError(
+            f"the {connection.provider} connection {connection.id!r} ({connection.account}) "
+            "needs to be connected again: call request_connection with provider "
+            f"{connection.provider!r}",
+            reason="needs_reconnect",
+            provider=connection.provider,
+        )
+
     def _check_usable(self, connection: Connection, scopes: Sequence[str]) -> None:
         if connection.status == "needs_reconnect":
-            raise ConnectionUnavailableError(
-                f"the {connection.provider} connection {connection.id!r} ({connection.account}) "
-                "needs to be connected again: call request_connection with provider "
-                f"{connection.provider!r}",
-                reason="needs_reconnect",
-                provider=connection.provider,
-            )
+            raise self._reconnect_error(connection)
         missing = [s for s in scopes if s not in connection.scopes]
         if missing:
             raise ConnectionUnavailableError(
@@ -443,8 +447,7 @@ class ConnectionStore:
         refresh_token = token.get("refresh_token")
         if provider is None or not refresh_token:
             await self._mark(key, "needs_reconnect")
-            self._check_usable(replace(connection, status="needs_reconnect"), ())
-        assert provider is not None
+            raise self._reconnect_error(connection)
 
         async def operation() -> Any:
             async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
@@ -463,7 +466,7 @@ class ConnectionStore:
                     connection.provider,
                     exc.code,
                 )
-                self._check_usable(replace(connection, status="needs_reconnect"), ())
+                raise self._reconnect_error(connection) from None
             raise self._provider_error(connection, exc.code) from None
         if not fresh.get("refresh_token"):
             fresh["refresh_token"] = refresh_token  # the provider does not rotate

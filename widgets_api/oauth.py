@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,6 +107,15 @@ async def _fetch_json(url: str, timeout_s: float) -> Any:
         raise ProviderConfigError(f"{url} did not answer JSON") from None
 
 
+def _fetcher(timeout_s: float) -> Callable[[str], Awaitable[Any]]:
+    """Discovery's fetch: a metadata document, or None when it is not there (404)."""
+
+    async def fetch(url: str) -> Any:
+        return await _fetch_json(url, timeout_s)
+
+    return fetch
+
+
 def demo_client_secret(secret: str) -> str:
     """The demo client's secret, derived from the server's key (never configured)."""
     return hmac.new(secret.encode(), b"parkway.demo-oauth.client", hashlib.sha256).hexdigest()
@@ -119,10 +128,7 @@ async def check_providers(
     :class:`ProviderConfigError` for the first unusable one: ``parkway serve`` calls it
     before serving, so a bad provider is a one-line error, not a failed startup."""
 
-    async def fetch(url: str) -> Any:
-        return await _fetch_json(url, timeout_s)
-
-    await load_providers(specs, fetch=fetch, environ=environ)
+    await load_providers(specs, fetch=_fetcher(timeout_s), environ=environ)
 
 
 async def start_oauth(
@@ -137,10 +143,9 @@ async def start_oauth(
     :class:`ProviderConfigError` for a provider that cannot be used (no S256 PKCE,
     metadata for another issuer, unreachable discovery)."""
 
-    async def fetch(url: str) -> Any:
-        return await _fetch_json(url, settings.http_timeout_s)
-
-    providers = await load_providers(settings.specs, fetch=fetch, environ=environ)
+    providers = await load_providers(
+        settings.specs, fetch=_fetcher(settings.http_timeout_s), environ=environ
+    )
     demo: DemoProvider | None = None
     if settings.demo and urlsplit(redis_url).scheme not in {"redis", "rediss", "unix"}:
         raise ProviderConfigError(

@@ -845,6 +845,13 @@ class ApprovalWidget extends Widget {
       allowEdits
         ? h("label", { class: "widget-field", for: this.editor.id }, "Input (you may edit it before approving)", this.editor)
         : h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
+      ...this.decision(ctx),
+    ];
+  }
+
+  /** The reason field, Approve and Deny, the deadline and any messages. */
+  decision(ctx) {
+    return [
       h("label", { class: "widget-field", for: this.reason.id }, "Reason (optional, sent with a denial)", this.reason),
       h(
         "div",
@@ -935,15 +942,7 @@ class CommitApprovalWidget extends ApprovalWidget {
       h("div", { class: "tool-label", text: this.committed ? `Changes to version ${this.committed.version}` : "Changes" }),
       diff,
       h("details", { class: "commit-raw" }, h("summary", {}, "The call's input"), h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) })),
-      h("label", { class: "widget-field", for: this.reason.id }, "Reason (optional, sent with a denial)", this.reason),
-      h(
-        "div",
-        { class: "widget-actions" },
-        h("button", { type: "button", class: "button button-primary", "data-action": "approve", disabled: this.busy, onclick: () => this.approve() }, "Approve"),
-        h("button", { type: "button", class: "button button-danger", "data-action": "deny", disabled: this.busy, onclick: () => this.deny() }, "Deny"),
-        this.deadline(ctx),
-      ),
-      ...this.messages(),
+      ...this.decision(ctx),
     ];
   }
 
