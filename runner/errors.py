@@ -18,8 +18,12 @@ The tree::
     │   ├── NothingToResumeError      the chat is not parked, or calls are still pending
     │   ├── DuplicateMessageError     the user message was already taken
     │   └── ShuttingDownError         this worker takes no new runs (503)
-    └── StateError                    stored state the running code cannot use
-        └── IncompatibleStateError    a record with a schema version this code cannot read
+    ├── StateError                    stored state the running code cannot use
+    │   └── IncompatibleStateError    a record with a schema version this code cannot read
+    └── ModelError                    the model provider could not answer (bad key, unknown
+                                      model, context too long, retries exhausted, a stream
+                                      cut short); the message names the provider and the
+                                      cause and is safe to show
 
 Control flow (a call parks) is not an exception: the run loop returns a parked step.
 """
@@ -38,6 +42,7 @@ __all__ = [
     "DuplicateMessageError",
     "EditingDisabledError",
     "IncompatibleStateError",
+    "ModelError",
     "InvalidOutcomeError",
     "NotPlainJSONError",
     "NothingToResumeError",
@@ -128,3 +133,16 @@ class StateError(ParkwayError):
 
 class IncompatibleStateError(StateError):
     code = "incompatible_state"
+
+
+class ModelError(ParkwayError):
+    """The model provider could not answer. The message is safe to show a user: it names
+    the provider and the cause, never a key or a raw provider body. ``retryable`` says
+    whether trying again later may help (a rate limit, an outage) or not (a bad key)."""
+
+    code = "model_error"
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+

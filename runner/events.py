@@ -20,6 +20,9 @@ __all__ = [
     "Event",
     "MessageFinished",
     "MessageStarted",
+    "ReasoningDelta",
+    "ReasoningEnded",
+    "ReasoningStarted",
     "RunFailed",
     "StepFinished",
     "StepStarted",
@@ -29,7 +32,9 @@ __all__ = [
     "ToolCallIssued",
     "ToolDenied",
     "ToolFailed",
+    "ToolInputDelta",
     "ToolInputRejected",
+    "ToolInputStarted",
     "ToolSucceeded",
     "coalesce",
     "event_from_json",
@@ -38,7 +43,7 @@ __all__ = [
     "events_to_json",
 ]
 
-FinishReason = Literal["stop", "tool-calls", "length", "error", "interrupted"]
+FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "interrupted"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,43 @@ class TextDelta:
 class TextEnded:
     text_id: str
     kind: Literal["text-ended"] = "text-ended"
+
+
+@dataclass(frozen=True)
+class ReasoningStarted:
+    reasoning_id: str
+    kind: Literal["reasoning-started"] = "reasoning-started"
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    reasoning_id: str
+    delta: str
+    kind: Literal["reasoning-delta"] = "reasoning-delta"
+
+
+@dataclass(frozen=True)
+class ReasoningEnded:
+    reasoning_id: str
+    kind: Literal["reasoning-ended"] = "reasoning-ended"
+
+
+@dataclass(frozen=True)
+class ToolInputStarted:
+    """The model began writing a tool call's input (a widget may show it coming)."""
+
+    tool_call_id: str
+    tool_name: str
+    kind: Literal["tool-input-started"] = "tool-input-started"
+
+
+@dataclass(frozen=True)
+class ToolInputDelta:
+    """More of a tool call's input, as JSON text the model is still writing."""
+
+    tool_call_id: str
+    delta: str
+    kind: Literal["tool-input-delta"] = "tool-input-delta"
 
 
 @dataclass(frozen=True)
@@ -148,7 +190,11 @@ class StepFinished:
 
 @dataclass(frozen=True)
 class MessageFinished:
+    """The message ends (or parks). ``metadata`` is what the message carries for its
+    reader: the model that answered and the tokens the message used so far."""
+
     reason: FinishReason
+    metadata: dict[str, Any] | None = None
     kind: Literal["message-finished"] = "message-finished"
 
 
@@ -166,6 +212,11 @@ Event = (
     | TextStarted
     | TextDelta
     | TextEnded
+    | ReasoningStarted
+    | ReasoningDelta
+    | ReasoningEnded
+    | ToolInputStarted
+    | ToolInputDelta
     | ToolCallIssued
     | ToolInputRejected
     | ApprovalRequested
@@ -188,6 +239,11 @@ _BY_KIND: dict[str, type[Any]] = {
         TextStarted,
         TextDelta,
         TextEnded,
+        ReasoningStarted,
+        ReasoningDelta,
+        ReasoningEnded,
+        ToolInputStarted,
+        ToolInputDelta,
         ToolCallIssued,
         ToolInputRejected,
         ApprovalRequested,
@@ -206,20 +262,28 @@ TERMINAL_KINDS = frozenset({"message-finished", "run-failed"})
 
 
 def coalesce(events: list[Event]) -> list[Event]:
-    """Merge consecutive text deltas of the same text part: the same text for any reader,
-    in fewer pieces. Deltas that arrive faster than the log is written come out merged;
-    slower ones stay as they came."""
+    """Merge consecutive deltas of the same text, reasoning or tool-input part: the same
+    text for any reader, in fewer pieces. Deltas that arrive faster than the log is
+    written come out merged; slower ones stay as they came."""
     out: list[Event] = []
     for event in events:
         last = out[-1] if out else None
-        if (
-            isinstance(event, TextDelta)
-            and isinstance(last, TextDelta)
-            and last.text_id == event.text_id
+        if isinstance(event, TextDelta) and isinstance(last, TextDelta):
+            if last.text_id == event.text_id:
+                out[-1] = TextDelta(last.text_id, last.delta + event.delta)
+                continue
+        elif isinstance(event, ReasoningDelta) and isinstance(last, ReasoningDelta):
+            if last.reasoning_id == event.reasoning_id:
+                out[-1] = ReasoningDelta(last.reasoning_id, last.delta + event.delta)
+                continue
+        elif (
+            isinstance(event, ToolInputDelta)
+            and isinstance(last, ToolInputDelta)
+            and last.tool_call_id == event.tool_call_id
         ):
-            out[-1] = TextDelta(last.text_id, last.delta + event.delta)
-        else:
-            out.append(event)
+            out[-1] = ToolInputDelta(last.tool_call_id, last.delta + event.delta)
+            continue
+        out.append(event)
     return out
 
 

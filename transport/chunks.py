@@ -17,6 +17,9 @@ __all__ = [
     "ErrorChunk",
     "FinishChunk",
     "FinishStepChunk",
+    "ReasoningDeltaChunk",
+    "ReasoningEndChunk",
+    "ReasoningStartChunk",
     "StartChunk",
     "StartStepChunk",
     "TextDeltaChunk",
@@ -76,6 +79,7 @@ class FinishStepChunk(Chunk):
 class FinishChunk(Chunk):
     TYPE = "finish"
     finish_reason: str | None = None
+    message_metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,25 @@ class TextDeltaChunk(Chunk):
 @dataclass(frozen=True)
 class TextEndChunk(Chunk):
     TYPE = "text-end"
+    id: str
+
+
+@dataclass(frozen=True)
+class ReasoningStartChunk(Chunk):
+    TYPE = "reasoning-start"
+    id: str
+
+
+@dataclass(frozen=True)
+class ReasoningDeltaChunk(Chunk):
+    TYPE = "reasoning-delta"
+    id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class ReasoningEndChunk(Chunk):
+    TYPE = "reasoning-end"
     id: str
 
 

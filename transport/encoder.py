@@ -17,6 +17,9 @@ from runner.events import (
     Event,
     MessageFinished,
     MessageStarted,
+    ReasoningDelta,
+    ReasoningEnded,
+    ReasoningStarted,
     RunFailed,
     StepFinished,
     StepStarted,
@@ -26,7 +29,9 @@ from runner.events import (
     ToolCallIssued,
     ToolDenied,
     ToolFailed,
+    ToolInputDelta,
     ToolInputRejected,
+    ToolInputStarted,
     ToolSucceeded,
 )
 from runner.parking import ParkedCall
@@ -36,6 +41,9 @@ from transport.chunks import (
     ErrorChunk,
     FinishChunk,
     FinishStepChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
     StartChunk,
     StartStepChunk,
     TextDeltaChunk,
@@ -43,7 +51,9 @@ from transport.chunks import (
     TextStartChunk,
     ToolApprovalRequestChunk,
     ToolInputAvailableChunk,
+    ToolInputDeltaChunk,
     ToolInputErrorChunk,
+    ToolInputStartChunk,
     ToolOutputAvailableChunk,
     ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
@@ -69,6 +79,16 @@ def encode_event(event: Event, describe: Describe) -> Chunk:
             return TextDeltaChunk(id=text_id, delta=delta)
         case TextEnded(text_id=text_id):
             return TextEndChunk(id=text_id)
+        case ReasoningStarted(reasoning_id=reasoning_id):
+            return ReasoningStartChunk(id=reasoning_id)
+        case ReasoningDelta(reasoning_id=reasoning_id, delta=delta):
+            return ReasoningDeltaChunk(id=reasoning_id, delta=delta)
+        case ReasoningEnded(reasoning_id=reasoning_id):
+            return ReasoningEndChunk(id=reasoning_id)
+        case ToolInputStarted(tool_call_id=call_id, tool_name=name):
+            return ToolInputStartChunk(tool_call_id=call_id, tool_name=name)
+        case ToolInputDelta(tool_call_id=call_id, delta=delta):
+            return ToolInputDeltaChunk(tool_call_id=call_id, input_text_delta=delta)
         case ToolCallIssued(tool_call_id=call_id, tool_name=name, input=tool_input):
             return ToolInputAvailableChunk(tool_call_id=call_id, tool_name=name, input=tool_input)
         case ToolInputRejected(tool_call_id=call_id, tool_name=name, input=tool_input, error=err):
@@ -89,8 +109,8 @@ def encode_event(event: Event, describe: Describe) -> Chunk:
             return DataChunk(name=name, id=part_id, data=dict(data))
         case StepFinished():
             return FinishStepChunk()
-        case MessageFinished(reason=reason):
-            return FinishChunk(finish_reason=reason)
+        case MessageFinished(reason=reason, metadata=metadata):
+            return FinishChunk(finish_reason=reason, message_metadata=metadata)
         case RunFailed(message=message):
             return ErrorChunk(error_text=message)
     raise TypeError(f"not a runner event: {event!r}")
