@@ -1,7 +1,10 @@
-"""Agent files: ``{"template": {...}, "model": {"scripted": {"turns": [...]}}}``.
+"""Agent files: ``{"template": {...}, "model": ...}``.
 
 The public format ``parkway serve --agent FILE`` reads: an agent template and the model
-that drives it. Only the scripted model is built in.
+that drives it: ``{"scripted": {"turns": [...]}}``, a name ``"anthropic:claude-sonnet-4-5"``
+or ``{"name": ..., "settings": {...}}`` (see :mod:`runner.llm.spec`). ``model`` may be left
+out when the template names its model in ``llm``. Which model a run uses: ``parkway serve
+--model`` if given, else the template's ``llm``, else the agent file's ``model``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import TemplateError
+from runner.llm.spec import ModelSpec, parse_model_spec
 from runner.model import Model
 from runner.scripted import ScriptedModel
 from runner.template import AgentTemplate, load_template
@@ -22,8 +26,13 @@ __all__ = ["AgentFile", "load_agent_file", "parse_agent_file"]
 
 @dataclass(frozen=True)
 class AgentFile:
+    """A template and its model. ``model`` is the scripted model when the file has one;
+    ``spec`` names a provider model (built by :class:`runner.llm.ModelCatalog` once the
+    server knows its environment). With neither, the template's ``llm`` decides."""
+
     template: AgentTemplate
-    model: Model
+    model: Model | None = None
+    spec: ModelSpec | None = None
 
 
 def parse_agent_file(document: Any) -> AgentFile:
@@ -33,12 +42,20 @@ def parse_agent_file(document: Any) -> AgentFile:
     extra = sorted(set(document) - {"template", "model"})
     if extra:
         raise TemplateError(f"agent file: unexpected key(s) {', '.join(extra)}")
-    if "template" not in document or "model" not in document:
-        raise TemplateError("agent file needs both 'template' and 'model'")
-    return AgentFile(
-        template=load_template(document["template"]),
-        model=ScriptedModel.from_config(document["model"]),
-    )
+    if "template" not in document:
+        raise TemplateError("agent file needs a 'template'")
+    template = load_template(document["template"])
+    if "model" not in document:
+        if template.llm is None:
+            raise TemplateError(
+                "agent file needs a 'model' (or the template an 'llm'), for example "
+                "\"anthropic:claude-sonnet-4-5\" or {'scripted': {'turns': [...]}}"
+            )
+        return AgentFile(template=template)
+    spec = parse_model_spec(document["model"], "model")
+    if spec.provider == "scripted":
+        return AgentFile(template=template, model=ScriptedModel(list(spec.scripted or ())))
+    return AgentFile(template=template, spec=spec)
 
 
 def load_agent_file(path: str | Path) -> AgentFile:

@@ -42,8 +42,8 @@ __all__ = [
     "DuplicateMessageError",
     "EditingDisabledError",
     "IncompatibleStateError",
-    "ModelError",
     "InvalidOutcomeError",
+    "ModelError",
     "NotPlainJSONError",
     "NothingToResumeError",
     "OutcomeNotAllowedError",
@@ -145,4 +145,3 @@ class ModelError(ParkwayError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
-

@@ -18,6 +18,7 @@ __all__ = [
     "CallParked",
     "DataPublished",
     "Event",
+    "FinishReason",
     "MessageFinished",
     "MessageStarted",
     "ReasoningDelta",
@@ -43,7 +44,9 @@ __all__ = [
     "events_to_json",
 ]
 
-FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "interrupted"]
+FinishReason = Literal[
+    "stop", "tool-calls", "length", "content-filter", "error", "interrupted", "other"
+]
 
 
 @dataclass(frozen=True)

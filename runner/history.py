@@ -4,10 +4,18 @@ Entry shapes (``t`` is the tag)::
 
     {"t": "user", "text": str, "uid": str | null}            a user message
     {"t": "assistant", "mid": str, "text": str,
-     "calls": [{"id", "name", "input"}]}                       one model step
+     "calls": [{"id", "name", "input", "pid"?, "bad"?}],
+     "parts"?: [...], "resp"?: {...}, "usage"?: [in, out, reasoning],
+     "model"?: str, "finish"?: str}                           one model step
     {"t": "result", "id": str, "name": str, "result": any,
      "status": "ok" | "error" | "denied" | "input_error",
      "outcome": str?}                                          one tool call's result
+
+An assistant entry from a provider model also keeps what the provider needs back
+unchanged (``parts``: its text, reasoning and call parts in order, with signatures and
+provider ids; ``resp``: the response's own record), the provider's id for each call
+(``pid``), the tokens used, the model that answered and its finish reason. ``bad`` marks
+a call whose input was not JSON (its ``input`` is then ``{}``).
 
 The model's view (:func:`to_model_messages`) is derived from these entries. A call with
 no result entry when the model is asked again (its worker died while the tool ran) gets
@@ -20,12 +28,22 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.model import AssistantTurn, ModelMessage, ModelToolCall, ToolResult, UserTurn
+from runner.model import (
+    AssistantTurn,
+    ModelMessage,
+    ModelStepEnd,
+    ModelToolCall,
+    ModelUsage,
+    ToolResult,
+    UserTurn,
+)
 
 __all__ = [
     "UNKNOWN_RESULT",
     "assistant_entry",
     "decode_entries",
+    "message_metadata",
+    "message_usage",
     "result_entry",
     "to_model_messages",
     "user_entry",
@@ -42,9 +60,67 @@ def user_entry(text: str, uid: str | None) -> dict[str, Any]:
 
 
 def assistant_entry(
-    message_id: str, text: str, calls: Sequence[Mapping[str, Any]]
+    message_id: str,
+    text: str,
+    calls: Sequence[Mapping[str, Any]],
+    *,
+    end: ModelStepEnd | None = None,
 ) -> dict[str, Any]:
-    return {"t": "assistant", "mid": message_id, "text": text, "calls": list(calls)}
+    entry: dict[str, Any] = {
+        "t": "assistant",
+        "mid": message_id,
+        "text": text,
+        "calls": list(calls),
+    }
+    if end is not None:
+        if end.parts:
+            entry["parts"] = [dict(p) for p in end.parts]
+        if end.response:
+            entry["resp"] = dict(end.response)
+        if end.usage is not None:
+            u = end.usage
+            entry["usage"] = [u.input_tokens, u.output_tokens, u.reasoning_tokens]
+        if end.model:
+            entry["model"] = end.model
+        if end.finish_reason:
+            entry["finish"] = end.finish_reason
+    return entry
+
+
+def message_usage(entries: Sequence[Mapping[str, Any]], message_id: str) -> ModelUsage | None:
+    """The tokens all steps of one assistant message used, or None if no step says."""
+    total: ModelUsage | None = None
+    for entry in entries:
+        if entry["t"] == "assistant" and entry["mid"] == message_id and "usage" in entry:
+            step = ModelUsage(*entry["usage"])
+            total = step if total is None else total + step
+    return total
+
+
+def message_metadata(
+    entries: Sequence[Mapping[str, Any]], message_id: str
+) -> dict[str, Any] | None:
+    """What a reader is told about an assistant message: the model of its latest step
+    that names one, and the tokens all its steps used. None when no step says (the
+    scripted model)."""
+    model = None
+    for entry in entries:
+        if entry["t"] == "assistant" and entry["mid"] == message_id and entry.get("model"):
+            model = entry["model"]
+    usage = message_usage(entries, message_id)
+    if model is None and usage is None:
+        return None
+    out: dict[str, Any] = {}
+    if model is not None:
+        out["model"] = model
+    if usage is not None:
+        out["usage"] = {
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "reasoningTokens": usage.reasoning_tokens,
+            "totalTokens": usage.input_tokens + usage.output_tokens,
+        }
+    return out
 
 
 def result_entry(
@@ -88,8 +164,15 @@ def to_model_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessag
             messages.append(UserTurn(entry["text"]))
         elif tag == "assistant":
             close_open()
-            calls = tuple(ModelToolCall(c["name"], c["input"], c["id"]) for c in entry["calls"])
-            messages.append(AssistantTurn(entry["text"], calls))
+            calls = tuple(
+                ModelToolCall(c["name"], c["input"], c["id"], provider_id=c.get("pid"))
+                for c in entry["calls"]
+            )
+            messages.append(
+                AssistantTurn(
+                    entry["text"], calls, tuple(entry.get("parts", ())), entry.get("resp")
+                )
+            )
             open_calls.extend(calls)
         elif tag == "result":
             messages.append(

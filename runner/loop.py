@@ -34,6 +34,7 @@ from runner.errors import (
     ChatNotFoundError,
     DuplicateMessageError,
     IncompatibleStateError,
+    ModelError,
     NothingToResumeError,
     NotPlainJSONError,
     ShuttingDownError,
@@ -44,6 +45,7 @@ from runner.events import (
     CallParked,
     DataPublished,
     Event,
+    FinishReason,
     MessageFinished,
     MessageStarted,
     RunFailed,
@@ -63,16 +65,19 @@ from runner.events import (
 from runner.history import (
     assistant_entry,
     decode_entries,
+    message_metadata,
     result_entry,
     to_model_messages,
     user_entry,
 )
 from runner.keys import chat_keys
-from runner.model import Model, ModelRequest, ModelTextDelta, ModelToolCall, ToolDescription
+from runner.llm.catalog import ModelCatalog
+from runner.model import Model, ModelRequest, ModelStepEnd, ModelToolCall, ToolDescription
 from runner.outcomes import model_result
 from runner.parking import ParkedCall
 from runner.run import Run, RunnerConfig, RunState, Work, new_id
 from runner.settling import Answer, AnswerReport, SettleListener, SettleResult, Settling
+from runner.step import StepReader
 from runner.store import ChatRecord, ChatStore
 from runner.template import AgentTemplate, load_template
 from runner.tools import ToolContext, ToolRun, execute_tool, input_problem
@@ -96,25 +101,38 @@ class Runner(Settling):
     def __init__(
         self,
         redis: RedisClient,
-        model: Model,
+        model: Model | None,
         template: AgentTemplate,
         *,
         config: RunnerConfig | None = None,
         clock: Callable[[], float] = time.time,
         credentials: Credentials | None = None,
         agents: AgentStore | None = None,
+        models: ModelCatalog | None = None,
     ) -> None:
+        """``model`` is the agent file's model; ``models`` chooses the model of each run
+        (an override, the run's template ``llm``, else ``model``) and builds provider
+        models; without it, a catalog over ``model`` and the process environment."""
         self.config = config or RunnerConfig()
         self.credentials = credentials
         self.agents = agents
         self.settle_listeners: list[SettleListener] = []
         self.store = ChatStore(redis, self.config.chat_ttl_s)
-        self.model = model
+        self.models = models or ModelCatalog(model)
         self.template = template
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self.closing = False
+
+    @property
+    def model(self) -> Model | None:
+        """The default model (the agent file's)."""
+        return self.models.default
+
+    @model.setter
+    def model(self, model: Model | None) -> None:
+        self.models.default = model
 
     # -- helpers -------------------------------------------------------------------
 
@@ -509,6 +527,12 @@ class Runner(Settling):
         tools = tuple(
             ToolDescription(s.name, s.description, s.input_schema) for s in template.tools.values()
         )
+        try:
+            model = self.models.model_for(template.llm)
+        except ModelError as exc:
+            await self._model_failed(run, state, None, exc)
+            return
+        invalid_steps = 0
         for _ in range(self.config.max_steps):
             if state.stop.is_set():
                 await self._stopped(run, state, [], opened_step=False)
@@ -521,34 +545,40 @@ class Runner(Settling):
                 messages=to_model_messages([*state.entries, *state.unsaved]),
                 tools=tools,
             )
-            text_id = f"t{state.model_calls}"
-            text: list[str] = []
-            tool_calls: list[ModelToolCall] = []
-            await self._consume(
-                run, state, request, text_id=text_id, text=text, tool_calls=tool_calls
-            )
-            if text:
-                run._emit(TextEnded(text_id))
-            if state.stop.is_set():
-                state.model_calls += 1
-                await self._stopped(run, state, text, opened_step=True)
+            step = StepReader(run._emit, f"t{state.model_calls}")
+            try:
+                await self._consume(run, state, request, model, step)
+            except ModelError as exc:
+                step.finish()
+                await self._model_failed(run, state, step, exc)
                 return
+            step.finish()
             state.model_calls += 1
-            calls = [
-                ModelToolCall(c.name, {} if c.input is None else c.input, c.id or new_id("call"))
-                for c in tool_calls
-            ]
+            if state.stop.is_set():
+                await self._stopped(run, state, step.text, opened_step=True, end=step.end)
+                return
+            calls = step.final_calls()
             state.unsaved.append(
                 assistant_entry(
                     state.message_id,
-                    "".join(text),
-                    [{"id": c.id, "name": c.name, "input": c.input} for c in calls],
+                    "".join(step.text),
+                    [StepReader.stored_call(c) for c in calls],
+                    end=step.end,
                 )
             )
             if not calls:
                 await self._commit(state, "idle", parked_ids=[])
                 run._emit(StepFinished())
-                run._emit(MessageFinished("stop"))
+                reason = step.end.finish_reason if step.end is not None else None
+                self._finish(
+                    run,
+                    state,
+                    "length"
+                    if reason == "length"
+                    else "content-filter"
+                    if reason == "content-filter"
+                    else "stop",
+                )
                 return
             parked, to_run, announced = self._classify(state, calls)
             ids = [p.tool_call_id for p in parked]
@@ -577,45 +607,87 @@ class Runner(Settling):
                     run._emit(event)
             run._emit(StepFinished())
             if parked:
-                run._emit(MessageFinished("tool-calls"))
+                self._finish(run, state, "tool-calls")
+                return
+            # A step whose every call was refused (unknown tool, input the schema does
+            # not accept, not JSON) goes back to the model to correct, a bounded number
+            # of times in a row.
+            invalid_steps = invalid_steps + 1 if not to_run else 0
+            if invalid_steps > self.config.max_invalid_steps:
+                await self._notice(
+                    run,
+                    state,
+                    f"(stopped: the model's tool calls were refused {invalid_steps} times in "
+                    "a row)",
+                    "other",
+                )
                 return
         # Out of steps. End on a text-only step: ending on a step whose tool calls are
         # all answered would make an AI SDK client resend the message automatically.
-        notice = f"(stopped after {self.config.max_steps} steps without a final answer)"
+        await self._notice(
+            run,
+            state,
+            f"(stopped after {self.config.max_steps} steps without a final answer)",
+            "length",
+        )
+
+    def _finish(self, run: Run, state: RunState, reason: FinishReason) -> None:
+        """The message's end, with its model and token use when the model reported them."""
+        metadata = message_metadata([*state.entries, *state.unsaved], state.message_id)
+        run._emit(MessageFinished(reason, metadata))
+
+    async def _notice(self, run: Run, state: RunState, notice: str, reason: FinishReason) -> None:
+        """End the message with a text-only step saying why."""
         run._emit(StepStarted())
-        text_id = f"t{state.model_calls}-limit"
+        text_id = f"t{state.model_calls}-notice"
         run._emit(TextStarted(text_id))
         run._emit(TextDelta(text_id, notice))
         run._emit(TextEnded(text_id))
         state.unsaved.append(assistant_entry(state.message_id, notice, []))
         await self._commit(state, "idle", parked_ids=[])
         run._emit(StepFinished())
-        run._emit(MessageFinished("length"))
+        self._finish(run, state, reason)
+
+    async def _model_failed(
+        self, run: Run, state: RunState, step: StepReader | None, exc: ModelError
+    ) -> None:
+        """The model could not answer: keep what it streamed, leave the chat idle for the
+        next message, and end the run with the error's message.
+
+        When the turn's first model request fails before anything was said, the turn's
+        user message is not kept either: the chat is as it was, and the same message can
+        simply be sent again (an AI SDK ``regenerate()`` resends it with the same id)."""
+        if step is not None and (step.text or step.calls):
+            state.model_calls += 1
+            state.unsaved.append(
+                assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
+            )
+            run._emit(StepFinished())
+        elif step is not None:
+            run._emit(StepFinished())
+        if step is None or not (step.text or step.calls):
+            first_step = not any(e["t"] == "assistant" for e in state.unsaved)
+            if first_step:
+                state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
+        await self._commit(state, "idle", parked_ids=[])
+        run._emit(RunFailed(str(exc)))
 
     async def _consume(
-        self,
-        run: Run,
-        state: RunState,
-        request: ModelRequest,
-        *,
-        text_id: str,
-        text: list[str],
-        tool_calls: list[ModelToolCall],
+        self, run: Run, state: RunState, request: ModelRequest, model: Model, step: StepReader
     ) -> None:
-        """Stream one model response into ``text`` and ``tool_calls``, emitting text as it
-        comes; a stop request cancels the stream at once, even mid-wait."""
+        """Stream one model response into ``step``, reporting it as it comes; a stop
+        request cancels the stream at once, even mid-wait, and closes the model's
+        connection (the stream is closed, not left to the garbage collector)."""
 
         async def consume() -> None:
-            async for item in self.model.stream(request):
-                if isinstance(item, ModelTextDelta):
-                    if not item.text:
-                        continue
-                    if not text:
-                        run._emit(TextStarted(text_id))
-                    text.append(item.text)
-                    run._emit(TextDelta(text_id, item.text))
-                else:
-                    tool_calls.append(item)
+            events = model.stream(request)
+            try:
+                async for item in events:
+                    step.take(item)
+            finally:
+                closing = getattr(events, "aclose", None)
+                if closing is not None:
+                    await closing()
 
         if state.stop.is_set():
             return
@@ -633,16 +705,22 @@ class Runner(Settling):
             state.consumer = None
 
     async def _stopped(
-        self, run: Run, state: RunState, text: Sequence[str], *, opened_step: bool
+        self,
+        run: Run,
+        state: RunState,
+        text: Sequence[str],
+        *,
+        opened_step: bool,
+        end: ModelStepEnd | None = None,
     ) -> None:
         """End a run someone asked to stop: keep the partial answer, drop the tool calls
         the model had not finished asking for, and finish cleanly."""
         if opened_step:
-            state.unsaved.append(assistant_entry(state.message_id, "".join(text), []))
+            state.unsaved.append(assistant_entry(state.message_id, "".join(text), [], end=end))
         await self._commit(state, "idle")
         if opened_step:
             run._emit(StepFinished())
-        run._emit(MessageFinished("stop"))
+        self._finish(run, state, "stop")
 
     def _classify(
         self, state: RunState, calls: Sequence[ModelToolCall]
@@ -656,9 +734,13 @@ class Runner(Settling):
         for call in calls:
             call_id = call.id or ""
             spec = state.template.tool(call.name)
-            problem = (
-                f"unknown tool {call.name!r}" if spec is None else input_problem(spec, call.input)
-            )
+            if spec is None:
+                known = ", ".join(sorted(state.template.tools)) or "none"
+                problem: str | None = f"unknown tool {call.name!r} (the tools are: {known})"
+            elif call.input_error is not None:
+                problem = f"input for tool {call.name!r}: {call.input_error}"
+            else:
+                problem = input_problem(spec, call.input)
             key = None
             if problem is None:
                 try:

@@ -27,6 +27,8 @@ class RunnerConfig:
     chat_ttl_s: int = 7 * 24 * 3600
     lease_s: float = 60.0
     max_steps: int = 25
+    # Steps in a row whose every tool call was refused before the run gives up.
+    max_invalid_steps: int = 3
     max_output_bytes: int = 256 * 1024
     approval_deadline_s: float = 15 * 60
     client_deadline_s: float = 15 * 60

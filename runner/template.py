@@ -1,6 +1,7 @@
 """Agent templates: the agent's configuration, and the tool specs resolved from it.
 
-A template is JSON: ``{llm, instructions, tools: [...], skills: [...], sandbox: {...}}``.
+A template is JSON: ``{llm, instructions, tools: [...], skills: [...], sandbox: {...}}``;
+``llm`` names its model as an agent file's ``model`` does (:mod:`runner.llm.spec`).
 Each tool entry is one of four kinds (DESIGN §2): a function tool (server-executed
 Python callable), a client tool (fulfilled by the browser), a platform op (built-in
 server tool), or an ``@ag.embed`` reference to a reserved workflow. :func:`load_template`
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.canonical import canonical_json
 from runner.errors import NotPlainJSONError, TemplateError
+from runner.llm.spec import ModelSpec, parse_model_spec
 from runner.platform import PLATFORM_OPS
 from runner.workflows import RESERVED_WORKFLOWS
 
@@ -114,6 +116,8 @@ class AgentTemplate:
     # "client": the next client request resumes a settled chat; "auto": a worker resumes
     # it in the background as soon as its last parked call settles.
     resume_policy: Literal["client", "auto"] = "client"
+    # The model the template asks for (its ``llm``), or None: the agent file's model.
+    llm: ModelSpec | None = None
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
@@ -308,6 +312,7 @@ def _load_cached(text: str) -> AgentTemplate:
         if spec.name in tools:
             raise TemplateError(f"{where}: duplicate tool name {spec.name!r}")
         tools[spec.name] = spec
+    llm = None if doc.llm is None else parse_model_spec(doc.llm, "llm")
     return AgentTemplate(
         raw=document,
         instructions=doc.instructions,
@@ -315,4 +320,5 @@ def _load_cached(text: str) -> AgentTemplate:
         digest=digest,
         canonical=text,
         resume_policy=doc.resume_policy,
+        llm=llm,
     )

@@ -297,11 +297,17 @@ async def test_unknown_tool_and_invalid_input_give_deterministic_errors_and_the_
     events = await turn(runner, "u1")
     rejected = [e for e in events if isinstance(e, ToolInputRejected)]
     assert [r.tool_name for r in rejected] == ["nope", "get_weather"]
-    assert rejected[0].error == "unknown tool 'nope'"
+    assert rejected[0].error.startswith("unknown tool 'nope' (the tools are: confirm, get_weather,")
     assert "'city' is a required property" in rejected[1].error
     assert finish(events) == "stop"
     results = json.loads(said(events))
-    assert results[0] == {"tool": "nope", "result": {"error": "unknown tool 'nope'"}}
+    assert results[0] == {
+        "tool": "nope",
+        "result": {
+            "error": "unknown tool 'nope' (the tools are: confirm, get_weather, pick, publish, "
+            "publish_editable, request_connection)"
+        },
+    }
 
 
 async def test_server_tool_failures_become_error_results_without_internals(redis: Redis) -> None:

@@ -29,13 +29,14 @@ from runner.connection import connect
 from runner.demo import DEMO_AGENT
 from runner.embedded import EmbeddedRedis
 from runner.errors import ParkwayError, SettleConflictError
+from runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
 from runner.loop import Runner, RunnerConfig
 from runner.sweeper import Sweeper
 from transport.agent_routes import agent_routes
 from transport.errors import HTTPError, status_for
 from transport.routes import api_routes
 from transport.sessions import Authenticator, SessionAuthenticator
-from transport.settings import Settings
+from transport.settings import Settings, SettingsError
 from widgets_api import describe_call, widget_routes
 from widgets_api.oauth import DEMO_MOUNT, DemoDispatch, OAuthRuntime, OAuthSettings, start_oauth
 from widgets_api.providers import parse_provider_specs
@@ -159,6 +160,33 @@ def _agent_id(settings: Settings, agent: AgentFile) -> str:
     return f"agent-{agent.template.digest[:16]}"
 
 
+def model_catalog(settings: Settings, agent: AgentFile) -> ModelCatalog:
+    """The models of the server's runs, checked now: a model that cannot be built here (a
+    missing key or base URL) stops the server at startup with a one-line error."""
+    models = ModelCatalog(
+        agent.model,
+        default_spec=agent.spec,
+        override=settings.model_spec,
+        environ=os.environ,
+        timeouts=ModelTimeouts(
+            connect_s=settings.model_connect_timeout_s, read_s=settings.model_read_timeout_s
+        ),
+        retry=RetryPolicy(
+            retries=settings.model_retries, max_wait_s=settings.model_retry_max_wait_s
+        ),
+    )
+    spec = models.chosen(agent.template.llm)
+    problem = models.problem(spec)
+    if problem is not None:
+        where = "--model / PARKWAY_MODEL" if settings.model is not None else "the agent's model"
+        raise SettingsError(f"{problem} ({where})")
+    if spec is None and agent.model is None:
+        raise SettingsError(
+            "no model: give the agent file a 'model', the template an 'llm', or pass --model"
+        )
+    return models
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -180,6 +208,7 @@ def create_app(
     if authenticator is None:
         authenticator = SessionAuthenticator(settings.resolve_secret().get())
     agent_id = _agent_id(settings, agent)
+    models = model_catalog(settings, agent)
     specs = tuple(parse_provider_specs(settings.oauth_providers))
     oauth_settings = OAuthSettings(
         specs=specs,
@@ -223,6 +252,7 @@ def create_app(
                 agent.model,
                 agent.template,
                 agents=agents,
+                models=models,
                 config=RunnerConfig(
                     chat_ttl_s=settings.chat_ttl_s,
                     lease_s=settings.lease_s,

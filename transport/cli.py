@@ -24,6 +24,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--data-dir", help="data folder for the embedded Redis (default .parkway)")
     serve.add_argument("--agent", dest="agent_file", help="agent file (default: the demo agent)")
+    serve.add_argument(
+        "--model",
+        help="the model of every run, overriding the agent's: provider:model, e.g. "
+        "anthropic:claude-sonnet-4-5, openai:gpt-5-mini, google:gemini-2.5-flash, "
+        "openai-compatible:llama3.1 (keys from the environment; see docs/models.md)",
+    )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--public-url", help="origin browsers use to reach this server (OAuth redirect URIs)"
@@ -100,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     agent = settings.agent_file or "the built-in demo agent"
+    if settings.model is not None:
+        agent = f"{agent} on {settings.model}"
     print(
         f"Parkway is serving {agent} at {settings.base_url}/ "
         f"(Redis: {settings.redacted_redis_url()})",

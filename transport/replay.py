@@ -19,6 +19,9 @@ from transport.chunks import (
     DataChunk,
     FinishChunk,
     FinishStepChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
     StartChunk,
     StartStepChunk,
     TextDeltaChunk,
@@ -88,6 +91,13 @@ def replay_message(message: Mapping[str, Any], finish_reason: str | None) -> lis
                 TextDeltaChunk(id=text_id, delta=part["text"]),
                 TextEndChunk(id=text_id),
             ]
+        elif kind == "reasoning":
+            reasoning_id = f"r{index}"
+            chunks += [
+                ReasoningStartChunk(id=reasoning_id),
+                ReasoningDeltaChunk(id=reasoning_id, delta=part["text"]),
+                ReasoningEndChunk(id=reasoning_id),
+            ]
         elif kind.startswith("tool-"):
             chunks.extend(_tool_chunks(part, continued=continued))
         elif kind.startswith("data-"):
@@ -97,5 +107,7 @@ def replay_message(message: Mapping[str, Any], finish_reason: str | None) -> lis
     if open_step:
         chunks.append(FinishStepChunk())
     if finish_reason is not None:
-        chunks.append(FinishChunk(finish_reason=finish_reason))
+        chunks.append(
+            FinishChunk(finish_reason=finish_reason, message_metadata=message.get("metadata"))
+        )
     return [chunk.to_dict() for chunk in chunks]

@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from runner.connection import parse_redis_url
-from runner.errors import CallerError
+from runner.errors import CallerError, TemplateError
+from runner.llm.spec import ModelSpec, parse_model_spec
 from widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 
 __all__ = ["Secret", "Settings", "SettingsError"]
@@ -82,6 +83,11 @@ class Settings:
     connect_flow_ttl_s: int = 600
     connection_ttl_s: int = 180 * 24 * 3600
     oauth_http_timeout_s: float = 10.0
+    model: str | None = None
+    model_connect_timeout_s: float = 10.0
+    model_read_timeout_s: float = 120.0
+    model_retries: int = 2
+    model_retry_max_wait_s: float = 20.0
 
     @classmethod
     def from_sources(
@@ -139,11 +145,27 @@ class Settings:
                 if not 1 <= lease <= 3600:
                     raise ValueError
                 return lease
-            if name == "oauth_http_timeout_s":
+            if name in {"oauth_http_timeout_s", "model_connect_timeout_s"}:
                 timeout = float(raw)
                 if not 0 < timeout <= 120:
                     raise ValueError
                 return timeout
+            if name in {"model_read_timeout_s", "model_retry_max_wait_s"}:
+                seconds = float(raw)
+                if not 0 < seconds <= 3600:
+                    raise ValueError
+                return seconds
+            if name == "model_retries":
+                retries = int(raw)
+                if not 0 <= retries <= 10:
+                    raise ValueError
+                return retries
+            if name == "model":
+                try:
+                    parse_model_spec(str(raw), "--model")
+                except TemplateError as exc:
+                    raise SettingsError(f"model (--model, PARKWAY_MODEL): {exc}") from None
+                return str(raw).strip()
             if name in {"cookie_secure", "demo_oauth", "agent_editing"}:
                 if isinstance(raw, bool):
                     return raw
@@ -204,6 +226,11 @@ class Settings:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    @property
+    def model_spec(self) -> ModelSpec | None:
+        """The model ``--model`` names (overrides the agent's), or None."""
+        return None if self.model is None else parse_model_spec(self.model, "--model")
 
     @property
     def demo_oauth_enabled(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.history import UNKNOWN_RESULT
+from runner.history import UNKNOWN_RESULT, message_metadata
 from runner.loop import Answer
 from runner.parking import ParkedCall
 from runner.store import ChatRecord
@@ -218,6 +218,9 @@ def chat_messages(
                 messages.append(current)
             parts = current["parts"]
             parts.append({"type": "step-start"})
+            for stored in entry.get("parts", ()):
+                if stored.get("type") == "reasoning" and stored.get("text"):
+                    parts.append({"type": "reasoning", "text": stored["text"], "state": "done"})
             if entry["text"]:
                 parts.append({"type": "text", "text": entry["text"], "state": "done"})
             for call in entry["calls"]:
@@ -231,4 +234,9 @@ def chat_messages(
                             "data": dict(describe(call_parked)),
                         }
                     )
+    for message in messages:
+        if message["role"] == "assistant":
+            metadata = message_metadata(entries, message["id"])
+            if metadata is not None:
+                message["metadata"] = metadata
     return messages
