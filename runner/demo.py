@@ -3,6 +3,12 @@
 Shown by ``parkway serve`` without ``--agent``: a server function tool
 (``get_weather``), a client tool (``choose_option``), ``request_connection`` and an
 approval-gated function tool (``publish_report``).
+
+The script reads the chat as it goes (the path placeholders and conditions of
+:mod:`runner.scripted`): it gives Lisbon's weather and asks which city the report should
+cover, looks up that city's weather while asking for a connection, greets the connected
+account or says why there is none, asks approval for a report on the chosen city, and
+ends by saying whether it was published.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ def publish_report(tool_input: dict[str, Any]) -> dict[str, Any]:
         "words": len(tool_input["body"].split()),
     }
 
+
+# Filled by the scripted model from the most recent ``get_weather`` result: Lisbon's in
+# the first answer, the chosen city's in the report.
+_FORECAST = (
+    "Today in {{result.get_weather.city}}: {{result.get_weather.sky}}, "
+    "{{result.get_weather.temperature_c}} °C."
+)
+# The city the user chose; Lisbon if the choice was declined or timed out.
+_CHOSEN = "{{result.choose_option.choice|Lisbon}}"
 
 DEMO_AGENT: dict[str, Any] = {
     "template": {
@@ -116,8 +131,18 @@ DEMO_AGENT: dict[str, Any] = {
                     },
                 ],
                 [
-                    {"text": "Thanks. Results so far: {{last_tool_results}}. "},
-                    {"text": "To file the report I need a connection to your demo account."},
+                    {"text": f"{_FORECAST} "},
+                    {
+                        "if": "result.choose_option.choice",
+                        "text": "You picked {{result.choose_option.choice}}, so the report "
+                        "will cover {{result.choose_option.choice}}. ",
+                    },
+                    {
+                        "unless": "result.choose_option.choice",
+                        "text": "No city was picked, so the report will cover Lisbon. ",
+                    },
+                    {"text": "To file it, I'd like a connection to your demo account."},
+                    {"tool_call": {"name": "get_weather", "input": {"city": _CHOSEN}}},
                     {
                         "tool_call": {
                             "name": "request_connection",
@@ -130,19 +155,44 @@ DEMO_AGENT: dict[str, Any] = {
                     },
                 ],
                 [
-                    {"text": "Connection result: {{last_tool_results}}. "},
-                    {"text": "Here is the report I'd like to publish."},
+                    {
+                        "if": "result.request_connection.connected",
+                        "text": "Connected as {{result.request_connection.account}}. ",
+                    },
+                    {
+                        "unless": "result.request_connection.connected",
+                        "text": "No connection this time "
+                        "({{result.request_connection.reason|no reason given}}); "
+                        "I'll publish without it. ",
+                    },
+                    {
+                        "text": "Here is the report on {{result.get_weather.city}} "
+                        "for your approval."
+                    },
                     {
                         "tool_call": {
                             "name": "publish_report",
                             "input": {
-                                "title": "Weather report",
-                                "body": "Sunny and 21 degrees in Lisbon today.",
+                                "title": "Weather in {{result.get_weather.city}}",
+                                "body": _FORECAST,
                             },
                         }
                     },
                 ],
-                [{"text": "All done: {{last_tool_results}}. You said: {{last_user_text}}"}],
+                [
+                    {
+                        "if": "result.publish_report.published",
+                        "text": "Published “{{result.publish_report.title}}” "
+                        "({{result.publish_report.words}} words). That was the whole tour: "
+                        "a server tool, a choice, a connection and an approval.",
+                    },
+                    {
+                        "unless": "result.publish_report.published",
+                        "text": "OK, the report stays unpublished "
+                        "({{result.publish_report.reason|not approved}}). "
+                        "Ask me again whenever you like.",
+                    },
+                ],
             ]
         }
     },

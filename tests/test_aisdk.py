@@ -412,8 +412,9 @@ async def test_mixed_step_resumes_once_with_all_results_in_call_order(
 @pytest.mark.parametrize("major", APPROVAL_MAJORS)
 async def test_demo_agent_full_conversation(redis_url: str, node: str, major: str) -> None:
     """The built-in demo, end to end in the real client: a server tool and a choice in
-    one step, a connection the browser declines, and an approved publish. Four POSTs, one
-    assistant message, and the model saw every outcome."""
+    one step, the chosen city's weather and a connection the browser declines, and an
+    approved publish. Four POSTs, one assistant message, and every reply is a sentence
+    built from the outcomes the model saw."""
     async with parkway(redis_url, DEMO_AGENT, node) as pw:
         report = await pw.drive(
             major,
@@ -433,9 +434,18 @@ async def test_demo_agent_full_conversation(redis_url: str, node: str, major: st
         assert assistant["id"] == report.chunks(0)[0]["messageId"]
         states = {
             t: tool_part(assistant, t)["state"]
-            for t in ("get_weather", "choose_option", "request_connection", "publish_report")
+            for t in ("choose_option", "request_connection", "publish_report")
         }
         assert set(states.values()) == {"output-available"}, states
+        weather = [p for p in assistant["parts"] if p["type"] == "tool-get_weather"]
+        assert [(p["state"], p["output"]) for p in weather] == [
+            ("output-available", {"city": "Lisbon", "sky": "sunny", "temperature_c": 21}),
+            ("output-available", {"city": "Oslo", "sky": "snow", "temperature_c": 4}),
+        ]
+        assert tool_part(assistant, "publish_report")["input"] == {
+            "title": "Weather in Oslo",
+            "body": "Today in Oslo: snow, 4 °C.",
+        }
         widgets = {
             p["data"]["tool"]: p["data"]["kind"]
             for p in assistant["parts"]
@@ -446,20 +456,14 @@ async def test_demo_agent_full_conversation(redis_url: str, node: str, major: st
             "request_connection": "connect",
             "publish_report": "approval",
         }
-        said = text_of(assistant)
-        weather = {"city": "Lisbon", "sky": "sunny", "temperature_c": 21}
-        assert (
-            "Results so far: "
-            + results(("get_weather", weather), ("choose_option", {"choice": "Oslo"}))
-            in said
-        )
-        declined = {"connected": False, "reason": "declined", "retryable": False}
-        assert "Connection result: " + results(("request_connection", declined)) in said
-        published = {"published": True, "title": "Weather report", "words": 7}
-        assert said.endswith(
-            "All done: "
-            + results(("publish_report", published))
-            + ". You said: Make me a weather report"
+        assert text_of(assistant) == (
+            "Hello! I'll check the weather and ask you to pick a city to report on."
+            "Today in Lisbon: sunny, 21 °C. You picked Oslo, so the report will cover Oslo. "
+            "To file it, I'd like a connection to your demo account."
+            "No connection this time (declined); I'll publish without it. "
+            "Here is the report on Oslo for your approval."
+            "Published “Weather in Oslo” (6 words). That was the whole tour: "
+            "a server tool, a choice, a connection and an approval."
         )
 
 

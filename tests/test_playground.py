@@ -132,13 +132,14 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
     browser: Browser, redis_url: str
 ) -> None:
     """The built-in demo, as a user sees it: streamed text and a server tool, then a
-    choice, a connection (declined with "Not now"), an approval; each answer
-    continues the same assistant message until the agent's final answer."""
+    choice, a connection (declined with "Not now"), an approval of a report on the
+    chosen city; each answer continues the same assistant message, in sentences, until
+    the agent's final answer."""
     with server_thread(redis_url, DEMO_AGENT, **DEMO_PROVIDER) as server:
         tab = Tab.new_context(browser, server.base_url).open()
         tab.send("Plan my weather report")
         tab.expect_said("Hello! I'll check the weather")
-        weather = tab.page.locator('[data-tool="get_weather"]')
+        weather = tab.page.locator('[data-tool="get_weather"]').first
         expect(weather).to_have_attribute("data-state", "output-available")
         expect(weather.locator(".badge")).to_have_text("done")
 
@@ -149,7 +150,7 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
         screenshot(tab.page, "choice")
         choice.get_by_role("button", name="Oslo").click()
         tab.expect_state(choice, "answered")
-        tab.expect_said('{"result":{"choice":"Oslo"},"tool":"choose_option"}')
+        tab.expect_said("You picked Oslo, so the report will cover Oslo.")
 
         connect = tab.widget("connect")
         tab.expect_state(connect, "pending")
@@ -158,21 +159,19 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
         screenshot(tab.page, "connect")
         tab.act(connect, "decline")
         tab.expect_state(connect, "declined")
-        tab.expect_said('{"result":{"connected":false,"reason":"declined"')
+        tab.expect_said("No connection this time (declined); I'll publish without it.")
 
         approval = tab.widget("approval")
         tab.expect_state(approval, "pending")
         expect(approval).to_contain_text("Approve publish_report?")
         expect(approval.locator('[data-field="input"]')).to_have_value(
-            '{\n  "title": "Weather report",\n  "body": "Sunny and 21 degrees in Lisbon today."\n}'
+            '{\n  "title": "Weather in Oslo",\n  "body": "Today in Oslo: snow, 4 °C."\n}'
         )
         tab.expect_ready()
         screenshot(tab.page, "approval")
         tab.act(approval, "approve")
         tab.expect_state(approval, "approved")
-        tab.expect_said(
-            'All done: [{"result":{"published":true,"title":"Weather report","words":7}'
-        )
+        tab.expect_said("Published “Weather in Oslo” (6 words).")
         tab.expect_ready()
         # One assistant message across all four round trips.
         expect(tab.page.get_by_test_id("message-assistant")).to_have_count(1)
@@ -201,11 +200,11 @@ def test_demo_agent_connects_through_the_built_in_demo_provider(
         popup.locator("#allow").click()
         tab.expect_state(connect, "connected")
         expect(connect).to_contain_text("ada")
-        tab.expect_said('"account":"ada","connected":true')
+        tab.expect_said("Connected as ada. Here is the report on Lisbon for your approval.")
         approval = tab.widget("approval")
         tab.expect_state(approval, "pending")
         tab.act(approval, "approve")
-        tab.expect_said('All done: [{"result":{"published":true')
+        tab.expect_said("Published “Weather in Lisbon”")
         tab.expect_ready()
         screenshot(tab.page, "demo-connected")
         tab.assert_clean()

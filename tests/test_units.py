@@ -1,4 +1,6 @@
-"""Pure pieces: canonical JSON, the parkedCallKey, templates, the encoder, settings."""
+"""Pure pieces: canonical JSON, the parkedCallKey, templates, the scripted model and the
+demo script, the encoder, settings (and one runner check that a scripted tool input is
+filled before the tool runs)."""
 
 from __future__ import annotations
 
@@ -6,20 +8,32 @@ import math
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from runner import (
     END_OF_SCRIPT,
     NotPlainJSONError,
+    Runner,
     ScriptedModel,
     TemplateError,
     canonical_json,
     load_template,
     parked_call_key,
+    parse_agent_file,
 )
-from runner.events import CallParked, MessageFinished, ToolCallIssued, ToolSucceeded
+from runner.demo import DEMO_AGENT, get_weather, publish_report
+from runner.events import CallParked, MessageFinished, TextDelta, ToolCallIssued, ToolSucceeded
 from runner.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
-from runner.model import ModelRequest, ModelTextDelta, ModelToolCall, ToolResult
+from runner.model import (
+    AssistantTurn,
+    ModelRequest,
+    ModelTextDelta,
+    ModelToolCall,
+    ToolResult,
+    UserTurn,
+)
 from runner.parking import ParkedCall, decode_call, encode_call
+from tests.support import agent_doc, call, text
 from transport.encoder import encode_event
 from transport.settings import Settings, SettingsError
 from widgets_api import describe_call
@@ -130,6 +144,262 @@ async def test_scripted_model_fills_placeholders_and_runs_out_politely() -> None
 def test_scripted_model_rejects_malformed_parts() -> None:
     with pytest.raises(TemplateError, match="either"):
         ScriptedModel([[{"text": "a", "tool_call": {"name": "x"}}]])
+
+
+# -- the scripted model's path placeholders and conditions ----------------------------
+
+
+def _request(*results: tuple[str, Any], user: str = "hello", index: int = 0) -> ModelRequest:
+    """A model input whose tool results are ``results`` (tool name, result), oldest first."""
+    messages: list[Any] = [UserTurn(user)]
+    for n, (tool, result) in enumerate(results):
+        call_id = f"c{n}"
+        messages.append(AssistantTurn("", (ModelToolCall(tool, {}, call_id),)))
+        messages.append(ToolResult(call_id, tool, result))
+    return ModelRequest("c", index, "", tuple(messages), ())
+
+
+async def _said(parts: list[dict[str, Any]], request: ModelRequest) -> str:
+    items = [item async for item in ScriptedModel([parts]).stream(request)]
+    return "".join(i.text for i in items if isinstance(i, ModelTextDelta))
+
+
+async def _calls(parts: list[dict[str, Any]], request: ModelRequest) -> list[ModelToolCall]:
+    items = [item async for item in ScriptedModel([parts]).stream(request)]
+    return [i for i in items if isinstance(i, ModelToolCall)]
+
+
+async def test_result_placeholders_read_the_most_recent_result_as_plain_text() -> None:
+    """A script speaks in sentences: strings print as-is, scalars as JSON, and only a
+    whole object or list falls back to canonical JSON. The latest result of a tool wins,
+    so a tool called again (the chosen city's weather) replaces the earlier answer."""
+    request = _request(
+        ("w", {"city": "Lisbon", "t": 21}),
+        ("pick", {"choice": "Oslo"}),
+        ("w", {"city": "Oslo", "t": 4.5, "snow": True, "tags": ["cold", "dark"]}),
+    )
+    text = (
+        "{{result.w.city}} {{result.w.t}} {{result.w.snow}} {{result.w.tags.1}} "
+        "{{result.w.tags}} {{result.pick}} / {{result.pick.choice}}"
+    )
+    assert await _said([{"text": text}], request) == (
+        'Oslo 4.5 true dark ["cold","dark"] {"choice":"Oslo"} / Oslo'
+    )
+
+
+@pytest.mark.parametrize(
+    "placeholder",
+    [
+        "{{result.nobody.city}}",  # no result of that tool
+        "{{result.w.country}}",  # no such key
+        "{{result.w.city.name}}",  # a path through a string
+        "{{result.w.tags.9}}",  # past the end of a list
+        "{{result.w.none}}",  # null counts as missing
+    ],
+)
+async def test_a_missing_value_renders_its_fallback_or_nothing(placeholder: str) -> None:
+    """A declined choice or a refused connection has no ``choice`` or ``account``: the
+    text says the fallback, or nothing, and never ``null`` or a raw placeholder."""
+    request = _request(("w", {"city": "Oslo", "tags": [], "none": None}))
+    fallback = placeholder.replace("}}", "|somewhere else}}")
+    assert await _said([{"text": f"[{placeholder}]"}], request) == "[]"
+    assert await _said([{"text": f"[{fallback}]"}], request) == "[somewhere else]"
+
+
+async def test_filled_text_is_never_read_as_a_placeholder_again() -> None:
+    """Placeholders are filled in one pass: a user's message or a tool result that
+    contains double braces is printed as written, not expanded."""
+    request = _request(("w", {"city": "{{last_user_text}}"}), user="{{result.w.city}}")
+    said = await _said([{"text": "{{result.w.city}} / {{last_user_text}} / {{other}}"}], request)
+    assert said == "{{last_user_text}} / {{result.w.city}} / {{other}}"
+
+
+async def test_tool_inputs_are_filled_at_any_depth_keeping_whole_values_typed() -> None:
+    """Every string of a tool call's input is filled; a string that is exactly one
+    placeholder takes the value itself, so a number stays a number and an object an
+    object. Keys and non-string values are left alone."""
+    request = _request(("pick", {"choice": "Oslo", "n": 3, "where": {"lat": 59.9}}))
+    tool_input = {
+        "city": "{{result.pick.choice}}",
+        "title": "Weather in {{result.pick.choice}} ({{result.pick.n}})",
+        "n": "{{result.pick.n}}",
+        "where": "{{result.pick.where}}",
+        "nested": [{"c": "{{result.pick.choice}}", "{{result.pick.choice}}": 1}, 7, None],
+        "gone": "{{result.pick.missing}}",
+        "default": "{{result.pick.missing|Lisbon}}",
+    }
+    [issued] = await _calls([{"tool_call": {"name": "t", "input": tool_input}}], request)
+    assert issued.input == {
+        "city": "Oslo",
+        "title": "Weather in Oslo (3)",
+        "n": 3,
+        "where": {"lat": 59.9},
+        "nested": [{"c": "Oslo", "{{result.pick.choice}}": 1}, 7, None],
+        "gone": "",
+        "default": "Lisbon",
+    }
+    assert tool_input["city"] == "{{result.pick.choice}}"  # the script itself is unchanged
+
+
+@pytest.mark.parametrize(
+    ("result", "truthy"),
+    [
+        ({"connected": True, "account": "ada"}, True),
+        ({"connected": "yes"}, True),
+        ({"connected": False, "reason": "declined"}, False),
+        ({"connected": None}, False),
+        ({"connected": 0}, False),
+        ({"connected": ""}, False),
+        ({"connected": []}, False),
+        ({"status": "timeout"}, False),
+        (None, False),  # no result of the tool at all
+    ],
+)
+async def test_if_and_unless_pick_parts_by_the_truthiness_of_a_result(
+    result: Any, truthy: bool
+) -> None:
+    """Conditions let one script answer every outcome of a parked call in sentences:
+    ``if`` parts speak when the value is truthy, ``unless`` parts when it is not."""
+    request = _request(*([("connect", result)] if result is not None else []))
+    parts = [
+        {"text": "Hi. "},
+        {"if": "result.connect.connected", "text": "Connected as {{result.connect.account}}."},
+        {"unless": "result.connect.connected", "text": "Not connected."},
+        {
+            "if": "result.connect.connected",
+            "unless": "result.connect.account",
+            "text": " (no account)",
+        },
+        {"unless": "result.connect.connected", "tool_call": {"name": "retry"}},
+    ]
+    said = await _said(parts, request)
+    calls = await _calls(parts, request)
+    if truthy:
+        account = result.get("account")
+        assert said == f"Hi. Connected as {account or ''}." + ("" if account else " (no account)")
+        assert calls == []
+    else:
+        assert said == "Hi. Not connected."
+        assert calls == [ModelToolCall(name="retry", input=None)]
+
+
+@pytest.mark.parametrize(
+    ("part", "message"),
+    [
+        ({"text": "x", "if": "connected"}, "turns.0.0.if: .*must be result.<tool>.<path>"),
+        ({"text": "x", "unless": "result.a..b"}, "turns.0.0.unless: .*must be result"),
+        ({"text": "x", "when": "result.a"}, "turns.0.0.when: Extra inputs"),
+        ({"text": "x", "if_": "result.a"}, "turns.0.0.if_: Extra inputs"),
+        ({"text": "{{result}}"}, "turns.0.0.text: .*malformed placeholder '{{result}}'"),
+        ({"text": "{{result.a b}}"}, "malformed placeholder"),
+        (
+            {"tool_call": {"name": "t", "input": {"a": ["{{result.x.}}"]}}},
+            "turns.0.0.tool_call.input: .*malformed placeholder",
+        ),
+        ({"if": "result.a"}, "either"),
+    ],
+)
+def test_scripts_with_malformed_conditions_or_placeholders_fail_at_load(
+    part: dict[str, Any], message: str
+) -> None:
+    """A typo in a script must fail when the agent loads, naming the part, rather than
+    print a raw placeholder to a user or silently drop a part."""
+    with pytest.raises(TemplateError, match=message):
+        ScriptedModel([[part]])
+
+
+async def test_the_runner_runs_a_tool_with_the_input_its_placeholders_filled(
+    redis: Redis,
+) -> None:
+    """End to end on the real runner: the user's answer to a client tool reaches the
+    next tool's input (the demo looks up the weather of the city the user chose)."""
+    agent = parse_agent_file(
+        agent_doc(
+            [
+                [call("pick", {"q": "city"})],
+                [call("get_weather", {"city": "{{result.pick.choice}}"})],
+                [
+                    text(
+                        "It is {{result.get_weather.temperature_c}} °C "
+                        "in {{result.get_weather.city}}."
+                    )
+                ],
+            ]
+        )
+    )
+    runner = Runner(redis, agent.model, agent.template)
+    first = await (await runner.start_turn("p1", "alice", "hi")).collect()
+    [pending] = [e.call for e in first if isinstance(e, CallParked)]
+    await runner.settle(
+        "p1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "Oslo"}}
+    )
+    events = await (await runner.resume("p1", "alice")).collect()
+    [issued] = [e for e in events if isinstance(e, ToolCallIssued) and e.tool_name == "get_weather"]
+    assert issued.input == {"city": "Oslo"}
+    [ran] = [
+        e for e in events if isinstance(e, ToolSucceeded) and e.tool_call_id == issued.tool_call_id
+    ]
+    assert ran.output == {"city": "Oslo", "temperature_c": 4, "sky": "snow"}
+    assert "".join(e.delta for e in events if isinstance(e, TextDelta)) == "It is 4 °C in Oslo."
+
+
+async def _demo_conversation(answers: dict[str, Any]) -> list[str]:
+    """Each assistant text of the built-in demo when the user answers with ``answers``
+    (an approval's answer is the denial result, or absent to approve)."""
+    model = ScriptedModel.from_config(DEMO_AGENT["model"])
+    messages: list[Any] = [UserTurn("Plan my weather report")]
+    texts: list[str] = []
+    for index in range(4):
+        items = [i async for i in model.stream(ModelRequest("c", index, "", tuple(messages), ()))]
+        texts.append("".join(i.text for i in items if isinstance(i, ModelTextDelta)))
+        calls = [
+            ModelToolCall(i.name, i.input, f"c{index}-{n}")
+            for n, i in enumerate(items)
+            if isinstance(i, ModelToolCall)
+        ]
+        messages.append(AssistantTurn(texts[-1], tuple(calls)))
+        for issued in calls:
+            tools = {"get_weather": get_weather, "publish_report": publish_report}
+            if issued.name in answers:
+                result = answers[issued.name]
+            else:
+                result = tools[issued.name](issued.input)
+            messages.append(ToolResult(str(issued.id), issued.name, result))
+    return texts
+
+
+async def test_the_demo_speaks_in_sentences_about_the_city_the_user_chose() -> None:
+    """The demo is the first thing a user sees: every reply is a sentence (no raw JSON),
+    and the report it asks to publish is about the chosen city and its weather."""
+    connected = {
+        "connected": True, "provider": "demo", "connection_id": "conn_1",
+        "account": "ada", "scopes": ["repo"],
+    }  # fmt: skip
+    approved = await _demo_conversation(
+        {"choose_option": {"choice": "Oslo"}, "request_connection": connected}
+    )
+    assert approved[1:] == [
+        "Today in Lisbon: sunny, 21 °C. You picked Oslo, so the report will cover Oslo. "
+        "To file it, I'd like a connection to your demo account.",
+        "Connected as ada. Here is the report on Oslo for your approval.",
+        "Published “Weather in Oslo” (6 words). That was the whole tour: a server tool, "
+        "a choice, a connection and an approval.",
+    ]
+    declined = {"connected": False, "reason": "declined", "retryable": False}
+    denied = await _demo_conversation(
+        {
+            "choose_option": {"choice": "Paris"},
+            "request_connection": declined,
+            "publish_report": {"approved": False, "reason": "denied"},
+        }
+    )
+    assert denied[2:] == [
+        "No connection this time (declined); I'll publish without it. "
+        "Here is the report on Paris for your approval.",
+        "OK, the report stays unpublished (denied). Ask me again whenever you like.",
+    ]
+    for said in approved + denied:
+        assert "{" not in said and "null" not in said, said
 
 
 def test_a_call_without_a_result_reads_as_result_unknown() -> None:

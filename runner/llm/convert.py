@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
+from pydantic_core import to_jsonable_python
 
 from runner.model import (
     AssistantTurn,
@@ -189,7 +190,7 @@ def _stored(part: ThinkingPart | TextPart | ToolCallPart, kind: str) -> dict[str
     if part.provider_name is not None:
         out["pn"] = part.provider_name
     if part.provider_details:
-        out["pd"] = part.provider_details
+        out["pd"] = to_jsonable_python(part.provider_details)
     return out
 
 
@@ -224,7 +225,9 @@ def step_end(response: ModelResponse, provider: str) -> ModelStepEnd:
         ("pd", response.provider_details),
     ):
         if value:
-            record[key] = value
+            # Plain JSON, as pydantic-ai's own message serializer makes it (a datetime
+            # becomes its ISO text).
+            record[key] = to_jsonable_python(value)
     usage = response.usage
     details = usage.details or {}
     reasoning = int(details.get("reasoning_tokens", 0) or details.get("thoughts_tokens", 0) or 0)

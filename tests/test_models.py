@@ -1,0 +1,503 @@
+"""Real models through their real SDKs, against a provider double on loopback.
+
+Parkway's provider adapter (pydantic-ai's model layer over the openai, anthropic and
+google-genai SDKs) talks HTTP to :class:`tests.llm_double.ProviderDouble`, which speaks
+each provider's documented streaming wire. These tests drive the whole server over HTTP
+(real uvicorn, real Redis) and check both sides: the AI SDK chunks a browser receives and
+the request bodies the provider receives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.llm_double import Call, CutOff, Fail, Hang, ProviderDouble, Reset, StreamError, Turn
+from tests.support import (
+    ALL_TOOLS,
+    Api,
+    ParkwayProcess,
+    ServerThread,
+    answered,
+    sse_chunks,
+    types,
+)
+
+# provider prefix → (wire the double speaks for it, the environment pointing at the double)
+WIRES = {
+    "anthropic": "anthropic",
+    "openai": "openai-responses",
+    "google": "gemini",
+    "openai-compatible": "openai-chat",
+}
+MODELS = {
+    "anthropic": "anthropic:claude-test",
+    # A reasoning model's name: pydantic-ai asks for encrypted reasoning by model profile.
+    "openai": "openai:gpt-5-mini",
+    "google": "google:gemini-test",
+    "openai-compatible": "openai-compatible:local-test",
+}
+
+
+def provider_env(double: ProviderDouble) -> dict[str, str]:
+    return {
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-do-not-log",
+        "ANTHROPIC_BASE_URL": double.base_url,
+        "OPENAI_API_KEY": "sk-openai-test-key-do-not-log",
+        "OPENAI_BASE_URL": double.openai_base_url,
+        "GOOGLE_API_KEY": "google-test-key-do-not-log",
+        "GOOGLE_GEMINI_BASE_URL": double.base_url,
+    }
+
+
+@pytest.fixture
+def double(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderDouble]:
+    with ProviderDouble() as started:
+        for name, value in provider_env(started).items():
+            monkeypatch.setenv(name, value)
+        yield started
+
+
+def agent(model: str, tools: list[Any] = ALL_TOOLS) -> dict[str, Any]:
+    return {
+        "template": {"instructions": "You are a test agent.", "tools": list(tools)},
+        "model": model,
+    }
+
+
+@pytest.fixture
+def serve(redis: Redis, redis_url: str) -> Iterator[Any]:
+    """Servers on the test's clean database (the ``redis`` fixture flushes it)."""
+    servers: list[ServerThread] = []
+
+    def start(model: str, **settings: Any) -> ServerThread:
+        settings.setdefault("model_retry_max_wait_s", 5.0)
+        server = ServerThread(redis_url, agent(model), **settings).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def said(chunks: list[dict[str, Any]]) -> str:
+    return "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+
+
+def reasoning(chunks: list[dict[str, Any]]) -> str:
+    return "".join(c["delta"] for c in chunks if c["type"] == "reasoning-delta")
+
+
+# -- streaming: text, reasoning, usage ------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", list(WIRES))
+async def test_text_and_reasoning_stream_as_ai_sdk_parts_with_usage_and_model(
+    provider: str, double: ProviderDouble, serve: Any
+) -> None:
+    """Each provider's thinking arrives as reasoning-start/-delta/-end before the answer's
+    text, and the finish carries the model and the tokens, also in the chat's GET."""
+    double.script(
+        WIRES[provider],
+        [Turn(reasoning=["Let me ", "think."], signature="c2lnLTE=", text=["Hello", " there."])],
+    )
+    server = serve(MODELS[provider])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("c1", "hi")
+    kinds = types(chunks)
+    assert kinds.index("reasoning-start") < kinds.index("reasoning-end") < kinds.index("text-start")
+    assert reasoning(chunks) == "Let me think."
+    assert said(chunks) == "Hello there."
+    finish = chunks[-1]
+    assert finish["type"] == "finish" and finish["finishReason"] == "stop"
+    metadata = finish["messageMetadata"]
+    assert metadata["model"].startswith(f"{provider}:")
+    assert metadata["usage"]["inputTokens"] == 11
+    assert metadata["usage"]["outputTokens"] >= 7
+    state = await api.state("c1")
+    message = state["messages"][-1]
+    assert message["metadata"] == metadata
+    assert {"type": "reasoning", "text": "Let me think.", "state": "done"} in message["parts"]
+    await api.aclose()
+
+
+@pytest.mark.parametrize(
+    ("finish", "expected"), [("length", "length"), ("content_filter", "content-filter")]
+)
+async def test_provider_finish_reasons_are_mapped(
+    finish: str, expected: str, double: ProviderDouble, serve: Any
+) -> None:
+    double.script("anthropic", [Turn(text="cut sh", finish=finish)])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("f1", "hi")
+    assert chunks[-1]["finishReason"] == expected
+    await api.aclose()
+
+
+# -- tool calls ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", list(WIRES))
+async def test_parallel_server_client_and_approval_calls_park_and_resume_with_provider_ids(
+    provider: str, double: ProviderDouble, serve: Any
+) -> None:
+    """A real model's mixed step behaves like a scripted one: the server tool runs, the
+    client call and the approval park; tool input streams before it is available; the
+    resume sends the provider back its own call ids, signatures and results."""
+    wire = WIRES[provider]
+    double.script(
+        wire,
+        [
+            Turn(
+                reasoning="Plan: weather, ask, publish.",
+                signature="c2lnbmVkLXRoaW5raW5n",
+                text="Working on it.",
+                calls=[
+                    Call("get_weather", {"city": "Oslo"}, id="prov_weather_1"),
+                    Call("pick", {"q": "which city?"}, id="prov_pick_1"),
+                    Call("publish", {"title": "Report"}, id="prov_publish_1"),
+                ],
+            ),
+            Turn(text="All done."),
+        ],
+    )
+    server = serve(MODELS[provider])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("t1", "go")
+    assert chunks[-1]["finishReason"] == "tool-calls"
+    available = {c["toolName"]: c for c in chunks if c["type"] == "tool-input-available"}
+    assert set(available) == {"get_weather", "pick", "publish"}
+    if wire != "gemini":  # Gemini sends calls whole; the others stream their arguments
+        for name, chunk in available.items():
+            call_id = chunk["toolCallId"]
+            starts = [i for i, c in enumerate(chunks) if c.get("toolCallId") == call_id]
+            first = chunks[starts[0]]
+            assert first["type"] == "tool-input-start" and first["toolName"] == name
+            deltas = [
+                c["inputTextDelta"]
+                for c in chunks
+                if c["type"] == "tool-input-delta" and c["toolCallId"] == call_id
+            ]
+            assert json.loads("".join(deltas)) == chunk["input"]
+    outputs = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert [o["toolCallId"] for o in outputs] == [available["get_weather"]["toolCallId"]]
+    assert any(c["type"] == "tool-approval-request" for c in chunks)
+    # Parkway's own ids, never the provider's (which may repeat across steps).
+    assert all(not c["toolCallId"].startswith("prov_") for c in available.values())
+
+    pick_id = available["pick"]["toolCallId"]
+    publish_id = available["publish"]["toolCallId"]
+    settled = await api.settle("t1", pick_id, {"outcome": "output", "output": {"choice": "Oslo"}})
+    assert settled.status_code == 200, settled.text
+    settled = await api.settle("t1", publish_id, {"outcome": "approved"})
+    assert settled.status_code == 200, settled.text
+    resumed = await api.resume("t1")
+    assert resumed.status_code == 200, resumed.text
+    assert said(sse_chunks(resumed.text)) == "All done."
+
+    first, second = double.requests_for(wire)
+    body = json.dumps(second.body)
+    if wire != "openai-chat":  # Chat Completions has no reasoning signatures
+        assert "c2lnbmVkLXRoaW5raW5n" in body, "the reasoning signature went back unchanged"
+    if wire != "gemini":
+        for provider_id in ("prov_weather_1", "prov_pick_1", "prov_publish_1"):
+            assert provider_id in body, f"{provider_id} went back as the call's id"
+    assert "Oslo" in body and "published" in body
+    await api.aclose()
+
+
+async def test_invalid_tool_input_goes_back_to_the_model_and_is_never_parked(
+    double: ProviderDouble, serve: Any
+) -> None:
+    """Arguments that are not JSON, or miss the schema, and an unknown tool, come back to
+    the model as error results it can correct; nothing reaches a widget."""
+    double.script(
+        "openai-chat",
+        [
+            Turn(calls=[Call("pick", '{"q": "broken'), Call("nope", {"x": 1})]),
+            Turn(calls=[Call("publish", {"wrong": True})]),
+            Turn(text="Sorry, fixed."),
+        ],
+    )
+    server = serve(MODELS["openai-compatible"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("bad", "go")
+    errors = [c for c in chunks if c["type"] == "tool-input-error"]
+    assert [e["toolName"] for e in errors] == ["pick", "nope", "publish"]
+    assert "not valid JSON" in errors[0]["errorText"]
+    assert not any(c["type"] == "data-parkway-widget" for c in chunks)
+    assert said(chunks) == "Sorry, fixed."
+    second = json.dumps(double.requests_for("openai-chat")[1].body)
+    assert "not valid JSON" in second and "unknown tool" in second
+    await api.aclose()
+
+
+async def test_a_model_that_keeps_making_invalid_calls_is_stopped(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script("anthropic", [Turn(calls=[Call("nope", {})]) for _ in range(6)])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("loop", "go")
+    assert "refused 4 times in a row" in said(chunks)
+    assert len(double.requests_for("anthropic")) == 4
+    assert (await api.state("loop"))["state"] == "idle"
+    await api.aclose()
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (401, "API key was refused (401)"),
+        (403, "API key was refused (403)"),
+        (404, "was not found (404)"),
+    ],
+)
+async def test_refusals_end_the_run_with_an_error_naming_provider_and_cause(
+    status: int, words: str, double: ProviderDouble, serve: Any
+) -> None:
+    """Bad key, unknown model: one request (no retry), an AI SDK error chunk naming the
+    provider and cause, never the key, and an idle chat that takes the next message."""
+    double.script("anthropic", [Fail(status), Turn(text="Back.")])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("e1", "hi")
+    error = chunks[-1]
+    assert error["type"] == "error"
+    assert error["errorText"].startswith("anthropic: ") and words in error["errorText"]
+    assert "sk-ant" not in json.dumps(chunks)
+    assert len(double.requests_for("anthropic")) == 1
+    state = await api.state("e1")
+    assert state["state"] == "idle"
+    # Nothing was said: the chat is as it was, so the same message can be sent again.
+    assert state["messages"] == []
+    again = await api.say("e1", "hi")
+    assert said(again) == "Back."
+    await api.aclose()
+
+
+async def test_context_too_long_names_the_cause(double: ProviderDouble, serve: Any) -> None:
+    double.script(
+        "openai-responses",
+        [
+            Fail(
+                400,
+                body={
+                    "error": {
+                        "message": "Your input exceeds the context window of this model.",
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            )
+        ],
+    )
+    server = serve(MODELS["openai"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("long", "hi")
+    assert chunks[-1]["type"] == "error"
+    assert "openai: the conversation is too long" in chunks[-1]["errorText"]
+    await api.aclose()
+
+
+async def test_rate_limits_are_retried_honouring_retry_after(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script(
+        "anthropic",
+        [Fail(429, headers={"retry-after": "0"}), Fail(529), Turn(text="Made it.")],
+    )
+    server = serve(MODELS["anthropic"], model_retries=2)
+    api = await Api(server.base_url).login()
+    chunks = await api.say("r1", "hi")
+    assert said(chunks) == "Made it."
+    assert len(double.requests_for("anthropic")) == 3
+    await api.aclose()
+
+
+async def test_retries_are_bounded_and_end_with_a_clear_error(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script("gemini", [Fail(503), Fail(503), Fail(503), Turn(text="never")])
+    server = serve(MODELS["google"], model_retries=2)
+    api = await Api(server.base_url).login()
+    chunks = await api.say("r2", "hi")
+    assert chunks[-1]["type"] == "error"
+    assert "google: unavailable (503) after 3 attempts" in chunks[-1]["errorText"]
+    assert len(double.requests_for("gemini")) == 3
+    assert (await api.state("r2"))["state"] == "idle"
+    await api.aclose()
+
+
+async def test_a_retry_after_longer_than_the_limit_is_not_waited_for(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script("openai-chat", [Fail(429, headers={"retry-after": "3600"}), Turn(text="x")])
+    server = serve(MODELS["openai-compatible"], model_retry_max_wait_s=2.0)
+    api = await Api(server.base_url).login()
+    chunks = await api.say("r3", "hi")
+    assert chunks[-1]["type"] == "error" and "rate limited (429)" in chunks[-1]["errorText"]
+    assert len(double.requests_for("openai-chat")) == 1
+    await api.aclose()
+
+
+async def test_connection_resets_and_overload_before_the_first_token_are_retried(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script("anthropic", [Reset(), StreamError(), Turn(text="Recovered.")])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("r4", "hi")
+    assert said(chunks) == "Recovered."
+    assert len(double.requests_for("anthropic")) == 3
+    await api.aclose()
+
+
+async def test_a_stream_cut_after_tokens_keeps_the_partial_step_and_resending_works(
+    double: ProviderDouble, serve: Any
+) -> None:
+    double.script("openai-chat", [CutOff(text=["Half ", "an answer"]), Turn(text="Whole.")])
+    server = serve(MODELS["openai-compatible"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("cut", "hi")
+    assert said(chunks) == "Half an answer"
+    assert chunks[-1]["type"] == "error" and "broke off" in chunks[-1]["errorText"]
+    assert len(double.requests_for("openai-chat")) == 1  # tokens had streamed: no retry
+    state = await api.state("cut")
+    assert state["state"] == "idle"
+    assert state["messages"][-1]["parts"][-1] == {
+        "type": "text",
+        "text": "Half an answer",
+        "state": "done",
+    }
+    again = await api.say("cut", "again?", message_id="u2")
+    assert said(again) == "Whole."
+    await api.aclose()
+
+
+async def test_stop_closes_the_providers_stream(double: ProviderDouble, serve: Any) -> None:
+    """POST .../stop cancels the model request: the provider sees its stream closed, the
+    partial answer is kept and the message finishes cleanly."""
+    double.script("anthropic", [Hang(text=["Still ", "thinking"])])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    import asyncio
+
+    async def stop_soon() -> None:
+        while not double.requests_for("anthropic"):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        stopped = await api.http.post("/api/chats/stopme/stop")
+        assert stopped.status_code in {200, 202, 204}, stopped.text
+
+    stopper = asyncio.create_task(stop_soon())
+    chunks = await api.say("stopme", "hi")
+    await stopper
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "stop"
+    assert await double.wait_disconnect(timeout=10)
+    assert (await api.state("stopme"))["state"] == "idle"
+    await api.aclose()
+
+
+# -- startup --------------------------------------------------------------------------------
+
+
+def _serve_cli(args: list[str], env: dict[str, str], tmp_path: Path) -> tuple[int, str]:
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    clean = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "transport.cli", "serve", "--data-dir", str(tmp_path), *args],
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["--model", "anthropic:claude-x"], {}, "set ANTHROPIC_API_KEY"),
+        (["--model", "google:gemini-x"], {}, "set GOOGLE_API_KEY or GEMINI_API_KEY"),
+        (["--model", "openai-compatible:llama"], {}, "set OPENAI_BASE_URL"),
+        (["--model", "mistral:large"], {}, "unknown model provider 'mistral'"),
+        (["--model", "anthropic:"], {"ANTHROPIC_API_KEY": "k"}, "no valid model name"),
+        (["--model", "claude"], {}, "is not '<provider>:<model>'"),
+    ],
+)
+def test_a_bad_model_setting_fails_at_startup_with_one_line(
+    args: list[str], env: dict[str, str], words: str, tmp_path: Path
+) -> None:
+    code, stderr = _serve_cli(args, env, tmp_path)
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], stderr
+    assert "Traceback" not in stderr
+
+
+# -- cold resume on another process ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "google"])
+async def test_park_sigkill_and_resume_on_another_process_sends_the_provider_its_state(
+    provider: str, double: ProviderDouble, redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Process A parks a real model's step (thinking with a signature, a client call with
+    the provider's id) and is killed with SIGKILL; process B resumes from Redis alone and
+    sends the provider exactly what it needs: the signature and call id unchanged."""
+    wire = WIRES[provider]
+    double.script(
+        wire,
+        [
+            Turn(
+                reasoning="I should ask.",
+                signature="Y29sZC1zaWduYXR1cmU=",
+                calls=[Call("pick", {"q": "city"}, id="prov_cold_1")],
+            ),
+            Turn(text="You picked it."),
+        ],
+    )
+    agent_file = tmp_path / "agent.json"
+    agent_file.write_text(json.dumps(agent(MODELS[provider])))
+    env = provider_env(double)
+    first = ParkwayProcess(redis_url, agent_file, env=env).start()
+    try:
+        api = await Api(first.base_url).login()
+        chunks = await api.say("cold", "hi")
+        await api.aclose()
+    finally:
+        first.kill()
+    assert chunks[-1]["finishReason"] == "tool-calls"
+    second = ParkwayProcess(redis_url, agent_file, env=env).start()
+    try:
+        other = api.same_user(second.base_url)
+        response = await other.chat("cold", answered(chunks, {"choice": "Lisbon"}, tool="pick"))
+        await other.aclose()
+    finally:
+        second.stop()
+    assert response.status_code == 200, response.text
+    assert said(sse_chunks(response.text)) == "You picked it."
+    body = json.dumps(double.requests_for(wire)[1].body)
+    assert "Y29sZC1zaWduYXR1cmU=" in body
+    if wire != "gemini":
+        assert "prov_cold_1" in body
+    assert "Lisbon" in body
