@@ -525,3 +525,57 @@ async def test_forged_answer_is_refused_and_never_reaches_the_model(
         assert resumed.status_code == 200, resumed.text
         said = "".join(c["delta"] for c in sse_chunks(resumed.text) if c["type"] == "text-delta")
         assert said == "You chose " + results(("pick", {"choice": "y"})) + "."
+
+
+# -- real models: reasoning, streamed tool input, usage -------------------------------------
+
+
+@pytest.mark.parametrize("major", ALL_MAJORS)
+async def test_a_real_models_reasoning_streamed_tool_input_and_usage_pass_the_real_client(
+    major: str, node: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunks a provider model adds (reasoning-*, tool-input-start/-delta before
+    tool-input-available, messageMetadata on finish) validate in every supported ``ai``
+    major: the client ends with a reasoning part, the answered client tool, the model
+    and usage in the message's metadata, and exactly one resend."""
+    from tests.llm_double import Call, ProviderDouble, Turn
+    from tests.test_models import provider_env
+
+    with ProviderDouble() as double:
+        for name, value in provider_env(double).items():
+            monkeypatch.setenv(name, value)
+        double.script(
+            "anthropic",
+            [
+                Turn(
+                    reasoning=["Ask ", "first."],
+                    signature="c2ln",
+                    text="Let me ask.",
+                    calls=[Call("pick", {"q": "city"})],
+                ),
+                Turn(text=["You chose", " well."]),
+            ],
+        )
+        agent = {
+            "template": {"instructions": "test", "tools": [PICK_TOOL]},
+            "model": "anthropic:claude-test",
+        }
+        async with parkway(redis_url, agent, node) as pw:
+            report = await pw.drive(
+                major,
+                [{"type": "send", "text": "hi"}],
+                tool_outputs={"pick": {"output": {"choice": "Oslo"}}},
+            )
+    report.assert_clean(posts=2)
+    first = report.chunks(0)
+    kinds = types(first)
+    assert kinds.index("tool-input-start") < kinds.index("tool-input-delta")
+    assert kinds.index("tool-input-delta") < kinds.index("tool-input-available")
+    [message] = report.assistants
+    reasoning = [p for p in message["parts"] if p["type"] == "reasoning"]
+    assert [p["text"] for p in reasoning] == ["Ask first."]
+    assert tool_part(message, "pick")["output"] == {"choice": "Oslo"}
+    assert text_of(message).endswith("You chose well.")
+    metadata = message["metadata"]
+    assert metadata["model"] == "anthropic:claude-test"
+    assert metadata["usage"]["inputTokens"] == 22  # both steps of the message
