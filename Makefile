@@ -8,6 +8,9 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
 OIDC_DIR := tests/oidc
 OIDC_STAMP := $(OIDC_DIR)/node_modules/.installed-stamp
 PORT ?= 8000
+# `make run MODEL=anthropic:claude-sonnet-4-5` serves the demo on a real model (the key
+# comes from the environment, e.g. ANTHROPIC_API_KEY); empty: the scripted demo.
+MODEL ?=
 
 .PHONY: run test lint fmt bench venv node-deps clean
 
@@ -32,7 +35,7 @@ $(OIDC_STAMP): $(OIDC_DIR)/package.json $(OIDC_DIR)/package-lock.json
 node-deps: $(NODE_STAMP) $(OIDC_STAMP)
 
 run: venv
-	$(BIN)/parkway serve --port $(PORT)
+	$(BIN)/parkway serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
 test: venv node-deps
 	$(BIN)/pytest

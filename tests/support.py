@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -173,7 +174,9 @@ class ServerThread:
             **settings,
         )
         parsed = parse_agent_file(agent)
-        if model is not None:
+        if isinstance(model, str):  # a model name: the server's --model
+            self.settings = dataclasses.replace(self.settings, model=model)
+        elif model is not None:
             parsed = AgentFile(parsed.template, model)
         self.app = create_app(self.settings, agent=parsed)
         config = uvicorn.Config(

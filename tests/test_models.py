@@ -501,3 +501,78 @@ async def test_park_sigkill_and_resume_on_another_process_sends_the_provider_its
     if wire != "gemini":
         assert "prov_cold_1" in body
     assert "Lisbon" in body
+
+
+async def test_a_provider_that_stalls_past_the_read_timeout_fails_clearly(
+    double: ProviderDouble, serve: Any
+) -> None:
+    """The read timeout bounds a silent provider; each attempt is retried, then the run
+    ends with an error saying it timed out, and the chat is idle."""
+    double.script(
+        "anthropic",
+        [Turn(text="late", pause_before_first=5.0), Turn(text="late", pause_before_first=5.0)],
+    )
+    server = serve(MODELS["anthropic"], model_read_timeout_s=0.5, model_retries=1)
+    api = await Api(server.base_url).login()
+    chunks = await api.say("slow", "hi")
+    assert chunks[-1]["type"] == "error"
+    assert "anthropic: timed out after 2 attempts" in chunks[-1]["errorText"]
+    assert (await api.state("slow"))["state"] == "idle"
+    await api.aclose()
+
+
+async def test_keys_are_never_logged_stored_or_sent_to_the_browser(
+    double: ProviderDouble, serve: Any, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    double.script("anthropic", [Fail(401), Turn(text="ok", calls=[Call("pick", {"q": "a"})])])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    failed = await api.say("k", "hi")
+    parked = await api.say("k", "again", message_id="u2")
+    state = await api.state("k")
+    await api.aclose()
+    key = "sk-ant-test-key-do-not-log"
+    sent = double.requests_for("anthropic")[0].headers
+    assert key in (sent.get("x-api-key", ""), sent.get("authorization", "")[len("Bearer ") :])
+    assert key not in json.dumps([failed, parked, state])
+    assert key not in caplog.text
+    for name in await redis.keys("*"):
+        kind = await redis.type(name)
+        dump = await redis.dump(name)
+        assert dump is None or key.encode() not in dump, (name, kind)
+
+
+async def test_the_templates_llm_chooses_the_model_and_serve_model_overrides_it(
+    double: ProviderDouble, redis: Redis, redis_url: str
+) -> None:
+    """A committed template's ``llm`` (what commit_config changes) picks the model of new
+    turns; ``--model`` wins over it."""
+    scripted = {
+        "template": {"instructions": "t", "tools": []},
+        "model": {"scripted": {"turns": [[{"text": "scripted"}]] * 3}},
+    }
+    double.script("anthropic", [Turn(text="from claude")])
+    double.script("gemini", [Turn(text="from gemini")])
+    server = ServerThread(redis_url, scripted).start()
+    try:
+        api = await Api(server.base_url).login()
+        assert said(await api.say("m1", "hi")) == "scripted"
+        agent_view = (await api.http.get("/api/agent")).json()
+        template = {**agent_view["template"], "llm": "anthropic:claude-test"}
+        commit = await api.http.post(
+            "/api/agent/commit",
+            json={"template": template, "expectedVersion": agent_view["version"]},
+        )
+        assert commit.status_code in {200, 201}, commit.text
+        assert said(await api.say("m2", "hi")) == "from claude"
+        await api.aclose()
+    finally:
+        server.stop()
+    server = ServerThread(redis_url, scripted, model="google:gemini-test").start()
+    try:
+        api = await Api(server.base_url).login()
+        assert said(await api.say("m3", "hi")) == "from gemini"
+        await api.aclose()
+    finally:
+        server.stop()

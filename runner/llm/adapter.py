@@ -32,6 +32,7 @@ from pydantic_ai.exceptions import (
     ModelNotFoundError,
     ModelRateLimitError,
     ModelServerError,
+    ModelTimeoutError,
     ModelUnavailableError,
     UnexpectedModelBehavior,
 )
@@ -223,7 +224,9 @@ class ProviderModel:
             )
         if _retryable(exc):
             what = "rate limited" if isinstance(exc, ModelRateLimitError) else "unavailable"
-            if isinstance(exc, ModelConnectionError):
+            if isinstance(exc, ModelTimeoutError):
+                what = "timed out"
+            elif isinstance(exc, ModelConnectionError):
                 what = "could not be reached"
             tries = f" after {attempts} attempts" if attempts > 1 else ""
             return ModelError(
