@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from bench.eventlog import EventLogResult, run_eventlog
 from bench.http_level import HttpResult, run_http_size
+from bench.models import ModelsResult, run_models
 from bench.redis_server import LoopbackRedis
 from bench.report import Report, machine_facts
 from bench.roundtrips import install
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="parked calls during the sweeper measurements (100000)",
+    )
+    parser.add_argument(
+        "--skip-models", action="store_true", help="no real-model (provider adapter) measurements"
     )
     parser.add_argument(
         "--quick", action="store_true", help="few samples (a smoke run; numbers are rough)"
@@ -141,6 +145,15 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
             concurrency=50 if args.quick else 200,
             log=log,
         )
+        models: ModelsResult | None = None
+        if not args.skip_models:
+            log("real models: adapter overhead, provider first byte to first chunk")
+            models = await run_models(
+                url,
+                sizes,
+                iterations=100 if args.quick else 500,
+                samples=50 if args.quick else 300,
+            )
         await helper.delete("bench:baseline")
     finally:
         await redis.aclose()
@@ -155,6 +168,7 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         http_iterations=http_iterations,
         sweeper=sweeper,
         eventlog=eventlog,
+        models=models,
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.eventlog import EventLogResult
 from bench.http_level import HttpResult
+from bench.models import ModelsResult
 from bench.runner_level import Baseline, SizeResult
 from bench.stats import Counts, Latency, fmt_bytes, fmt_ms, markdown_table
 from bench.sweeper_lag import SPREAD_WINDOW_S, SweeperResult
@@ -173,6 +174,7 @@ class Report:
     http_iterations: int
     sweeper: SweeperResult | None = None
     eventlog: EventLogResult | None = None
+    models: ModelsResult | None = None
 
     @property
     def command(self) -> str:
@@ -357,7 +359,48 @@ class Report:
                     _verdict(added < 1.0),
                 ]
             )
+        models = self.models
+        if models is not None:
+            size = max(models.sizes)
+            overhead = models.overhead[size].p50_ms
+            rows.append(
+                [
+                    f"provider adapter per model step at {size} msgs (history conversion + "
+                    "request build, no network) p50 <= 1 ms",
+                    f"{fmt_ms(overhead)} ms",
+                    _verdict(overhead <= 1.0),
+                ]
+            )
+            first = models.first_token.p50_ms
+            rows.append(
+                [
+                    "provider's first byte to the first SSE chunk leaving Parkway p50 <= 2 ms",
+                    f"{fmt_ms(first)} ms (p99 {fmt_ms(models.first_token.p99_ms)} ms)",
+                    _verdict(first <= 2.0),
+                ]
+            )
         return markdown_table(["target (from the issue)", "measured", "verdict"], rows)
+
+    def models_table(self) -> str:
+        models = self.models
+        if models is None:
+            return "(skipped)"
+        rows = [
+            [
+                f"adapter overhead, {size} msgs",
+                fmt_ms(models.overhead[size].p50_ms),
+                fmt_ms(models.overhead[size].p99_ms),
+            ]
+            for size in models.sizes
+        ]
+        rows.append(
+            [
+                f"first token: provider byte to Parkway chunk ({models.first_token_samples} turns)",
+                fmt_ms(models.first_token.p50_ms),
+                fmt_ms(models.first_token.p99_ms),
+            ]
+        )
+        return markdown_table(["real models (ms)", "p50", "p99"], rows)
 
     def eventlog_table(self) -> str:
         logged = self.eventlog
@@ -440,6 +483,8 @@ class Report:
             self.eventlog_table(),
             "### Sweeper",
             self.sweeper_table(),
+            "### Real models",
+            self.models_table(),
             "### Bytes",
             self.bytes_table(),
             "### Where the time goes (runner level, p50)",

@@ -51,7 +51,18 @@ _CHOSEN = "{{result.choose_option.choice|Lisbon}}"
 
 DEMO_AGENT: dict[str, Any] = {
     "template": {
-        "instructions": "You are the Parkway demo agent. Show each kind of tool call once.",
+        "instructions": (
+            "You are the Parkway demo agent. You help the user file a short weather report, "
+            "and on the way you show each kind of tool call once. First check today's "
+            "weather in Lisbon with get_weather and, in the same step, ask the user which "
+            "city the report should cover with choose_option (options Lisbon, Oslo and "
+            "Paris). Then get the weather for the chosen city and ask for a connection to "
+            "the user's demo account with request_connection (provider 'demo', scope "
+            "'repo'). Then propose the report with publish_report: title 'Weather in "
+            "<city>', a one-sentence body with the sky and temperature. If a tool result "
+            "says the user declined, denied or did not answer, accept it and carry on "
+            "without it. Keep every reply to one or two plain sentences."
+        ),
         "tools": [
             {
                 "type": "function",

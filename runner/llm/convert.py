@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -36,6 +37,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.usage import RequestUsage
 from pydantic_core import to_jsonable_python
 
 from runner.model import (
@@ -49,6 +51,12 @@ from runner.model import (
 )
 
 __all__ = ["request_parameters", "step_end", "to_messages", "tool_calls", "tool_input"]
+
+# History messages are rebuilt for every request; the parts' defaults would stamp each
+# with the time now and a fresh usage record. Neither is sent to a provider, so they share
+# one fixed timestamp and one empty usage record (never mutated for past messages).
+_PAST = datetime(2000, 1, 1, tzinfo=UTC)
+_NO_USAGE = RequestUsage()
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -101,6 +109,8 @@ def _response(turn: AssistantTurn) -> ModelResponse:
     resp = turn.response or {}
     return ModelResponse(
         parts=parts,
+        usage=_NO_USAGE,
+        timestamp=_PAST,
         model_name=resp.get("model"),
         provider_name=resp.get("provider"),
         provider_url=resp.get("url"),
@@ -118,12 +128,12 @@ def to_messages(request: ModelRequest) -> list[PAMessage]:
 
     def flush() -> None:
         if pending:
-            out.append(PARequest(parts=list(pending)))
+            out.append(PARequest(parts=list(pending), timestamp=_PAST))
             pending.clear()
 
     for message in request.messages:
         if isinstance(message, UserTurn):
-            pending.append(UserPromptPart(message.text))
+            pending.append(UserPromptPart(message.text, timestamp=_PAST))
         elif isinstance(message, ToolResult):
             pending.append(
                 ToolReturnPart(
@@ -131,6 +141,7 @@ def to_messages(request: ModelRequest) -> list[PAMessage]:
                     content=message.result,
                     tool_call_id=provider_ids.get(message.tool_call_id, message.tool_call_id),
                     outcome="failed" if message.is_error else "success",
+                    timestamp=_PAST,
                 )
             )
         elif isinstance(message, AssistantTurn):
