@@ -576,3 +576,50 @@ async def test_the_templates_llm_chooses_the_model_and_serve_model_overrides_it(
         await api.aclose()
     finally:
         server.stop()
+
+
+async def test_a_real_models_request_connection_parks_and_a_partial_answer_does_not_resume(
+    double: ProviderDouble, serve: Any
+) -> None:
+    """An agent asks for a connection mid-run: the call parks with its connect widget,
+    answering one of two parked calls does not resume, and the model receives the
+    definite outcome of each (here: declined, and a choice) under its own call ids."""
+    double.script(
+        "anthropic",
+        [
+            Turn(
+                text="I need access.",
+                calls=[
+                    Call(
+                        "request_connection",
+                        {"provider": "demo", "scopes": ["repo"], "reason": "File it."},
+                        id="toolu_conn",
+                    ),
+                    Call("pick", {"q": "which?"}, id="toolu_pick"),
+                ],
+            ),
+            Turn(text="Understood, no connection."),
+        ],
+    )
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("conn", "go")
+    widgets = {c["data"]["kind"] for c in chunks if c["type"] == "data-parkway-widget"}
+    assert "connect" in widgets
+    ids = {c["toolName"]: c["toolCallId"] for c in chunks if c["type"] == "tool-input-available"}
+    declined = await api.settle(
+        "conn",
+        ids["request_connection"],
+        {"outcome": "output", "output": {"connected": False, "reason": "declined"}},
+    )
+    assert declined.status_code == 200, declined.text
+    early = await api.resume("conn")
+    assert early.status_code == 409, early.text  # one call is still pending
+    assert len(double.requests_for("anthropic")) == 1
+    await api.settle("conn", ids["pick"], {"outcome": "output", "output": {"choice": "b"}})
+    resumed = await api.resume("conn")
+    assert said(sse_chunks(resumed.text)) == "Understood, no connection."
+    body = json.dumps(double.requests_for("anthropic")[1].body)
+    assert "toolu_conn" in body and "toolu_pick" in body
+    assert "declined" in body
+    await api.aclose()

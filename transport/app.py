@@ -288,6 +288,7 @@ def create_app(
             runner = getattr(app.state, "runner", None)
             if runner is not None:
                 await runner.aclose()
+                await runner.models.aclose()
             oauth_runtime: OAuthRuntime | None = getattr(app.state, "oauth", None)
             if oauth_runtime is not None:
                 oauth_runtime.close()

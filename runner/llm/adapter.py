@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from pydantic_ai.direct import model_request_stream
 from pydantic_ai.exceptions import (
@@ -105,17 +105,24 @@ class ProviderModel:
         key_vars: tuple[str, ...] = (),
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
+        closers: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self.spec = spec
         self.model = model
         self.key_vars = key_vars
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._closers = tuple(closers)
         self._settings: ModelSettings = ModelSettings(**dict(spec.settings))  # type: ignore[typeddict-item]
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    async def aclose(self) -> None:
+        """Close the provider SDK's HTTP client."""
+        for close in self._closers:
+            await close()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         messages = to_messages(request)

@@ -8,8 +8,9 @@ connection pool per model), with the keys and base URLs of the environment it wa
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from runner.errors import ModelError, TemplateError
@@ -52,6 +53,7 @@ def build_model(
     key = _key(environ, info.key_vars)
     base_url = environ.get(info.base_url_var or "") or None
     pa_model: Any
+    closers: list[Callable[[], Awaitable[None]]] = []
     if spec.provider in {"openai", "openai-compatible"}:
         from openai import AsyncOpenAI  # noqa: PLC0415
         from pydantic_ai.models.openai import (  # noqa: PLC0415
@@ -66,6 +68,7 @@ def build_model(
             max_retries=0,
             timeout=timeout,
         )
+        closers.append(client.close)
         provider = OpenAIProvider(openai_client=client)
         if spec.provider == "openai":
             pa_model = OpenAIResponsesModel(spec.model, provider=provider)
@@ -77,16 +80,19 @@ def build_model(
         from pydantic_ai.providers.anthropic import AnthropicProvider  # noqa: PLC0415
 
         client_a = AsyncAnthropic(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
+        closers.append(client_a.close)
         pa_model = AnthropicModel(spec.model, provider=AnthropicProvider(anthropic_client=client_a))
     elif spec.provider == "google":
         from google.genai.types import HttpRetryOptions  # noqa: PLC0415
         from pydantic_ai.models.google import GoogleModel  # noqa: PLC0415
         from pydantic_ai.providers.google import GoogleProvider  # noqa: PLC0415
 
+        http_client = httpx2.AsyncClient(timeout=timeout)
+        closers.append(http_client.aclose)
         google = GoogleProvider(
             api_key=key,
             base_url=base_url,
-            http_client=httpx2.AsyncClient(timeout=timeout),
+            http_client=http_client,
             retry_options=HttpRetryOptions(attempts=1),
         )
         pa_model = GoogleModel(spec.model, provider=google)
@@ -94,7 +100,7 @@ def build_model(
         raise TemplateError(f"unknown model provider {spec.provider!r}")
     from runner.llm.adapter import ProviderModel  # noqa: PLC0415
 
-    kwargs: dict[str, Any] = {"key_vars": info.key_vars, "retry": retry}
+    kwargs: dict[str, Any] = {"key_vars": info.key_vars, "retry": retry, "closers": closers}
     if sleep is not None:
         kwargs["sleep"] = sleep
     return ProviderModel(spec, pa_model, **kwargs)
@@ -164,3 +170,12 @@ class ModelCatalog:
             )
             self._built[cache_key] = model
         return model
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of the models built so far (at server shutdown)."""
+        built, self._built = list(self._built.values()), {}
+        for model in built:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
