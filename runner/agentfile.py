@@ -1,7 +1,7 @@
 """Agent files: ``{"template": {...}, "model": ...}``.
 
 The public format ``parkway serve --agent FILE`` reads: an agent template and the model
-that drives it: ``{"scripted": {"turns": [...]}}``, a name ``"anthropic:claude-sonnet-4-5"``
+that drives it: ``{"scripted": {"turns": [...]}}``, a name ``"anthropic:claude-sonnet-4-6"``
 or ``{"name": ..., "settings": {...}}`` (see :mod:`runner.llm.spec`). ``model`` may be left
 out when the template names its model in ``llm``. Which model a run uses: ``parkway serve
 --model`` if given, else the template's ``llm``, else the agent file's ``model``.
@@ -49,7 +49,7 @@ def parse_agent_file(document: Any) -> AgentFile:
         if template.llm is None:
             raise TemplateError(
                 "agent file needs a 'model' (or the template an 'llm'), for example "
-                "\"anthropic:claude-sonnet-4-5\" or {'scripted': {'turns': [...]}}"
+                "\"anthropic:claude-sonnet-4-6\" or {'scripted': {'turns': [...]}}"
             )
         return AgentFile(template=template)
     spec = parse_model_spec(document["model"], "model")

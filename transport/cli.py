@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model",
         help="the model of every run, overriding the agent's: provider:model, e.g. "
-        "anthropic:claude-sonnet-4-5, openai:gpt-5-mini, google:gemini-2.5-flash, "
+        "anthropic:claude-sonnet-4-6, openai:gpt-5-mini, google:gemini-2.5-flash, "
         "openai-compatible:llama3.1 (keys from the environment; see docs/models.md)",
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

@@ -1,6 +1,6 @@
 """Model names and settings: ``"<provider>:<model>"``, and what each provider needs.
 
-A model is named ``anthropic:claude-sonnet-4-5``, ``openai:gpt-5-mini``,
+A model is named ``anthropic:claude-sonnet-4-6``, ``openai:gpt-5-mini``,
 ``google:gemini-2.5-flash`` or ``openai-compatible:llama3.1`` (any server that speaks
 OpenAI Chat Completions: vLLM, Ollama, LM Studio, llama.cpp, OpenRouter). It may come with
 settings (``{"name": ..., "settings": {...}}``). This module only reads and checks names,
@@ -138,7 +138,7 @@ def _parse_name(name: str, where: str) -> tuple[str, str]:
 
 _EXAMPLES = {
     "openai": "gpt-5-mini",
-    "anthropic": "claude-sonnet-4-5",
+    "anthropic": "claude-sonnet-4-6",
     "google": "gemini-2.5-flash",
     "openai-compatible": "llama3.1",
 }
