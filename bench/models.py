@@ -36,6 +36,7 @@ from runner.model import (
     AssistantTurn,
     ModelMessage,
     ModelRequest,
+    ModelTextDelta,
     ModelToolCall,
     ToolDescription,
     ToolResult,
@@ -133,6 +134,9 @@ class ModelsResult:
     sizes: list[int]
     overhead: dict[int, Latency] = field(default_factory=dict)
     first_token: Latency = field(default_factory=Latency)
+    # The part of first_token spent before Parkway's runner sees the token: the SDK's
+    # SSE parsing and pydantic-ai's event stream.
+    adapter_first_token: Latency = field(default_factory=Latency)
     first_token_samples: int = 0
 
 
@@ -204,6 +208,31 @@ class _Provider:
             writer.close()
 
 
+async def _adapter_first_token(samples: int) -> Latency:
+    """From the provider's first token on the wire to the adapter yielding it."""
+    provider = _Provider()
+    await provider.start()
+    client = AsyncAnthropic(
+        api_key="bench", base_url=f"http://127.0.0.1:{provider.port}", max_retries=0
+    )
+    spec = parse_model_spec("anthropic:claude-bench")
+    model = ProviderModel(
+        spec, AnthropicModel("claude-bench", provider=AnthropicProvider(anthropic_client=client))
+    )
+    request = ModelRequest("bench", 0, "You are a benchmark.", history(2), (_TOOL,))
+    latency = Latency()
+    try:
+        for index in range(samples + 10):
+            async for event in model.stream(request):
+                if isinstance(event, ModelTextDelta) and index >= 10:
+                    latency.add(time.perf_counter() - provider.sent_at[-1])
+    finally:
+        await client.close()
+        if provider.server is not None:
+            provider.server.close()
+    return latency
+
+
 async def _first_token(redis_url: str, samples: int) -> Latency:
 
     provider = _Provider()
@@ -266,5 +295,6 @@ async def run_models(
     for size in sizes:
         result.overhead[size] = await _overhead(size, iterations)
     result.first_token = await _first_token(redis_url, samples)
+    result.adapter_first_token = await _adapter_first_token(samples)
     result.first_token_samples = samples
     return result

@@ -400,6 +400,13 @@ class Report:
                 fmt_ms(models.first_token.p99_ms),
             ]
         )
+        rows.append(
+            [
+                "of which the SDK and pydantic-ai: provider byte to the adapter's first event",
+                fmt_ms(models.adapter_first_token.p50_ms),
+                fmt_ms(models.adapter_first_token.p99_ms),
+            ]
+        )
         return markdown_table(["real models (ms)", "p50", "p99"], rows)
 
     def eventlog_table(self) -> str:
