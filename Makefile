@@ -8,7 +8,7 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
 OIDC_DIR := tests/oidc
 OIDC_STAMP := $(OIDC_DIR)/node_modules/.installed-stamp
 PORT ?= 8000
-# `make run MODEL=anthropic:claude-sonnet-4-5` serves the demo on a real model (the key
+# `make run MODEL=anthropic:claude-sonnet-4-6` serves the demo on a real model (the key
 # comes from the environment, e.g. ANTHROPIC_API_KEY); empty: the scripted demo.
 MODEL ?=
 
