@@ -4,11 +4,11 @@
   handed to the HTTP transport (history conversion, pydantic-ai's request mapping, the
   SDK's body build), at a given history size, with no network: the transport is an
   in-process ``MockTransport`` that answers at once.
-- **First token**: a real Parkway (uvicorn in a thread, the bench's Redis) on an
-  Anthropic model whose provider is a minimal SSE server on loopback in this process. The
-  server notes the time just before it writes the first text token; the client notes
-  when the first ``text-delta`` chunk arrives from Parkway. Both clocks are this
-  process's ``perf_counter``.
+- **First token**: a real Parkway (``python -m bench.serve`` in its own process, the
+  bench's Redis) on an Anthropic model whose provider is a minimal SSE server on
+  loopback in this process. The server notes the time just before it writes the first
+  text token; the client notes when the first ``text-delta`` chunk arrives from
+  Parkway. Both clocks are this process's ``perf_counter``.
 """
 
 from __future__ import annotations
@@ -16,20 +16,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import threading
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import httpx2
-import uvicorn
 from anthropic import AsyncAnthropic
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 
+from bench.http_level import _Server
 from bench.stats import Latency
-from runner.agentfile import parse_agent_file
 from runner.llm import parse_model_spec
 from runner.llm.adapter import ProviderModel
 from runner.model import (
@@ -42,8 +41,6 @@ from runner.model import (
     ToolResult,
     UserTurn,
 )
-from transport.app import create_app
-from transport.settings import Secret, Settings
 
 __all__ = ["ModelsResult", "run_models"]
 
@@ -234,58 +231,43 @@ async def _adapter_first_token(samples: int) -> Latency:
 
 
 async def _first_token(redis_url: str, samples: int) -> Latency:
-
     provider = _Provider()
     await provider.start()
     os.environ["ANTHROPIC_API_KEY"] = "bench-key"
     os.environ["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{provider.port}"
-    agent = parse_agent_file(
-        {"template": {"instructions": "bench", "tools": []}, "model": "anthropic:claude-bench"}
-    )
-    port = _free_port()
-    settings = Settings(
-        redis_url=redis_url, secret_key=Secret("b" * 40), port=port, agent_editing=False
-    )
-    app = create_app(settings, agent=agent)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:  # noqa: ASYNC110 - uvicorn's flag is set in another thread
-        await asyncio.sleep(0.01)
+    agent = {"template": {"instructions": "bench", "tools": []}, "model": "anthropic:claude-bench"}
     latency = Latency()
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            token = (await http.post("/api/sessions")).json()["token"]
-            http.headers["authorization"] = f"Bearer {token}"
-            for index in range(samples + 10):
-                body = {
-                    "id": f"bench-model-{index}",
-                    "messages": [
-                        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
-                    ],
-                }
-                async with http.stream("POST", "/api/chat", json=body) as response:
-                    seen = False
-                    async for line in response.aiter_lines():
-                        if not seen and '"type":"text-delta"' in line:
-                            arrived = time.perf_counter()
-                            seen = True
-                            if index >= 10:
-                                latency.add(arrived - provider.sent_at[-1])
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        if provider.server is not None:
-            provider.server.close()
+    # Parkway in its own process, as in production: in a thread of this one it would
+    # wait for the GIL while the client and the provider run (up to the 5 ms switch
+    # interval), which is this process's cost, not Parkway's.
+    with tempfile.TemporaryDirectory() as folder:
+        server = _Server(redis_url, agent, Path(folder))
+        server.spawn()
+        try:
+            await server.wait_until_healthy()
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+                token = (await http.post("/api/sessions")).json()["token"]
+                http.headers["authorization"] = f"Bearer {token}"
+                for index in range(samples + 10):
+                    body = {
+                        "id": f"bench-model-{index}",
+                        "messages": [
+                            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+                        ],
+                    }
+                    async with http.stream("POST", "/api/chat", json=body) as response:
+                        seen = False
+                        async for line in response.aiter_lines():
+                            if not seen and '"type":"text-delta"' in line:
+                                arrived = time.perf_counter()
+                                seen = True
+                                if index >= 10:
+                                    latency.add(arrived - provider.sent_at[-1])
+        finally:
+            server.stop()
+            if provider.server is not None:
+                provider.server.close()
     return latency
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def run_models(
