@@ -54,6 +54,7 @@ STATIC_FILES: dict[str, str] = {
     "playground-base.js": "text/javascript; charset=utf-8",
     "agent-panel.js": "text/javascript; charset=utf-8",
     "commit-diff.js": "text/javascript; charset=utf-8",
+    "message-extras.js": "text/javascript; charset=utf-8",
     "overlay.js": "text/javascript; charset=utf-8",
 }
 

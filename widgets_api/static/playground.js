@@ -11,7 +11,8 @@
 //
 // Modules: playground-base.js (shared helpers and the API client), agent-panel.js (the
 // agent panel: working template, build kit, commit), commit-diff.js (commit_config's
-// patch and line diff), and the classic script overlay.js (the build-kit merge).
+// patch and line diff), message-extras.js (reasoning, tool calls still being written,
+// the model/usage footer), and the classic script overlay.js (the build-kit merge).
 //
 // Sections:
 //   1. util      constants, tool-part helpers
@@ -25,6 +26,7 @@
 
 import { agentPanel } from "/static/agent-panel.js";
 import { applyPatch, diffView } from "/static/commit-diff.js";
+import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "/static/message-extras.js";
 import { API_ORIGIN, api, canonical, errorMessage, h, newId, pretty, sameOrigin } from "/static/playground-base.js";
 
 // -- 1. util ---------------------------------------------------------------------------
@@ -169,6 +171,8 @@ class StreamRun {
         break;
       case "finish":
         this.finishReason = chunk.finishReason || null;
+        // The model that answered and the message's token totals so far.
+        if (chunk.messageMetadata) this.message.metadata = { ...this.message.metadata, ...chunk.messageMetadata };
         break;
       case "error":
         this.error = String(chunk.errorText || "The run failed.");
@@ -1724,6 +1728,8 @@ const view = {
       el.textContent = error;
       items.push(el);
     }
+    const footer = messageFooter([...li.children].find((child) => child.dataset.key === "footer"), message);
+    if (footer) items.push(footer);
     items.forEach((el, index) => {
       if (li.children[index] !== el) li.insertBefore(el, li.children[index] || null);
     });
@@ -1731,7 +1737,8 @@ const view = {
   },
 
   partElement(part, key) {
-    if (!isToolPart(part)) return h("div", { class: part.type === "text" ? "text" : "reasoning", "data-key": key });
+    if (part.type === "reasoning") return reasoningElement(key);
+    if (!isToolPart(part)) return h("div", { class: "text", "data-key": key });
     const name = toolNameOf(part);
     const details = h(
       "details",
@@ -1743,12 +1750,19 @@ const view = {
   },
 
   updatePart(el, part) {
+    if (part.type === "reasoning") {
+      updateReasoning(el, part);
+      return;
+    }
     if (!isToolPart(part)) {
       if (el.textContent !== part.text) el.textContent = part.text;
       el.classList.toggle("text-streaming", part.state === "streaming");
       return;
     }
-    const details = el.firstElementChild;
+    const details = el.querySelector(":scope > details");
+    // While the model still writes the input: the placeholder only, nothing answerable.
+    details.hidden = updatePreparing(el, part, toolNameOf(part));
+    if (details.hidden) return;
     const widget = widgets.for(part.toolCallId, toolNameOf(part));
     const [label, tone] = this.toolStatus(part, widget !== null);
     details.dataset.state = part.state || "";
