@@ -90,6 +90,8 @@ __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleRes
 log = logging.getLogger(__name__)
 
 SUPERSEDED = {"outcome": "cancelled", "reason": "superseded_by_user_message"}
+# How a model's finish reason ends a message whose last step called no tools.
+_FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
 STOP_POLL_S = 0.2  # how often a running run checks for a stop request
 LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
 WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
@@ -570,15 +572,7 @@ class Runner(Settling):
                 await self._commit(state, "idle", parked_ids=[])
                 run._emit(StepFinished())
                 reason = step.end.finish_reason if step.end is not None else None
-                self._finish(
-                    run,
-                    state,
-                    "length"
-                    if reason == "length"
-                    else "content-filter"
-                    if reason == "content-filter"
-                    else "stop",
-                )
+                self._finish(run, state, _FINAL_REASONS.get(reason or "", "stop"))
                 return
             parked, to_run, announced = self._classify(state, calls)
             ids = [p.tool_call_id for p in parked]
@@ -657,18 +651,16 @@ class Runner(Settling):
         When the turn's first model request fails before anything was said, the turn's
         user message is not kept either: the chat is as it was, and the same message can
         simply be sent again (an AI SDK ``regenerate()`` resends it with the same id)."""
-        if step is not None and (step.text or step.calls):
-            state.model_calls += 1
-            state.unsaved.append(
-                assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
-            )
+        said = step is not None and step.said
+        if step is not None:
+            if said:
+                state.model_calls += 1
+                state.unsaved.append(
+                    assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
+                )
             run._emit(StepFinished())
-        elif step is not None:
-            run._emit(StepFinished())
-        if step is None or not (step.text or step.calls):
-            first_step = not any(e["t"] == "assistant" for e in state.unsaved)
-            if first_step:
-                state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
+        if not said and not any(e["t"] == "assistant" for e in state.unsaved):
+            state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
         await self._commit(state, "idle", parked_ids=[])
         run._emit(RunFailed(str(exc)))
 

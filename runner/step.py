@@ -48,6 +48,7 @@ class StepReader:
     calls: list[ModelToolCall] = field(default_factory=list)
     end: ModelStepEnd | None = None
     streamed_ids: dict[str, str] = field(default_factory=dict)
+    said: bool = False  # the step showed the user something (text, reasoning, a call)
     _reasoning_id: str | None = None
     _reasoning_count: int = 0
 
@@ -57,6 +58,8 @@ class StepReader:
             self._reasoning_id = None
 
     def take(self, item: ModelEvent) -> None:
+        if not isinstance(item, ModelStepEnd):
+            self.said = True
         if isinstance(item, ModelTextDelta):
             if not item.text:
                 return

@@ -623,3 +623,92 @@ async def test_a_real_models_request_connection_parks_and_a_partial_answer_does_
     assert "toolu_conn" in body and "toolu_pick" in body
     assert "declined" in body
     await api.aclose()
+
+
+# -- units: names, settings, conversion ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ({"name": "anthropic:claude-x", "settings": {"timeout": 5}}, "server settings"),
+        ({"name": "anthropic:claude-x", "settings": {"openai_store": False}}, "another provider"),
+        ({"name": "openai:gpt-x", "settings": {"temperature": 3}}, "from 0 to 2"),
+        ({"name": "openai:gpt-x", "settings": {"thinking": "lots"}}, "thinking"),
+        ({"name": "openai:gpt-x", "settings": {"colour": "red"}}, "unknown setting"),
+        ({"name": "openai:gpt-x", "extra": 1}, "unexpected key"),
+        (42, "expected"),
+    ],
+)
+def test_bad_model_specs_are_refused_naming_the_problem(value: Any, words: str) -> None:
+    from runner.errors import TemplateError
+    from runner.llm import parse_model_spec
+
+    with pytest.raises(TemplateError, match=words):
+        parse_model_spec(value)
+
+
+def test_a_model_spec_keeps_its_settings_and_its_own_providers_options() -> None:
+    from runner.llm import parse_model_spec
+
+    spec = parse_model_spec(
+        {
+            "name": "anthropic:claude-x",
+            "settings": {"thinking": "low", "max_tokens": 100, "anthropic_thinking": {}},
+        }
+    )
+    assert spec.name == "anthropic:claude-x"
+    assert dict(spec.settings) == {"thinking": "low", "max_tokens": 100, "anthropic_thinking": {}}
+
+
+def test_stored_parts_rebuild_the_providers_response_and_empty_steps_are_left_out() -> None:
+    """What a step stored (signature, ids, provider details, the provider's call id) comes
+    back in the pydantic-ai response; a step that said nothing is not sent at all."""
+    from pydantic_ai.messages import ModelResponse, ThinkingPart, ToolCallPart, ToolReturnPart
+
+    from runner.llm.convert import to_messages
+    from runner.model import (
+        AssistantTurn,
+        ModelRequest,
+        ModelToolCall,
+        ToolResult,
+        UserTurn,
+    )
+
+    turn = AssistantTurn(
+        "Checking.",
+        (ModelToolCall("pick", {"q": "a"}, "call_parkway", provider_id="toolu_1"),),
+        (
+            {"type": "reasoning", "text": "hm", "sig": "SIG", "pn": "anthropic"},
+            {"type": "text", "text": "Checking."},
+            {"type": "call", "id": "item_1", "pd": {"thought_signature": "TS"}},
+        ),
+        {"provider": "anthropic", "model": "claude-x", "rid": "msg_1"},
+    )
+    request = ModelRequest(
+        "c",
+        2,
+        "be brief",
+        (
+            UserTurn("hi"),
+            AssistantTurn(""),  # stopped before it said anything
+            UserTurn("again"),
+            turn,
+            ToolResult("call_parkway", "pick", {"choice": "a"}),
+        ),
+        (),
+    )
+    messages = to_messages(request)
+    assert [type(m).__name__ for m in messages] == ["ModelRequest", "ModelResponse", "ModelRequest"]
+    response = messages[1]
+    assert isinstance(response, ModelResponse)
+    thinking, _, call = response.parts
+    assert isinstance(thinking, ThinkingPart) and thinking.signature == "SIG"
+    assert thinking.provider_name == "anthropic"
+    assert isinstance(call, ToolCallPart)
+    assert call.tool_call_id == "toolu_1" and call.id == "item_1"
+    assert call.provider_details == {"thought_signature": "TS"}
+    assert response.provider_response_id == "msg_1"
+    [result] = messages[2].parts
+    assert isinstance(result, ToolReturnPart) and result.tool_call_id == "toolu_1"
+    assert messages[2].instructions == "be brief"

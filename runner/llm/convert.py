@@ -145,8 +145,13 @@ def to_messages(request: ModelRequest) -> list[PAMessage]:
                 )
             )
         elif isinstance(message, AssistantTurn):
+            response = _response(message)
+            if not response.parts:
+                # A step stopped or cut before it said anything: providers refuse an
+                # empty assistant message, and there is nothing in it to send.
+                continue
             flush()
-            out.append(_response(message))
+            out.append(response)
             for call in message.tool_calls:
                 if call.id is not None and call.provider_id:
                     provider_ids[call.id] = call.provider_id
