@@ -1,16 +1,21 @@
 """Fixtures: a real Redis for every test (embedded unless PARKWAY_TEST_REDIS_URL is
-set), a clean database per test, and a check of the keyspace each test leaves."""
+set), a clean database per test, and a check of the keyspace each test leaves; for the
+real-model tests, a provider double and servers pointed at it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from runner.embedded import EmbeddedRedis
+from tests.llm_double import ProviderDouble
+from tests.model_rig import agent, provider_env
+from tests.support import ServerThread
 from tests.topologies import assert_keyspace_clean
 
 
@@ -41,3 +46,32 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
     finally:
         await client.flushdb()
         await client.aclose()
+
+
+# -- real models: the provider double and servers pointed at it (tests/model_rig.py) ----
+
+
+@pytest.fixture
+def double(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProviderDouble]:
+    """A provider double on loopback, with every provider's key and base URL pointing at
+    it in this test's environment."""
+    with ProviderDouble() as started:
+        for name, value in provider_env(started).items():
+            monkeypatch.setenv(name, value)
+        yield started
+
+
+@pytest.fixture
+def serve(redis: Redis, redis_url: str) -> Iterator[Any]:
+    """Starts Parkway servers on a model name, on the test's clean database."""
+    servers: list[ServerThread] = []
+
+    def start(model: str, **settings: Any) -> ServerThread:
+        settings.setdefault("model_retry_max_wait_s", 5.0)
+        server = ServerThread(redis_url, agent(model), **settings).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

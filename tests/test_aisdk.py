@@ -539,7 +539,7 @@ async def test_a_real_models_reasoning_streamed_tool_input_and_usage_pass_the_re
     major: the client ends with a reasoning part, the answered client tool, the model
     and usage in the message's metadata, and exactly one resend."""
     from tests.llm_double import Call, ProviderDouble, Turn
-    from tests.test_models import provider_env
+    from tests.model_rig import provider_env
 
     with ProviderDouble() as double:
         for name, value in provider_env(double).items():
