@@ -81,7 +81,7 @@ function count(value) {
   return typeof value === "number" && Number.isFinite(value) && value >= 0 ? COUNT.format(value) : null;
 }
 
-/** "anthropic:claude-sonnet-4-5 · 120 in · 45 out · 12 reasoning", from a message's
+/** "anthropic:claude-sonnet-4-6 · 120 in · 45 out · 12 reasoning", from a message's
  *  metadata; "" when it names neither a model nor any usage (the scripted model). */
 export function usageLine(metadata) {
   if (!metadata || typeof metadata !== "object") return "";
