@@ -256,3 +256,23 @@ async def test_keys_are_never_logged_stored_or_sent_to_the_browser(
         kind = await redis.type(name)
         dump = await redis.dump(name)
         assert dump is None or key.encode() not in dump, (name, kind)
+
+
+async def test_an_exhausted_quota_is_not_retried(double: ProviderDouble, serve: Any) -> None:
+    """OpenAI answers an exhausted quota with 429 ``insufficient_quota``: waiting does not
+    help, so it is reported at once, not retried as a rate limit."""
+    body = {
+        "error": {
+            "message": "You exceeded your current quota.",
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+        }
+    }
+    double.script("openai-chat", [Fail(429, body=body), Turn(text="never")])
+    server = serve(MODELS["openai-compatible"])
+    api = await Api(server.base_url).login()
+    chunks = await api.say("quota", "hi")
+    assert chunks[-1]["type"] == "error"
+    assert "quota or credit is used up (429)" in chunks[-1]["errorText"]
+    assert len(double.requests_for("openai-chat")) == 1
+    await api.aclose()

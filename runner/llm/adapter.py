@@ -30,6 +30,7 @@ from pydantic_ai.exceptions import (
     ModelContextWindowExceededError,
     ModelHTTPError,
     ModelNotFoundError,
+    ModelQuotaExceededError,
     ModelRateLimitError,
     ModelServerError,
     ModelTimeoutError,
@@ -68,6 +69,8 @@ log = logging.getLogger(__name__)
 
 
 def _retryable(exc: ModelAPIError) -> bool:
+    if isinstance(exc, ModelQuotaExceededError):
+        return False  # waiting does not refill a quota or pay a bill
     if isinstance(exc, ModelRateLimitError | ModelUnavailableError | ModelServerError):
         return True
     if isinstance(exc, ModelConnectionError):
@@ -218,6 +221,10 @@ class ProviderModel:
         if isinstance(exc, ModelNotFoundError):
             return ModelError(
                 f"{provider}: model {self.spec.model!r} was not found{status}; check the model name"
+            )
+        if isinstance(exc, ModelQuotaExceededError):
+            return ModelError(
+                f"{provider}: the account's quota or credit is used up{status}{detail}"
             )
         if isinstance(exc, ModelContextWindowExceededError):
             return ModelError(
