@@ -25,62 +25,57 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from runner.agents import AgentStore
-from runner.canonical import canonical_json, parked_call_key
+from runner.canonical import canonical_json
 from runner.connection import RedisClient
 from runner.credentials import Credentials
 from runner.errors import (
     CallNotFoundError,
     ChatBusyError,
     ChatNotFoundError,
-    DuplicateMessageError,
     IncompatibleStateError,
     ModelError,
     NothingToResumeError,
-    NotPlainJSONError,
     ShuttingDownError,
 )
-from runner.eventlog import cancel_requested, follow
+from runner.eventlog import follow
 from runner.events import (
-    ApprovalRequested,
-    CallParked,
-    DataPublished,
     Event,
     FinishReason,
-    MessageFinished,
     MessageStarted,
     RunFailed,
     StepFinished,
     StepStarted,
-    TextDelta,
-    TextEnded,
-    TextStarted,
-    ToolCallIssued,
     ToolDenied,
     ToolFailed,
-    ToolInputRejected,
     ToolSucceeded,
-    coalesce,
-    events_to_json,
 )
+from runner.execution import ToolExecutor, record_tool_run
 from runner.history import (
     assistant_entry,
     decode_entries,
-    message_metadata,
     result_entry,
     to_model_messages,
     user_entry,
 )
 from runner.keys import chat_keys
 from runner.llm.catalog import ModelCatalog
-from runner.model import Model, ModelRequest, ModelStepEnd, ModelToolCall, ToolDescription
+from runner.model import Model, ModelRequest, ToolDescription
 from runner.outcomes import model_result
 from runner.parking import ParkedCall
 from runner.run import Run, RunnerConfig, RunState, Work, new_id
 from runner.settling import Answer, AnswerReport, SettleListener, SettleResult, Settling
-from runner.step import StepReader
-from runner.store import ChatRecord, ChatStore
+from runner.step import (
+    StepReader,
+    consume,
+    end_failed,
+    end_stopped,
+    end_with_notice,
+    finish_message,
+)
+from runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, raise_for_claim
+from runner.supervisor import RunSupervisor
 from runner.template import AgentTemplate, load_template
-from runner.tools import ToolContext, ToolRun, execute_tool, input_problem
+from runner.triage import triage
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
 
@@ -92,9 +87,7 @@ log = logging.getLogger(__name__)
 SUPERSEDED = {"outcome": "cancelled", "reason": "superseded_by_user_message"}
 # How a model's finish reason ends a message whose last step called no tools.
 _FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
-STOP_POLL_S = 0.2  # how often a running run checks for a stop request
 LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
-WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
 
 
 class Runner(Settling):
@@ -120,6 +113,8 @@ class Runner(Settling):
         self.agents = agents
         self.settle_listeners: list[SettleListener] = []
         self.store = ChatStore(redis, self.config.chat_ttl_s)
+        self.supervisor = RunSupervisor(self.store, self.config, clock)
+        self.executor = ToolExecutor(credentials, agents, self.config.max_output_bytes)
         self.models = models or ModelCatalog(model)
         self.template = template
         self.clock = clock
@@ -150,70 +145,9 @@ class Runner(Settling):
             raise ShuttingDownError("this worker is shutting down; another one will take it")
 
     def _start(self, run: Run, state: RunState, work: Work) -> Run:
-        async def watch() -> None:
-            # Renew the lease (long tools must not let it lapse: another worker would
-            # take over) and notice a stop request (POST .../stop, from any worker).
-            renew_every = self.config.lease_s / 3
-            since_renew = 0.0
-            while not cancel_requested():
-                await asyncio.sleep(STOP_POLL_S)
-                since_renew += STOP_POLL_S
-                try:
-                    if await self.store.stop_requested(state.keys, state.token):
-                        state.stop.set()
-                        if state.consumer is not None:
-                            state.consumer.cancel()
-                    if since_renew >= renew_every:
-                        since_renew = 0.0
-                        held = await self.store.renew(
-                            state.keys,
-                            token=state.token,
-                            now_ms=self._now_ms(),
-                            lease_ms=self._lease_ms,
-                        )
-                        if not held:
-                            log.warning("run of chat %s lost its lease", state.chat_id)
-                            return
-                except Exception:
-                    # Try again next period; commits stay fenced by the token.
-                    log.warning("could not check on the run of chat %s", state.chat_id)
-
-        async def write_log() -> None:
-            while True:
-                await run._wake.wait()
-                # The run goes first: its next step (the model call, a commit) is not
-                # held up by the log, a commit never queues behind the log in Redis, and
-                # more events gather into this batch meanwhile.
-                for _ in range(WRITER_YIELDS):
-                    await asyncio.sleep(0)
-                await state.quiet.wait()
-                await asyncio.sleep(0)
-                run._wake.clear()
-                batch, run._unlogged = run._unlogged, []
-                finish, run._finish = run._finish, ""
-                if batch:
-                    try:
-                        first = await self.store.append_events(
-                            state.keys,
-                            token=state.token,
-                            batch=events_to_json(coalesce(batch)),
-                            finish=finish,
-                            now_ms=self._now_ms(),
-                        )
-                    except Exception:
-                        log.exception("could not append events of chat %s", state.chat_id)
-                        first = ""
-                    if not run.log_start.done():
-                        if first:
-                            run.log_start.set_result(first)
-                        else:
-                            run.log_start.set_exception(ChatBusyError("no event log"))
-                if run._closed and not run._unlogged:
-                    return
-
         async def main() -> None:
-            watcher = asyncio.create_task(watch())
-            writer = asyncio.create_task(write_log())
+            watcher = asyncio.create_task(self.supervisor.watch(state))
+            writer = asyncio.create_task(self.supervisor.write_log(run, state))
             try:
                 run._emit(MessageStarted(state.message_id))
                 await work(run, state)
@@ -302,27 +236,6 @@ class Runner(Settling):
             else None,
         )
 
-    def _check_claim(self, result: Sequence[str]) -> None:
-        status = result[0]
-        if status == "ok":
-            return
-        if status == "incompatible":
-            raise IncompatibleStateError(
-                f"this chat was stored with schema version {result[1]}; this Parkway reads "
-                "version 1"
-            )
-        if status in {"forbidden", "missing"}:
-            raise ChatNotFoundError("no such chat")
-        if status == "busy":
-            raise ChatBusyError("a run of this chat is in progress; try again when it ends")
-        if status == "duplicate":
-            raise DuplicateMessageError("this user message was already taken")
-        if status == "not_parked":
-            raise NothingToResumeError(f"the chat is {result[1]}, not waiting on any call")
-        if status == "pending":
-            raise NothingToResumeError(f"{result[1]} parked call(s) are still pending")
-        raise ChatBusyError(f"unexpected claim result {status!r}")
-
     # -- public operations ------------------------------------------------------------
 
     async def start_turn(
@@ -360,7 +273,7 @@ class Runner(Settling):
             template_digest=template.digest,
             template_json=template.canonical,
         )
-        self._check_claim(result)
+        raise_for_claim(result)
         state = RunState(
             keys=keys,
             chat_id=chat_id,
@@ -402,7 +315,7 @@ class Runner(Settling):
         result, parked_calls = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
-        self._check_claim(result)
+        raise_for_claim(result)
         state = RunState(
             keys=keys,
             chat_id=chat_id,
@@ -476,51 +389,14 @@ class Runner(Settling):
         await self._commit(state, "running")
         runs = await asyncio.gather(
             *(
-                self._execute(state, call.tool_call_id, call.tool_name, tool_input, template)
+                self.executor.execute(
+                    state, call.tool_call_id, call.tool_name, tool_input, template
+                )
                 for call, tool_input in approved
             )
         )
         for (call, _), tool_run in zip(approved, runs, strict=True):
-            self._record_run(run, state, call.tool_call_id, call.tool_name, tool_run, emit=emit)
-
-    async def _execute(
-        self,
-        state: RunState,
-        call_id: str,
-        name: str,
-        tool_input: Any,
-        template: AgentTemplate | None = None,
-    ) -> ToolRun:
-        spec = (template or state.template).tool(name)
-        if spec is None:
-            return ToolRun(error=f"tool {name!r} is no longer in the agent template")
-        if spec.denied_by_policy:
-            return ToolRun(error=f"tool {name!r} is not allowed: its approval policy is 'deny'")
-        ctx = ToolContext(
-            state.chat_id, state.principal, call_id, name, self.credentials, self.agents
-        )
-        return await execute_tool(spec, tool_input, ctx, max_bytes=self.config.max_output_bytes)
-
-    def _record_run(
-        self,
-        run: Run,
-        state: RunState,
-        call_id: str,
-        name: str,
-        tool_run: ToolRun,
-        *,
-        emit: bool = True,
-    ) -> None:
-        if tool_run.error is None:
-            state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
-            if emit:
-                run._emit(ToolSucceeded(call_id, tool_run.output))
-                for part_name, data in tool_run.parts:
-                    run._emit(DataPublished(part_name, data, part_id=call_id))
-        else:
-            state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
-            if emit:
-                run._emit(ToolFailed(call_id, tool_run.error))
+            record_tool_run(run, state, call.tool_call_id, call.tool_name, tool_run, emit=emit)
 
     async def _drive(self, run: Run, state: RunState) -> None:
         """Model steps until the model stops calling tools, a call parks, or the step
@@ -532,12 +408,12 @@ class Runner(Settling):
         try:
             model = self.models.model_for(template.llm)
         except ModelError as exc:
-            await self._model_failed(run, state, None, exc)
+            await end_failed(run, state, None, exc, self._commit)
             return
         invalid_steps = 0
         for _ in range(self.config.max_steps):
             if state.stop.is_set():
-                await self._stopped(run, state, [], opened_step=False)
+                await end_stopped(run, state, None, self._commit)
                 return
             run._emit(StepStarted())
             request = ModelRequest(
@@ -549,15 +425,15 @@ class Runner(Settling):
             )
             step = StepReader(run._emit, f"t{state.model_calls}")
             try:
-                await self._consume(run, state, request, model, step)
+                await consume(state, request, model, step)
             except ModelError as exc:
                 step.finish()
-                await self._model_failed(run, state, step, exc)
+                await end_failed(run, state, step, exc, self._commit)
                 return
             step.finish()
             state.model_calls += 1
             if state.stop.is_set():
-                await self._stopped(run, state, step.text, opened_step=True, end=step.end)
+                await end_stopped(run, state, step, self._commit)
                 return
             calls = step.final_calls()
             state.unsaved.append(
@@ -572,9 +448,18 @@ class Runner(Settling):
                 await self._commit(state, "idle", parked_ids=[])
                 run._emit(StepFinished())
                 reason = step.end.finish_reason if step.end is not None else None
-                self._finish(run, state, _FINAL_REASONS.get(reason or "", "stop"))
+                finish_message(run, state, _FINAL_REASONS.get(reason or "", "stop"))
                 return
-            parked, to_run, announced = self._classify(state, calls)
+            sorted_calls = triage(
+                calls,
+                state.template,
+                self.config,
+                message_id=state.message_id,
+                now=self.clock(),
+            )
+            state.unsaved.extend(sorted_calls.refused)
+            parked, to_run = sorted_calls.parked, sorted_calls.to_run
+            announced = sorted_calls.events
             ids = [p.tool_call_id for p in parked]
             if to_run:
                 # Persist the step (and its parked calls) before server tools run, then
@@ -583,10 +468,10 @@ class Runner(Settling):
                 for event in announced:
                     run._emit(event)
                 runs = await asyncio.gather(
-                    *(self._execute(state, c.id or "", c.name, c.input) for c in to_run)
+                    *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
                 )
                 for call, tool_run in zip(to_run, runs, strict=True):
-                    self._record_run(run, state, call.id or "", call.name, tool_run)
+                    record_tool_run(run, state, call.id or "", call.name, tool_run)
                 if parked:
                     await self._commit(state, "parked", parked_ids=ids)
                 else:
@@ -601,186 +486,31 @@ class Runner(Settling):
                     run._emit(event)
             run._emit(StepFinished())
             if parked:
-                self._finish(run, state, "tool-calls")
+                finish_message(run, state, "tool-calls")
                 return
             # A step whose every call was refused (unknown tool, input the schema does
             # not accept, not JSON) goes back to the model to correct, a bounded number
             # of times in a row.
             invalid_steps = invalid_steps + 1 if not to_run else 0
             if invalid_steps > self.config.max_invalid_steps:
-                await self._notice(
+                await end_with_notice(
                     run,
                     state,
                     f"(stopped: the model's tool calls were refused {invalid_steps} times in "
                     "a row)",
                     "other",
+                    self._commit,
                 )
                 return
         # Out of steps. End on a text-only step: ending on a step whose tool calls are
         # all answered would make an AI SDK client resend the message automatically.
-        await self._notice(
+        await end_with_notice(
             run,
             state,
             f"(stopped after {self.config.max_steps} steps without a final answer)",
             "length",
+            self._commit,
         )
-
-    def _finish(self, run: Run, state: RunState, reason: FinishReason) -> None:
-        """The message's end, with its model and token use when the model reported them."""
-        metadata = message_metadata([*state.entries, *state.unsaved], state.message_id)
-        run._emit(MessageFinished(reason, metadata))
-
-    async def _notice(self, run: Run, state: RunState, notice: str, reason: FinishReason) -> None:
-        """End the message with a text-only step saying why."""
-        run._emit(StepStarted())
-        text_id = f"t{state.model_calls}-notice"
-        run._emit(TextStarted(text_id))
-        run._emit(TextDelta(text_id, notice))
-        run._emit(TextEnded(text_id))
-        state.unsaved.append(assistant_entry(state.message_id, notice, []))
-        await self._commit(state, "idle", parked_ids=[])
-        run._emit(StepFinished())
-        self._finish(run, state, reason)
-
-    async def _model_failed(
-        self, run: Run, state: RunState, step: StepReader | None, exc: ModelError
-    ) -> None:
-        """The model could not answer: keep what it streamed, leave the chat idle for the
-        next message, and end the run with the error's message.
-
-        When the turn's first model request fails before anything was said, the turn's
-        user message is not kept either: the chat is as it was, and the same message can
-        simply be sent again (an AI SDK ``regenerate()`` resends it with the same id)."""
-        said = step is not None and step.said
-        if step is not None:
-            if said:
-                state.model_calls += 1
-                state.unsaved.append(
-                    assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
-                )
-            run._emit(StepFinished())
-        if not said and not any(e["t"] == "assistant" for e in state.unsaved):
-            state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
-        await self._commit(state, "idle", parked_ids=[])
-        run._emit(RunFailed(str(exc)))
-
-    async def _consume(
-        self, run: Run, state: RunState, request: ModelRequest, model: Model, step: StepReader
-    ) -> None:
-        """Stream one model response into ``step``, reporting it as it comes; a stop
-        request cancels the stream at once, even mid-wait, and closes the model's
-        connection (the stream is closed, not left to the garbage collector)."""
-
-        async def consume() -> None:
-            events = model.stream(request)
-            try:
-                async for item in events:
-                    step.take(item)
-            finally:
-                closing = getattr(events, "aclose", None)
-                if closing is not None:
-                    await closing()
-
-        if state.stop.is_set():
-            return
-        # A task of its own, so that a stop (the watcher) can cancel the model mid-wait.
-        state.consumer = asyncio.create_task(consume())
-        try:
-            await asyncio.shield(state.consumer)
-        except asyncio.CancelledError:
-            if not state.consumer.cancelled():
-                state.consumer.cancel()  # the run itself is being cancelled
-                raise
-            if not state.stop.is_set():
-                raise
-        finally:
-            state.consumer = None
-
-    async def _stopped(
-        self,
-        run: Run,
-        state: RunState,
-        text: Sequence[str],
-        *,
-        opened_step: bool,
-        end: ModelStepEnd | None = None,
-    ) -> None:
-        """End a run someone asked to stop: keep the partial answer, drop the tool calls
-        the model had not finished asking for, and finish cleanly."""
-        if opened_step:
-            state.unsaved.append(assistant_entry(state.message_id, "".join(text), [], end=end))
-        await self._commit(state, "idle")
-        if opened_step:
-            run._emit(StepFinished())
-        self._finish(run, state, "stop")
-
-    def _classify(
-        self, state: RunState, calls: Sequence[ModelToolCall]
-    ) -> tuple[list[ParkedCall], list[ModelToolCall], list[Event]]:
-        """Sort a step's calls: those that park, the server calls to run now, and the
-        events announcing them (emitted only once the step is persisted)."""
-        parked: list[ParkedCall] = []
-        to_run: list[ModelToolCall] = []
-        events: list[Event] = []
-        now = self.clock()
-        for call in calls:
-            call_id = call.id or ""
-            spec = state.template.tool(call.name)
-            if spec is None:
-                known = ", ".join(sorted(state.template.tools)) or "none"
-                problem: str | None = f"unknown tool {call.name!r} (the tools are: {known})"
-            elif call.input_error is not None:
-                problem = f"input for tool {call.name!r}: {call.input_error}"
-            else:
-                problem = input_problem(spec, call.input)
-            key = None
-            if problem is None:
-                try:
-                    key = parked_call_key(call.name, call.input)
-                except NotPlainJSONError:
-                    problem = f"input for tool {call.name!r} is not plain JSON"
-            if problem is not None or spec is None or key is None:
-                problem = problem or "invalid tool call"
-                state.unsaved.append(
-                    result_entry(call_id, call.name, {"error": problem}, "input_error")
-                )
-                events.append(ToolInputRejected(call_id, call.name, call.input, problem))
-                continue
-            events.append(ToolCallIssued(call_id, call.name, call.input))
-            if not spec.parks:
-                to_run.append(call)
-                continue
-            kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
-            if kind == "approval":
-                default = self.config.approval_deadline_s
-            elif spec.result_style == "connection":
-                default = self.config.connection_deadline_s
-            else:
-                default = self.config.client_deadline_s
-            parked_call = ParkedCall(
-                tool_call_id=call_id,
-                tool_name=call.name,
-                kind=kind,
-                input=call.input,
-                key=key,
-                seq=self._now_ms() * 1000 + len(parked),
-                message_id=state.message_id,
-                created_at=now,
-                deadline=now + (spec.deadline_s or default),
-                approval_id=new_id("apr") if kind == "approval" else None,
-                allow_edits=spec.allow_edits,
-                render=spec.render,
-                result_style=spec.result_style,
-                description=spec.description,
-                output_schema=spec.output_schema if kind == "client" else None,
-                edit_schema=spec.input_schema if kind == "approval" and spec.allow_edits else None,
-                auto_resume=state.template.resume_policy == "auto",
-            )
-            parked.append(parked_call)
-            if parked_call.approval_id is not None:
-                events.append(ApprovalRequested(call_id, parked_call.approval_id))
-            events.append(CallParked(parked_call))
-        return parked, to_run, events
 
     # -- background resume ("auto" policy) ------------------------------------------------
 
@@ -855,9 +585,9 @@ class Runner(Settling):
         record = await self.store.load(chat_keys(chat_id))
         if record is None or record.owner != principal:
             raise ChatNotFoundError("no such chat")
-        if record.meta.get("v") != "1":
+        if record.meta.get("v") != SCHEMA_VERSION:
             raise IncompatibleStateError(
                 f"this chat was stored with schema version {record.meta.get('v')}; this "
-                "Parkway reads version 1"
+                f"Parkway reads version {SCHEMA_VERSION}"
             )
         return record

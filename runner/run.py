@@ -69,6 +69,22 @@ class Run:
         self._closed = True
         self._wake.set()
 
+    async def wait_for_events(self) -> None:
+        """Wait until the run has emitted events the log has not taken, or closed."""
+        await self._wake.wait()
+
+    def take_batch(self) -> tuple[list[Event], str]:
+        """The events not yet logged, and the finish reason among them ("" if none)."""
+        self._wake.clear()
+        batch, self._unlogged = self._unlogged, []
+        finish, self._finish = self._finish, ""
+        return batch, finish
+
+    @property
+    def drained(self) -> bool:
+        """Closed, with every event taken for the log."""
+        return self._closed and not self._unlogged
+
     async def events(self) -> AsyncIterator[Event]:
         """The run's events until it parks, finishes or fails."""
         while True:

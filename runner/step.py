@@ -1,41 +1,75 @@
-"""One model step as it streams: turning model events into run events and a stored step.
+"""One model step: streaming it, turning its events into run events, and ending a message.
 
-A :class:`StepReader` takes the model's events one by one. It reports text, reasoning
+:func:`consume` streams one model response into a :class:`StepReader`, cancellable by a
+stop. A :class:`StepReader` takes the model's events one by one. It reports text, reasoning
 and tool-call input to the run as they arrive (a reasoning part is closed when anything
 else starts), gives each tool call the Parkway id its streamed input was announced
 under, and collects what the step stores: its text, its calls and the model's closing
-:class:`~runner.model.ModelStepEnd`.
+:class:`~runner.model.ModelStepEnd`. The ``end_*`` functions end a message that did not
+end with a model's answer: a notice, a stop, a model failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from runner.errors import ModelError
 from runner.events import (
     Event,
+    FinishReason,
+    MessageFinished,
     ReasoningDelta,
     ReasoningEnded,
     ReasoningStarted,
+    RunFailed,
+    StepFinished,
+    StepStarted,
     TextDelta,
     TextEnded,
     TextStarted,
     ToolInputDelta,
     ToolInputStarted,
 )
+from runner.history import assistant_entry, message_metadata
 from runner.model import (
+    Model,
     ModelEvent,
     ModelReasoningDelta,
+    ModelRequest,
     ModelStepEnd,
     ModelTextDelta,
     ModelToolCall,
     ModelToolInputDelta,
     ModelToolInputStart,
 )
-from runner.run import new_id
+from runner.parking import ParkedCall
+from runner.run import Run, RunState, new_id
 
-__all__ = ["StepReader"]
+__all__ = [
+    "Commit",
+    "StepReader",
+    "consume",
+    "end_failed",
+    "end_stopped",
+    "end_with_notice",
+    "finish_message",
+]
+
+
+class Commit(Protocol):
+    """The runner's commit of a run's unsaved entries (``Runner._commit``)."""
+
+    def __call__(
+        self,
+        state: RunState,
+        next_state: Any,
+        *,
+        calls: Sequence[ParkedCall] = (),
+        parked_ids: Sequence[str] | None = None,
+    ) -> Awaitable[None]: ...
 
 
 @dataclass
@@ -121,3 +155,92 @@ class StepReader:
         if call.input_error is not None:
             entry["bad"] = True
         return entry
+
+
+async def consume(state: RunState, request: ModelRequest, model: Model, step: StepReader) -> None:
+    """Stream one model response into ``step``, reporting it as it comes; a stop request
+    cancels the stream at once, even mid-wait, and closes the model's connection (the
+    stream is closed, not left to the garbage collector)."""
+
+    async def read() -> None:
+        events = model.stream(request)
+        try:
+            async for item in events:
+                step.take(item)
+        finally:
+            closing = getattr(events, "aclose", None)
+            if closing is not None:
+                await closing()
+
+    if state.stop.is_set():
+        return
+    # A task of its own, so that a stop (the watcher) can cancel the model mid-wait.
+    state.consumer = asyncio.create_task(read())
+    try:
+        await asyncio.shield(state.consumer)
+    except asyncio.CancelledError:
+        if not state.consumer.cancelled():
+            state.consumer.cancel()  # the run itself is being cancelled
+            raise
+        if not state.stop.is_set():
+            raise
+    finally:
+        state.consumer = None
+
+
+def finish_message(run: Run, state: RunState, reason: FinishReason) -> None:
+    """The message's end, with its model and token use when the model reported them."""
+    metadata = message_metadata([*state.entries, *state.unsaved], state.message_id)
+    run._emit(MessageFinished(reason, metadata))
+
+
+async def end_with_notice(
+    run: Run, state: RunState, notice: str, reason: FinishReason, commit: Commit
+) -> None:
+    """End the message with a text-only step saying why (an AI SDK client must not see
+    the message end on a step whose tool calls are all answered: it would resend)."""
+    run._emit(StepStarted())
+    text_id = f"t{state.model_calls}-notice"
+    run._emit(TextStarted(text_id))
+    run._emit(TextDelta(text_id, notice))
+    run._emit(TextEnded(text_id))
+    state.unsaved.append(assistant_entry(state.message_id, notice, []))
+    await commit(state, "idle", parked_ids=[])
+    run._emit(StepFinished())
+    finish_message(run, state, reason)
+
+
+async def end_stopped(run: Run, state: RunState, step: StepReader | None, commit: Commit) -> None:
+    """End a run someone asked to stop: keep the partial answer of the step that was
+    streaming (if any), drop the tool calls the model had not finished, finish cleanly."""
+    if step is not None:
+        state.unsaved.append(
+            assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
+        )
+    await commit(state, "idle")
+    if step is not None:
+        run._emit(StepFinished())
+    finish_message(run, state, "stop")
+
+
+async def end_failed(
+    run: Run, state: RunState, step: StepReader | None, exc: ModelError, commit: Commit
+) -> None:
+    """The model could not answer: keep what it streamed, leave the chat idle for the
+    next message, and end the run with the error's message.
+
+    When the turn's first model request fails before anything was said, the turn's user
+    message is not kept either: the chat is as it was, and the same message can simply
+    be sent again (an AI SDK ``regenerate()`` resends it with the same id)."""
+    said = step is not None and step.said
+    if step is not None:
+        if said:
+            state.model_calls += 1
+            state.unsaved.append(
+                assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
+            )
+        run._emit(StepFinished())
+    if not said and not any(e["t"] == "assistant" for e in state.unsaved):
+        state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
+    await commit(state, "idle", parked_ids=[])
+    run._emit(RunFailed(str(exc)))

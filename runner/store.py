@@ -17,10 +17,17 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from runner import _scripts
 from runner.connection import RedisClient
+from runner.errors import (
+    ChatBusyError,
+    ChatNotFoundError,
+    DuplicateMessageError,
+    IncompatibleStateError,
+    NothingToResumeError,
+)
 from runner.keys import DEADLINES, ChatKeys, deadline_member
 from runner.parking import ParkedCall, decode_call, encode_call
 
-__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore"]
+__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore", "raise_for_claim"]
 
 SCHEMA_VERSION = "1"
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
@@ -396,3 +403,26 @@ class ChatStore:
             key=lambda c: c.seq,
         )
         return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)
+
+
+def raise_for_claim(result: Sequence[str]) -> None:
+    """Raise the domain error a refused CLAIM_TURN or CLAIM_RESUME reply stands for."""
+    status = result[0]
+    if status == "ok":
+        return
+    if status == "incompatible":
+        raise IncompatibleStateError(
+            f"this chat was stored with schema version {result[1]}; this Parkway reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    if status in {"forbidden", "missing"}:
+        raise ChatNotFoundError("no such chat")
+    if status == "busy":
+        raise ChatBusyError("a run of this chat is in progress; try again when it ends")
+    if status == "duplicate":
+        raise DuplicateMessageError("this user message was already taken")
+    if status == "not_parked":
+        raise NothingToResumeError(f"the chat is {result[1]}, not waiting on any call")
+    if status == "pending":
+        raise NothingToResumeError(f"{result[1]} parked call(s) are still pending")
+    raise ChatBusyError(f"unexpected claim result {status!r}")

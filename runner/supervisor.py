@@ -1,0 +1,101 @@
+"""What watches a run while it executes: its lease, stop requests and its event log.
+
+A :class:`RunSupervisor` runs beside each run (two tasks the runner starts with it):
+
+- :meth:`RunSupervisor.watch` renews the run's lease (a long tool must not let it lapse,
+  or another worker would take the chat over) and notices a stop request
+  (``POST .../stop``, from any worker), cancelling the model stream at once;
+- :meth:`RunSupervisor.write_log` writes the run's events to the chat's event log in
+  batches, which every HTTP response and every reconnecting browser follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from runner.errors import ChatBusyError
+from runner.eventlog import cancel_requested
+from runner.events import coalesce, events_to_json
+from runner.run import Run, RunnerConfig, RunState
+from runner.store import ChatStore
+
+__all__ = ["RunSupervisor"]
+
+log = logging.getLogger(__name__)
+
+STOP_POLL_S = 0.2  # how often a running run checks for a stop request
+WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
+
+
+class RunSupervisor:
+    """Lease renewal, the stop watch and the batched log writer of the runs of a runner."""
+
+    def __init__(self, store: ChatStore, config: RunnerConfig, clock: Callable[[], float]):
+        self.store = store
+        self.config = config
+        self.clock = clock
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def watch(self, state: RunState) -> None:
+        """Renew the lease and watch for a stop until cancelled or the lease is lost."""
+        renew_every = self.config.lease_s / 3
+        since_renew = 0.0
+        while not cancel_requested():
+            await asyncio.sleep(STOP_POLL_S)
+            since_renew += STOP_POLL_S
+            try:
+                if await self.store.stop_requested(state.keys, state.token):
+                    state.stop.set()
+                    if state.consumer is not None:
+                        state.consumer.cancel()
+                if since_renew >= renew_every:
+                    since_renew = 0.0
+                    held = await self.store.renew(
+                        state.keys,
+                        token=state.token,
+                        now_ms=self._now_ms(),
+                        lease_ms=int(self.config.lease_s * 1000),
+                    )
+                    if not held:
+                        log.warning("run of chat %s lost its lease", state.chat_id)
+                        return
+            except Exception:
+                # Try again next period; commits stay fenced by the token.
+                log.warning("could not check on the run of chat %s", state.chat_id)
+
+    async def write_log(self, run: Run, state: RunState) -> None:
+        """Append the run's events to the chat's log, a batch at a time, until the run is
+        closed and everything it emitted is written; resolve ``run.log_start``."""
+        while True:
+            await run.wait_for_events()
+            # The run goes first: its next step (the model call, a commit) is not held
+            # up by the log, a commit never queues behind the log in Redis, and more
+            # events gather into this batch meanwhile.
+            for _ in range(WRITER_YIELDS):
+                await asyncio.sleep(0)
+            await state.quiet.wait()
+            await asyncio.sleep(0)
+            batch, finish = run.take_batch()
+            if batch:
+                try:
+                    first = await self.store.append_events(
+                        state.keys,
+                        token=state.token,
+                        batch=events_to_json(coalesce(batch)),
+                        finish=finish,
+                        now_ms=self._now_ms(),
+                    )
+                except Exception:
+                    log.exception("could not append events of chat %s", state.chat_id)
+                    first = ""
+                if not run.log_start.done():
+                    if first:
+                        run.log_start.set_result(first)
+                    else:
+                        run.log_start.set_exception(ChatBusyError("no event log"))
+            if run.drained:
+                return
