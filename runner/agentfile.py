@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import TemplateError
+from runner.llm.catalog import build_model
 from runner.llm.spec import ModelSpec, parse_model_spec
 from runner.model import Model
-from runner.scripted import ScriptedModel
 from runner.template import AgentTemplate, load_template
 
 __all__ = ["AgentFile", "load_agent_file", "parse_agent_file"]
@@ -53,8 +53,8 @@ def parse_agent_file(document: Any) -> AgentFile:
             )
         return AgentFile(template=template)
     spec = parse_model_spec(document["model"], "model")
-    if spec.provider == "scripted":
-        return AgentFile(template=template, model=ScriptedModel(list(spec.scripted or ())))
+    if spec.provider == "scripted":  # needs no environment: built now
+        return AgentFile(template=template, model=build_model(spec, {}))
     return AgentFile(template=template, spec=spec)
 
 

@@ -41,9 +41,9 @@ from runner.model import (
 __all__ = [
     "UNKNOWN_RESULT",
     "assistant_entry",
+    "call_entry",
     "decode_entries",
     "message_metadata",
-    "message_usage",
     "result_entry",
     "to_model_messages",
     "user_entry",
@@ -87,7 +87,7 @@ def assistant_entry(
     return entry
 
 
-def message_usage(entries: Sequence[Mapping[str, Any]], message_id: str) -> ModelUsage | None:
+def _message_usage(entries: Sequence[Mapping[str, Any]], message_id: str) -> ModelUsage | None:
     """The tokens all steps of one assistant message used, or None if no step says."""
     total: ModelUsage | None = None
     for entry in entries:
@@ -95,6 +95,16 @@ def message_usage(entries: Sequence[Mapping[str, Any]], message_id: str) -> Mode
             step = ModelUsage(*entry["usage"])
             total = step if total is None else total + step
     return total
+
+
+def call_entry(call: ModelToolCall) -> dict[str, Any]:
+    """A tool call as an assistant entry stores it (``pid`` and ``bad`` only when set)."""
+    entry: dict[str, Any] = {"id": call.id, "name": call.name, "input": call.input}
+    if call.provider_id and call.provider_id != call.id:
+        entry["pid"] = call.provider_id
+    if call.input_error is not None:
+        entry["bad"] = True
+    return entry
 
 
 def message_metadata(
@@ -107,7 +117,7 @@ def message_metadata(
     for entry in entries:
         if entry["t"] == "assistant" and entry["mid"] == message_id and entry.get("model"):
             model = entry["model"]
-    usage = message_usage(entries, message_id)
+    usage = _message_usage(entries, message_id)
     if model is None and usage is None:
         return None
     out: dict[str, Any] = {}

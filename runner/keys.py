@@ -91,7 +91,7 @@ def chat_keys(chat_id: str) -> ChatKeys:
     return ChatKeys(check_chat_id(chat_id))
 
 
-# -- the connect flow (widgets_api/connect.py) -----------------------------------------
+# -- the connect flow (widgets_api/connect/) -------------------------------------------
 
 
 def flow_key(state_digest: str) -> str:
@@ -158,7 +158,7 @@ class AgentKeys:
         self.revisions = f"{tag}:revisions"
 
 
-# -- the built-in demo OAuth provider (widgets_api/demo_provider.py) -------------------
+# -- the built-in demo OAuth provider (widgets_api/demo_provider/) ---------------------
 
 # The provider's Redis keys, "pw:demo-oauth:<kind>:<id>"; <digest> is the hex SHA-256 of
 # the secret. The scripts span several keys, so the provider runs on one Redis node.

@@ -52,6 +52,7 @@ from runner.events import (
 from runner.execution import ToolExecutor, record_tool_run
 from runner.history import (
     assistant_entry,
+    call_entry,
     decode_entries,
     result_entry,
     to_model_messages,
@@ -440,7 +441,7 @@ class Runner(Settling):
                 assistant_entry(
                     state.message_id,
                     "".join(step.text),
-                    [StepReader.stored_call(c) for c in calls],
+                    [call_entry(c) for c in calls],
                     end=step.end,
                 )
             )

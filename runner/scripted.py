@@ -267,16 +267,6 @@ class ScriptedModel:
             raise TemplateError(f"scripted model: {loc}: {first['msg']}") from None
         self._turns = script.turns
 
-    @classmethod
-    def from_config(cls, config: Any) -> ScriptedModel:
-        """Build from the agent file's ``{"scripted": {"turns": [...]}}``."""
-        if not isinstance(config, dict) or not isinstance(config.get("scripted"), dict):
-            raise TemplateError("model: expected {'scripted': {'turns': [...]}}")
-        turns = config["scripted"].get("turns")
-        if not isinstance(turns, list):
-            raise TemplateError("model.scripted.turns: expected a list of turns")
-        return cls(turns)
-
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         if request.call_index >= len(self._turns):
             yield ModelTextDelta(END_OF_SCRIPT)

@@ -147,15 +147,6 @@ class StepReader:
             )
         return out
 
-    @staticmethod
-    def stored_call(call: ModelToolCall) -> dict[str, Any]:
-        entry: dict[str, Any] = {"id": call.id, "name": call.name, "input": call.input}
-        if call.provider_id and call.provider_id != call.id:
-            entry["pid"] = call.provider_id
-        if call.input_error is not None:
-            entry["bad"] = True
-        return entry
-
 
 async def consume(state: RunState, request: ModelRequest, model: Model, step: StepReader) -> None:
     """Stream one model response into ``step``, reporting it as it comes; a stop request

@@ -346,7 +346,8 @@ async def test_the_runner_runs_a_tool_with_the_input_its_placeholders_filled(
 async def _demo_conversation(answers: dict[str, Any]) -> list[str]:
     """Each assistant text of the built-in demo when the user answers with ``answers``
     (an approval's answer is the denial result, or absent to approve)."""
-    model = ScriptedModel.from_config(DEMO_AGENT["model"])
+    model = parse_agent_file(DEMO_AGENT).model
+    assert model is not None
     messages: list[Any] = [UserTurn("Plan my weather report")]
     texts: list[str] = []
     for index in range(4):

@@ -46,16 +46,27 @@ CONTENT_SECURITY_POLICY = "; ".join(
 
 #: The only names ``/static/{name}`` serves, with their content types. ``overlay.js``
 #: is the build-kit overlay merge shared with the server's tests (DESIGN §10); the other
-#: scripts are the page's ES modules (``playground.js`` imports the rest).
+#: scripts are the page's ES modules (``playground.js`` is the entry point and lists
+#: what each of the others is for). A module missing here is a 404, and the page fails.
+_JS = "text/javascript; charset=utf-8"
 STATIC_FILES: dict[str, str] = {
     "playground.html": "text/html; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
-    "playground.js": "text/javascript; charset=utf-8",
-    "playground-base.js": "text/javascript; charset=utf-8",
-    "agent-panel.js": "text/javascript; charset=utf-8",
-    "commit-diff.js": "text/javascript; charset=utf-8",
-    "message-extras.js": "text/javascript; charset=utf-8",
-    "overlay.js": "text/javascript; charset=utf-8",
+    "playground.js": _JS,
+    "playground-base.js": _JS,
+    "ui-stream.js": _JS,
+    "chat.js": _JS,
+    "page-context.js": _JS,
+    "widgets.js": _JS,
+    "widget.js": _JS,
+    "approval-widgets.js": _JS,
+    "client-widgets.js": _JS,
+    "connect-widget.js": _JS,
+    "view.js": _JS,
+    "agent-panel.js": _JS,
+    "commit-diff.js": _JS,
+    "message-extras.js": _JS,
+    "overlay.js": _JS,
 }
 
 _HEADERS = {

@@ -15,8 +15,9 @@ from typing import Any
 
 from runner.errors import ModelError, TemplateError
 from runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
-from runner.llm.spec import ModelSpec, missing_environment, parse_model_spec
+from runner.llm.spec import ModelSpec, missing_environment
 from runner.model import Model
+from runner.scripted import ScriptedModel
 
 __all__ = ["ModelCatalog", "build_model"]
 
@@ -36,8 +37,6 @@ def build_model(
     """The model ``spec`` names. Raises :class:`ModelError` when the environment lacks
     what it needs (the message names the variable)."""
     if spec.provider == "scripted":
-        from runner.scripted import ScriptedModel  # noqa: PLC0415 - avoids a cycle
-
         return ScriptedModel(list(spec.scripted or ()))
     problem = missing_environment(spec, environ)
     if problem is not None:
@@ -144,13 +143,9 @@ class ModelCatalog:
             return None
         return missing_environment(spec, self._environ)
 
-    def model_for(self, llm: Any) -> Model:
+    def model_for(self, llm: ModelSpec | None) -> Model:
         """The model of a run whose template says ``llm`` (None: the agent file's)."""
-        spec = self.override
-        if spec is None and llm is not None:
-            spec = llm if isinstance(llm, ModelSpec) else parse_model_spec(llm, "llm")
-        if spec is None and self.default is None:
-            spec = self.default_spec
+        spec = self.chosen(llm)
         if spec is None:
             if self.default is None:
                 raise ModelError(

@@ -8,7 +8,7 @@
 //     message's `metadata`, from `finish.messageMetadata` or GET /api/chats/{id}).
 //
 // Everything the model wrote goes into the page through textContent only.
-// An ES module imported by playground.js; no build step.
+// An ES module imported by view.js; no build step.
 
 import { h } from "/static/playground-base.js";
 

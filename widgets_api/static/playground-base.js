@@ -1,7 +1,6 @@
 // Parkway playground: the helpers every part of the page shares (DOM builder, ids,
 // canonical JSON, same-origin URLs) and the API client (cookie session bootstrap on 401,
-// JSON errors). An ES module imported by playground.js, agent-panel.js and
-// commit-diff.js; no build step.
+// JSON errors). An ES module imported by the page's other modules; no build step.
 
 /** The API's origin. The page is served by the API, so it is the page's own origin. */
 export const API_ORIGIN = window.location.origin;

@@ -19,7 +19,10 @@ from typing import Any
 
 from starlette.responses import HTMLResponse
 
-__all__ = ["MESSAGE_TYPE", "connect_page"]
+from widgets_api.connect.records import FlowRecord
+from widgets_api.providers import Provider
+
+__all__ = ["MESSAGE_TYPE", "connect_page", "result_page"]
 
 MESSAGE_TYPE = "parkway:connect"
 CLOSE_AFTER_MS = 1200
@@ -98,4 +101,61 @@ def connect_page(
             "x-frame-options": "DENY",
             "x-content-type-options": "nosniff",
         },
+    )
+
+
+def result_page(
+    flow: FlowRecord,
+    provider: Provider,
+    summary: str,
+    *,
+    settled_now: bool,
+    account: str | None = None,
+    detail: str | None = None,
+    description: str | None = None,
+) -> HTMLResponse:
+    """The callback's answer: what became of the connection and of the agent's request.
+
+    ``summary`` is the call's outcome in one word (``connected``, a failure reason, or
+    ``gone``); ``account`` is set when a connection was stored, ``settled_now`` when this
+    callback settled the call; ``detail`` and ``description`` explain a failure."""
+    name = provider.display_name
+    stored = account is not None
+    if summary == "connected":
+        title = f"{name} connected"
+        text = f"Connected as {account}. You can go back to the chat."
+        if flow.retry:
+            text = f"Connected as {account}. Ask the agent to continue."
+    elif stored:
+        title = f"{name} connected, but the request had ended"
+        ended = {"gone": "no longer exists"}.get(summary, f"had already ended ({summary})")
+        text = (
+            f"Connected as {account} and saved. The agent's request {ended}, so "
+            "nothing changed in the chat: ask the agent to try again."
+        )
+    elif settled_now and summary == "denied":
+        title = f"{name} not connected"
+        text = "You did not allow access. The agent has been told."
+    elif settled_now or flow.retry:
+        title = f"{name} not connected"
+        text = f"The connection did not complete: {detail}."
+        if description:
+            text += f" The provider said: {description[:300]}"
+    else:
+        title = f"{name} not connected"
+        text = f"The connection did not complete, and the request had already ended ({summary})."
+    post = {
+        "type": MESSAGE_TYPE,
+        "chatId": flow.chat,
+        "toolCallId": flow.call,
+        "outcome": summary,
+    }
+    return connect_page(
+        status=200 if summary == "connected" or stored else 400,
+        title=title,
+        message=text,
+        ok=summary == "connected" or stored,
+        post=post,
+        target_origin=flow.origin,
+        close=True,
     )

@@ -1,59 +1,39 @@
-"""The OAuth connect flow of ``request_connection`` (DESIGN §3, §6, §9).
+"""The connect flow's state machine: start, the callback's checks, settle.
 
-``GET /connect/{provider}/start?chat=&call=`` is the popup's first page. It checks the
-caller owns the pending call, creates a random single-use ``state`` stored server-side
-(chat, call, principal, provider, issuer, PKCE verifier, the hash of a per-flow cookie it
-sets, the playground origin, the redirect URI) and redirects only to the configured
-authorization endpoint.
-
-``GET /connect/{provider}/callback`` takes the state once (GETDEL), requires every bound
-value to match (the path's provider, the per-flow cookie, the signed-in principal, and
-``iss`` where the provider supports RFC 9207), exchanges the code with the stored PKCE
-verifier at the stored provider's token endpoint, stores the connection and settles the
-parked call itself: the server is the source of truth, and the page it renders only
-posts a hint to the playground. A provider error settles the call ``denied``
-(``access_denied``) or ``error``. A callback for a call that has meanwhile been settled
-(timed out, or answered elsewhere) still stores a connection the user authorised, never
-changes the recorded outcome, and says so. A client settle of the call (Not now, Cancel)
-forgets its flow, so a later callback with that state is refused.
-
-``POST /connect/{provider}/use`` settles a pending call with an existing connection of
-the caller's (the agent's re-ask after a retry finds it). ``GET /api/connections`` and
-``DELETE /api/connections/{id}`` list and remove connections.
+``start`` binds a random single-use ``state`` to the caller, the call and this browser
+(a per-flow cookie) and redirects to the provider. The callback takes the state once,
+requires every bound value to match, exchanges the code, stores the connection and
+settles the parked call (see :mod:`widgets_api.connect` for the whole story).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
 
 from runner.connection import RedisClient
 from runner.errors import CallNotFoundError, ChatNotFoundError, ParkwayError, SettleConflictError
-from runner.keys import chat_keys, flow_key, flow_pointer_key
+from runner.keys import chat_keys
 from runner.loop import Runner
 from runner.parking import ParkedCall
 from runner.settling import Settled
 from runner.workflows import REQUEST_CONNECTION
-from widgets_api.connect_page import MESSAGE_TYPE, connect_page
-from widgets_api.connections import (
-    ConnectionStore,
-    TokenExchangeError,
-    call_token_endpoint,
-    oauth_client,
-)
+from widgets_api.connect._http import json_error, read_use_body
+from widgets_api.connect.exchange import Exchange
+from widgets_api.connect.pages import connect_page, result_page
+from widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
+from widgets_api.connections import ConnectionStore, TokenExchangeError, oauth_client
 from widgets_api.providers import Provider, ProviderRegistry
 
-__all__ = ["ConnectFlow", "FlowRecord", "connect_routes", "outcome_summary"]
+__all__ = ["ConnectFlow"]
 
 log = logging.getLogger(__name__)
 
@@ -62,46 +42,12 @@ _MAX_PARAM = 512
 _FAILED = {"declined", "cancelled", "denied", "error", "timeout"}
 
 
-class FlowRecord(BaseModel):
-    """One started flow, as stored under its state's digest (version 1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    v: Literal[1] = 1
-    chat: str
-    call: str
-    principal: str
-    provider: str
-    issuer: str | None
-    verifier: str | None
-    cookie_hash: str
-    origin: str
-    redirect_uri: str
-    scopes: list[str]
-    retry: bool
-    created: float
-
-
 def _sha(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
 def _cookie_name(digest: str) -> str:
     return f"parkway_flow_{digest[:16]}"
-
-
-def outcome_summary(outcome: dict[str, Any] | None) -> str:
-    """One word for a connect call's recorded outcome: ``connected`` or the reason."""
-    if outcome is None:
-        return "pending"
-    if outcome.get("outcome") == "output":
-        output = outcome.get("output") or {}
-        return "connected" if output.get("connected") else str(output.get("reason", "error"))
-    return str(outcome.get("outcome"))
-
-
-def _json_error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status)
 
 
 class ConnectFlow:
@@ -132,6 +78,8 @@ class ConnectFlow:
         self.flow_ttl_s = flow_ttl_s
         self.http_timeout_s = http_timeout_s
         self.clock = clock
+        self.flows = FlowStore(redis, flow_ttl_s)
+        self.exchange = Exchange(connections, http_timeout_s)
 
     def redirect_uri(self, provider: Provider) -> str:
         """The one exact callback URI of ``provider``: from configuration, never Host."""
@@ -200,16 +148,7 @@ class ConnectFlow:
             retry=retry,
             created=self.clock(),
         )
-        pointer = flow_pointer_key(record.chat, record.call)
-        previous = await self.redis.get(pointer)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if previous is not None:  # one live flow per call: the older state dies
-                pipe.delete(
-                    flow_key(previous.decode() if isinstance(previous, bytes) else previous)
-                )
-            pipe.set(flow_key(digest), record.model_dump_json(), ex=self.flow_ttl_s)
-            pipe.set(pointer, digest, ex=self.flow_ttl_s)
-            await pipe.execute()
+        await self.flows.save(digest, record)  # one live flow per call: the older dies
         client = oauth_client(
             provider,
             timeout_s=self.http_timeout_s,
@@ -249,18 +188,17 @@ class ConnectFlow:
         if not state or len(state) > _MAX_PARAM:
             return self._fail(400, "Sign-in not recognised", "The provider's answer has no state.")
         digest = _sha(state)
-        raw = await self.redis.getdel(flow_key(digest))  # single use, whatever follows
-        if raw is None:
+        try:
+            flow = await self.flows.take(digest)  # single use, whatever follows
+        except ValidationError:
+            log.error("connect flow record unreadable; refusing the callback")
+            return self._fail(400, "Sign-in not recognised", "This sign-in cannot be completed.")
+        if flow is None:
             return self._fail(
                 400,
                 "Sign-in not recognised",
                 "This sign-in link is unknown, was already used, or has expired.",
             )
-        try:
-            flow = FlowRecord.model_validate_json(raw)
-        except ValidationError:
-            log.error("connect flow record unreadable; refusing the callback")
-            return self._fail(400, "Sign-in not recognised", "This sign-in cannot be completed.")
         problem = self._binding_problem(request, provider, flow, digest)
         if problem is not None:
             log.warning(
@@ -283,7 +221,7 @@ class ConnectFlow:
                 flow, provider, "error", "the provider sent no authorization code"
             )
         try:
-            token, account, subject = await self._exchange(provider, flow, code)
+            token, account, subject = await self.exchange.redeem(provider, flow, code)
         except TokenExchangeError as exc:
             log.warning(
                 "connect callback: token exchange with %s failed (%s), chat %s call %s",
@@ -301,7 +239,7 @@ class ConnectFlow:
             flow.principal, provider, token, account=account, subject=subject, scopes=scopes
         )
         if flow.retry:
-            return self._page_for(flow, provider, "connected", settled_now=False, account=account)
+            return result_page(flow, provider, "connected", settled_now=False, account=account)
         try:
             await self.runner.settle(
                 flow.chat,
@@ -311,12 +249,12 @@ class ConnectFlow:
                 by="server",
             )
         except SettleConflictError as exc:
-            return self._page_for(
+            return result_page(
                 flow, provider, outcome_summary(exc.existing), settled_now=False, account=account
             )
         except (ChatNotFoundError, CallNotFoundError):
-            return self._page_for(flow, provider, "gone", settled_now=False, account=account)
-        return self._page_for(flow, provider, "connected", settled_now=True, account=account)
+            return result_page(flow, provider, "gone", settled_now=False, account=account)
+        return result_page(flow, provider, "connected", settled_now=True, account=account)
 
     def _binding_problem(
         self, request: Request, provider: Provider, flow: FlowRecord, digest: str
@@ -335,59 +273,6 @@ class ConnectFlow:
         if iss is not None and flow.issuer is not None and iss != flow.issuer:
             return "iss"
         return None
-
-    async def _exchange(
-        self, provider: Provider, flow: FlowRecord, code: str
-    ) -> tuple[dict[str, Any], str, str | None]:
-        if provider.pkce == "s256" and not flow.verifier:
-            raise TokenExchangeError("missing_verifier")  # fail closed, never without it
-        extra: dict[str, Any] = {"code": code, "redirect_uri": flow.redirect_uri}
-        if flow.verifier:
-            extra["code_verifier"] = flow.verifier
-
-        async def fetch() -> Any:
-            async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
-                return await client.fetch_token(provider.token_endpoint, **extra)
-
-        token = await call_token_endpoint(fetch)
-        try:
-            account, subject = await self._account(provider, token)
-        except TokenExchangeError:
-            await self._revoke_quietly(provider, token)  # nothing is stored: end the grant
-            raise
-        return token, account, subject
-
-    async def _revoke_quietly(self, provider: Provider, token: dict[str, Any]) -> None:
-        try:
-            await self.connections.revoke(provider, token)
-        except Exception as exc:
-            log.warning(
-                "revoking an unused grant at %s failed (%s)", provider.name, type(exc).__name__
-            )
-
-    async def _account(self, provider: Provider, token: dict[str, Any]) -> tuple[str, str | None]:
-        if provider.userinfo_endpoint is None:
-            return f"{provider.display_name} account", None
-        async with oauth_client(provider, timeout_s=self.http_timeout_s, token=token) as client:
-            try:
-                response = await client.get(
-                    provider.userinfo_endpoint, headers={"accept": "application/json"}
-                )
-                info = response.json() if response.status_code == 200 else None
-            except Exception:
-                info = None
-        if not isinstance(info, dict):
-            raise TokenExchangeError("userinfo_failed")
-
-        def first(claims: tuple[str, ...]) -> str | None:
-            for claim in claims:
-                value = info.get(claim)
-                if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
-                    return str(value)[:200]
-            return None
-
-        subject = first(provider.subject_claims)
-        return first(provider.account_claims) or subject or "account", subject
 
     async def _provider_error(
         self, flow: FlowRecord, provider: Provider, error: str, description: str | None
@@ -429,67 +314,13 @@ class ConnectFlow:
                 summary = outcome_summary(exc.existing)
             except (ChatNotFoundError, CallNotFoundError):
                 summary = "gone"
-        return self._page_for(
+        return result_page(
             flow,
             provider,
             summary,
             settled_now=settled_now,
             detail=message,
             description=description,
-        )
-
-    def _page_for(
-        self,
-        flow: FlowRecord,
-        provider: Provider,
-        summary: str,
-        *,
-        settled_now: bool,
-        account: str | None = None,
-        detail: str | None = None,
-        description: str | None = None,
-    ) -> Response:
-        name = provider.display_name
-        stored = account is not None
-        if summary == "connected":
-            title = f"{name} connected"
-            text = f"Connected as {account}. You can go back to the chat."
-            if flow.retry:
-                text = f"Connected as {account}. Ask the agent to continue."
-        elif stored:
-            title = f"{name} connected, but the request had ended"
-            ended = {"gone": "no longer exists"}.get(summary, f"had already ended ({summary})")
-            text = (
-                f"Connected as {account} and saved. The agent's request {ended}, so "
-                "nothing changed in the chat: ask the agent to try again."
-            )
-        elif settled_now and summary == "denied":
-            title = f"{name} not connected"
-            text = "You did not allow access. The agent has been told."
-        elif settled_now or flow.retry:
-            title = f"{name} not connected"
-            text = f"The connection did not complete: {detail}."
-            if description:
-                text += f" The provider said: {description[:300]}"
-        else:
-            title = f"{name} not connected"
-            text = (
-                f"The connection did not complete, and the request had already ended ({summary})."
-            )
-        post = {
-            "type": MESSAGE_TYPE,
-            "chatId": flow.chat,
-            "toolCallId": flow.call,
-            "outcome": summary,
-        }
-        return connect_page(
-            status=200 if summary == "connected" or stored else 400,
-            title=title,
-            message=text,
-            ok=summary == "connected" or stored,
-            post=post,
-            target_origin=flow.origin,
-            close=True,
         )
 
     @staticmethod
@@ -502,30 +333,30 @@ class ConnectFlow:
         provider = self.providers.get(request.path_params["provider"])
         principal = self._principal(request)
         if principal is None:
-            return _json_error(401, "unauthenticated", "no valid session")
+            return json_error(401, "unauthenticated", "no valid session")
         if provider is None:
-            return _json_error(404, "not_found", "no such provider")
-        body = await _small_json(request)
+            return json_error(404, "not_found", "no such provider")
+        body = await read_use_body(request)
         if body is None:
-            return _json_error(
+            return json_error(
                 422, "invalid_body", "send {chatId, toolCallId, connectionId} as strings"
             )
         chat_id, call_id, connection_id = body
         call = await self._call(chat_id, call_id, principal)
         if call is None or call.tool_name != REQUEST_CONNECTION:
-            return _json_error(404, "not_found", "no such connection request")
+            return json_error(404, "not_found", "no such connection request")
         asked = call.input if isinstance(call.input, dict) else {}
         connection = await self.connections.get(principal, connection_id)
         if connection is None or connection.provider != provider.name:
-            return _json_error(404, "not_found", "no such connection")
+            return json_error(404, "not_found", "no such connection")
         if asked.get("provider") != provider.name:
-            return _json_error(409, "wrong_provider", "the request is for another provider")
+            return json_error(409, "wrong_provider", "the request is for another provider")
         if connection.status != "active":
-            return _json_error(409, "needs_reconnect", "that connection must be connected again")
+            return json_error(409, "needs_reconnect", "that connection must be connected again")
         wanted = provider.requested_scopes(asked.get("scopes") or ())
         missing = [s for s in wanted if s not in connection.scopes]
         if missing:
-            return _json_error(
+            return json_error(
                 409, "missing_scope", f"that connection lacks {', '.join(missing)}; connect again"
             )
         result = await self.runner.settle(
@@ -537,7 +368,7 @@ class ConnectFlow:
     async def list_connections(self, request: Request) -> Response:
         principal = self._principal(request)
         if principal is None:
-            return _json_error(401, "unauthenticated", "no valid session")
+            return json_error(401, "unauthenticated", "no valid session")
         provider = request.query_params.get("provider")
         found = await self.connections.list(principal, provider)
         names = self.providers.names()
@@ -552,10 +383,10 @@ class ConnectFlow:
     async def delete_connection(self, request: Request) -> Response:
         principal = self._principal(request)
         if principal is None:
-            return _json_error(401, "unauthenticated", "no valid session")
+            return json_error(401, "unauthenticated", "no valid session")
         connection_id = str(request.path_params["connection_id"])
         if len(connection_id) > 64 or not await self.connections.delete(principal, connection_id):
-            return _json_error(404, "not_found", "no such connection")
+            return json_error(404, "not_found", "no such connection")
         return Response(status_code=204)
 
     # -- settle listener ----------------------------------------------------------------
@@ -565,71 +396,4 @@ class ConnectFlow:
         flow: a callback arriving later with that state is refused."""
         if settled.by != "client" or settled.call.tool_name != REQUEST_CONNECTION:
             return
-        pointer = flow_pointer_key(settled.chat_id, settled.call.tool_call_id)
-        digest = await self.redis.getdel(pointer)
-        if digest is not None:
-            await self.redis.delete(
-                flow_key(digest.decode() if isinstance(digest, bytes) else digest)
-            )
-
-
-async def _small_json(request: Request) -> tuple[str, str, str] | None:
-    body = await request.body()
-    if len(body) > 4096:
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or set(data) != {"chatId", "toolCallId", "connectionId"}:
-        return None
-    values = (data["chatId"], data["toolCallId"], data["connectionId"])
-    if not all(isinstance(v, str) and 0 < len(v) <= 256 for v in values):
-        return None
-    return values[0], values[1], values[2]
-
-
-def _flow(request: Request) -> ConnectFlow | None:
-    flow: ConnectFlow | None = getattr(request.app.state, "connect", None)
-    return flow
-
-
-async def _start(request: Request) -> Response:
-    flow = _flow(request)
-    if flow is None:
-        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
-    return await flow.start(request)
-
-
-async def _callback(request: Request) -> Response:
-    flow = _flow(request)
-    if flow is None:
-        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
-    return await flow.callback(request)
-
-
-def _json_route(name: str) -> Callable[[Request], Any]:
-    async def endpoint(request: Request) -> Response:
-        flow = _flow(request)
-        if flow is None:
-            return _json_error(404, "not_found", "this server has no OAuth providers configured")
-        handler: Callable[[Request], Any] = getattr(flow, name)
-        response: Response = await handler(request)
-        return response
-
-    return endpoint
-
-
-def connect_routes() -> list[Route]:
-    """The connect flow's routes; they find the flow at ``app.state.connect``."""
-    return [
-        Route("/connect/{provider}/start", _start, methods=["GET"]),
-        Route("/connect/{provider}/callback", _callback, methods=["GET"]),
-        Route("/connect/{provider}/use", _json_route("use"), methods=["POST"]),
-        Route("/api/connections", _json_route("list_connections"), methods=["GET"]),
-        Route(
-            "/api/connections/{connection_id}",
-            _json_route("delete_connection"),
-            methods=["DELETE"],
-        ),
-    ]
+        await self.flows.forget(settled.chat_id, settled.call.tool_call_id)

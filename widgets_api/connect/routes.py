@@ -1,0 +1,63 @@
+"""The connect flow's Starlette routes. They find the flow at ``app.state.connect`` and
+answer 404 when the server has no OAuth providers configured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from widgets_api.connect._http import json_error
+from widgets_api.connect.flow import ConnectFlow
+from widgets_api.connect.pages import connect_page
+
+__all__ = ["connect_routes"]
+
+
+def _flow(request: Request) -> ConnectFlow | None:
+    flow: ConnectFlow | None = getattr(request.app.state, "connect", None)
+    return flow
+
+
+async def _start(request: Request) -> Response:
+    flow = _flow(request)
+    if flow is None:
+        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
+    return await flow.start(request)
+
+
+async def _callback(request: Request) -> Response:
+    flow = _flow(request)
+    if flow is None:
+        return connect_page(status=404, title="Not available", message="No providers.", ok=False)
+    return await flow.callback(request)
+
+
+def _json_route(name: str) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        flow = _flow(request)
+        if flow is None:
+            return json_error(404, "not_found", "this server has no OAuth providers configured")
+        handler: Callable[[Request], Any] = getattr(flow, name)
+        response: Response = await handler(request)
+        return response
+
+    return endpoint
+
+
+def connect_routes() -> list[Route]:
+    """The connect flow's routes; they find the flow at ``app.state.connect``."""
+    return [
+        Route("/connect/{provider}/start", _start, methods=["GET"]),
+        Route("/connect/{provider}/callback", _callback, methods=["GET"]),
+        Route("/connect/{provider}/use", _json_route("use"), methods=["POST"]),
+        Route("/api/connections", _json_route("list_connections"), methods=["GET"]),
+        Route(
+            "/api/connections/{connection_id}",
+            _json_route("delete_connection"),
+            methods=["DELETE"],
+        ),
+    ]

@@ -1,0 +1,189 @@
+// Parkway playground: the approval widgets. ApprovalWidget: Approve or Deny a call
+// (with an edited input where the descriptor allows edits). CommitApprovalWidget: the
+// same for commit_config, drawn as the change's summary and a line diff.
+//
+// An ES module imported by widgets.js; no build step.
+
+import { applyPatch, diffView } from "/static/commit-diff.js";
+import { page } from "/static/page-context.js";
+import { api, canonical, errorMessage, h, pretty } from "/static/playground-base.js";
+import { Widget } from "/static/widget.js";
+
+export class ApprovalWidget extends Widget {
+  constructor(id) {
+    super(id, "approval");
+    this.editor = h("textarea", { id: `edit-${id}`, "data-field": "input", spellcheck: "false", rows: 6 });
+    this.reason = h("input", { type: "text", id: `reason-${id}`, "data-field": "reason", placeholder: "Optional" });
+  }
+
+  title(ctx) {
+    return `Approve ${ctx.toolName}?`;
+  }
+
+  state(ctx) {
+    return this.localState(ctx) || this.endedState(ctx) || "pending";
+  }
+
+  approvalId(ctx) {
+    return (ctx.part && ctx.part.approval && ctx.part.approval.id) || ctx.desc.approvalId || (ctx.view && ctx.view.approvalId);
+  }
+
+  draw(ctx, state) {
+    if (state === "approved") {
+      const edited = ctx.outcome && ctx.outcome.input !== undefined;
+      const part = ctx.part;
+      const ran = part && part.state === "output-available" ? pretty(part.output) : null;
+      const failed = part && part.state === "output-error" ? part.errorText : null;
+      return [
+        this.head(ctx, "Approved"),
+        h("p", { class: "widget-result widget-result-ok", text: edited ? "Approved with edits ✓" : "Approved ✓" }),
+        edited ? h("pre", { class: "json", "aria-label": "Approved input", text: pretty(ctx.outcome.input) }) : null,
+        ran !== null ? h("pre", { class: "json", "aria-label": "Result", text: ran }) : null,
+        failed ? h("p", { class: "widget-error", text: `The tool failed: ${failed}` }) : null,
+        ...this.messages(),
+      ];
+    }
+    if (state === "denied") {
+      const reason = ctx.outcome && ctx.outcome.reason;
+      return [
+        this.head(ctx, "Denied"),
+        h("p", { class: "widget-result widget-result-bad", text: reason ? `Denied: ${reason}` : "Denied" }),
+        ...this.messages(),
+      ];
+    }
+    if (state === "ended") return this.endedCard(ctx, state);
+    if (state === "submitting" || state === "queued") {
+      const approved = ctx.answer && ctx.answer.intent === "approved";
+      return [this.head(ctx, approved ? "Approving" : "Denying"), this.queuedCard(ctx, state), ...this.messages()];
+    }
+    const allowEdits = ctx.desc.allowEdits === true;
+    if (allowEdits && !this.editor.dataset.touched) this.editor.value = pretty(ctx.input ?? {});
+    this.editor.oninput = () => {
+      this.editor.dataset.touched = "1";
+    };
+    return [
+      this.head(ctx, "Approval"),
+      this.description(ctx),
+      h("div", { class: "tool-label", text: "What will run" }),
+      allowEdits
+        ? h("label", { class: "widget-field", for: this.editor.id }, "Input (you may edit it before approving)", this.editor)
+        : h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
+      ...this.decision(ctx),
+    ];
+  }
+
+  /** The reason field, Approve and Deny, the deadline and any messages. */
+  decision(ctx) {
+    return [
+      h("label", { class: "widget-field", for: this.reason.id }, "Reason (optional, sent with a denial)", this.reason),
+      h(
+        "div",
+        { class: "widget-actions" },
+        h("button", { type: "button", class: "button button-primary", "data-action": "approve", disabled: this.busy, onclick: () => this.approve() }, "Approve"),
+        h("button", { type: "button", class: "button button-danger", "data-action": "deny", disabled: this.busy, onclick: () => this.deny() }, "Deny"),
+        this.deadline(ctx),
+      ),
+      ...this.messages(),
+    ];
+  }
+
+  async approve() {
+    const ctx = this.ctx();
+    const approval = { id: this.approvalId(ctx), approved: true };
+    if (ctx.desc.allowEdits === true) {
+      let edited;
+      try {
+        edited = JSON.parse(this.editor.value);
+      } catch (error) {
+        this.error = `The input is not valid JSON: ${error.message}`;
+        this.update();
+        return;
+      }
+      if (canonical(edited) !== canonical(ctx.input ?? {})) {
+        // The AI SDK's approval response cannot carry an edited input, so the edit is
+        // settled through the call's statusUrl; the chat POST then resumes the run.
+        const callView = await this.settle({ outcome: "approved", input: edited });
+        if (!callView) return;
+        page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "approved", settled: true, view: callView });
+        return;
+      }
+    }
+    this.error = "";
+    page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "approved" });
+  }
+
+  deny() {
+    const ctx = this.ctx();
+    const approval = { id: this.approvalId(ctx), approved: false };
+    const reason = this.reason.value.trim();
+    if (reason) approval.reason = reason;
+    this.error = "";
+    page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "denied" });
+  }
+}
+
+/** commit_config: the agent asks to change its own template. The card shows the
+ *  summary and a line diff of the committed head against what the server would commit
+ *  (runner/commits.py `apply_patch`, mirrored by commit-diff.js `applyPatch`). */
+export class CommitApprovalWidget extends ApprovalWidget {
+  constructor(id) {
+    super(id);
+    this.root.dataset.tool = "commit_config";
+    this.committed = null; // {version, template}: the head the diff is drawn against
+    this.committedError = "";
+    this.fetching = false;
+  }
+
+  title() {
+    return "Approve this change to the agent?";
+  }
+
+  drawKey(ctx, state) {
+    return [...super.drawKey(ctx, state), this.committed && this.committed.version, this.committedError];
+  }
+
+  draw(ctx, state) {
+    if (state !== "pending" || ctx.desc.allowEdits === true) return super.draw(ctx, state);
+    if (!this.committed && !this.committedError && !this.fetching) this.fetchCommitted();
+    const input = ctx.input && typeof ctx.input === "object" ? ctx.input : {};
+    const summary = typeof input.summary === "string" ? input.summary : "";
+    let diff;
+    if (this.committedError) {
+      diff = h("p", { class: "widget-error", text: this.committedError });
+    } else if (!this.committed) {
+      diff = h("p", { class: "widget-result widget-result-neutral", text: "Loading the current template…" });
+    } else {
+      try {
+        diff = diffView(this.committed.template, applyPatch(this.committed.template, input));
+      } catch (error) {
+        diff = h("p", { class: "widget-error", "data-testid": "commit-diff-error", text: `The patch cannot be applied: ${error.message}` });
+      }
+    }
+    return [
+      this.head(ctx, "Agent change"),
+      summary ? h("p", { class: "commit-summary", "data-testid": "commit-summary-text", text: summary }) : null,
+      h("div", { class: "tool-label", text: this.committed ? `Changes to version ${this.committed.version}` : "Changes" }),
+      diff,
+      h("details", { class: "commit-raw" }, h("summary", {}, "The call's input"), h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) })),
+      ...this.decision(ctx),
+    ];
+  }
+
+  /** The committed head, read once: the diff shows the change against what is live. */
+  async fetchCommitted() {
+    this.fetching = true;
+    try {
+      const result = await api.json("/api/agent");
+      if (result.ok && result.data && result.data.template && typeof result.data.template === "object") {
+        this.committed = { version: result.data.version, template: result.data.template };
+      } else {
+        this.committedError = `The current template could not be read: ${errorMessage(result.data, result.status)}`;
+      }
+    } catch (error) {
+      this.committedError = `Could not reach the server: ${error.message}`;
+    } finally {
+      this.fetching = false;
+    }
+    this.update();
+  }
+}

@@ -1,0 +1,163 @@
+// Parkway playground: widgets for client tools (calls the user answers with an output):
+// ChoiceWidget (pick one option), ClientWidget (a JSON answer, or Decline) and
+// UnsupportedWidget (a render kind this page does not know: the call is settled with
+// an error so the agent is not left waiting).
+//
+// An ES module imported by widgets.js; no build step.
+
+import { page } from "/static/page-context.js";
+import { h, pretty } from "/static/playground-base.js";
+import { Widget } from "/static/widget.js";
+
+export class ChoiceWidget extends Widget {
+  constructor(id) {
+    super(id, "choice");
+  }
+
+  title(ctx) {
+    const question = ctx.input && typeof ctx.input.question === "string" ? ctx.input.question : null;
+    return question || `${ctx.toolName}: pick one`;
+  }
+
+  state(ctx) {
+    return this.localState(ctx) || this.endedState(ctx) || "pending";
+  }
+
+  draw(ctx, state) {
+    if (state === "answered") {
+      const output = ctx.outcome && ctx.outcome.output;
+      const choice = output && typeof output.choice === "string" ? output.choice : pretty(output);
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `You chose “${choice}”` }), ...this.messages()];
+    }
+    if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
+    if (state === "submitting" || state === "queued") {
+      const choice = ctx.answer.patch.output && ctx.answer.patch.output.choice;
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result", text: `You chose “${choice}”` }), this.queuedCard(ctx, state), ...this.messages()];
+    }
+    const options = ctx.input && Array.isArray(ctx.input.options) ? ctx.input.options.filter((o) => typeof o === "string") : [];
+    return [
+      this.head(ctx, "Choice"),
+      this.description(ctx),
+      h(
+        "div",
+        { class: "widget-actions", role: "group", "aria-label": "Options" },
+        options.map((option) =>
+          h("button", { type: "button", class: "button button-option", "data-action": "choose", "data-value": option, disabled: this.busy, onclick: () => this.choose(option) }, option),
+        ),
+        this.deadline(ctx),
+      ),
+      ...this.messages(),
+    ];
+  }
+
+  choose(option) {
+    this.error = "";
+    page.chat.answer(this.id, { state: "output-available", output: { choice: option } }, { intent: "output" });
+  }
+}
+
+/** The generic client-tool widget: a JSON editor for the output, and Decline. */
+export class ClientWidget extends Widget {
+  constructor(id) {
+    super(id, "client");
+    this.editor = h("textarea", { id: `output-${id}`, "data-field": "output", spellcheck: "false", rows: 5 });
+    this.editor.value = "{}";
+  }
+
+  title(ctx) {
+    return ctx.toolName;
+  }
+
+  state(ctx) {
+    return this.localState(ctx) || this.endedState(ctx) || "pending";
+  }
+
+  draw(ctx, state) {
+    if (state === "answered") {
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: "Answer sent ✓" }), h("pre", { class: "json", "aria-label": "Output", text: pretty(ctx.outcome.output) }), ...this.messages()];
+    }
+    if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
+    if (state === "submitting" || state === "queued") return [this.head(ctx, "Answered"), this.queuedCard(ctx, state), ...this.messages()];
+    return [
+      this.head(ctx, "Needs your answer"),
+      this.description(ctx),
+      h("div", { class: "tool-label", text: "Request" }),
+      h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
+      h("label", { class: "widget-field", for: this.editor.id }, "Your answer (JSON)", this.editor),
+      h(
+        "div",
+        { class: "widget-actions" },
+        h("button", { type: "button", class: "button button-primary", "data-action": "submit", disabled: this.busy, onclick: () => this.submit() }, "Send answer"),
+        h("button", { type: "button", class: "button", "data-action": "decline", disabled: this.busy, onclick: () => this.decline() }, "Decline"),
+        this.deadline(ctx),
+      ),
+      ...this.messages(),
+    ];
+  }
+
+  submit() {
+    let output;
+    try {
+      output = JSON.parse(this.editor.value);
+    } catch (error) {
+      this.error = `Not valid JSON: ${error.message}`;
+      this.update();
+      return;
+    }
+    this.error = "";
+    page.chat.answer(this.id, { state: "output-available", output }, { intent: "output" });
+  }
+
+  async decline() {
+    // "declined" is not an AI SDK tool state: it is settled through statusUrl.
+    const callView = await this.settle({ outcome: "declined" });
+    if (!callView) return;
+    page.chat.answer(this.id, { state: "output-available", output: { status: "declined" } }, { intent: "declined", settled: true, view: callView });
+  }
+}
+
+/** A call this page has no widget for (a render kind it does not know): say so, and
+ *  settle it with an error so the agent is not left waiting. */
+export class UnsupportedWidget extends Widget {
+  constructor(id) {
+    super(id, "unsupported");
+    this.tried = false;
+  }
+
+  title() {
+    return "This app cannot handle that request";
+  }
+
+  state(ctx) {
+    const ended = this.endedState(ctx);
+    if (ended === "ended" || ended === "answered" || ended === "declined") return ended;
+    return "unsupported";
+  }
+
+  draw(ctx, state) {
+    if (state === "ended" || state === "declined") return this.endedCard(ctx, state);
+    const kind = ctx.desc.kind || "unknown";
+    const settled = ctx.outcome !== null;
+    return [
+      this.head(ctx, "Unsupported"),
+      h("p", { class: "widget-desc", text: `The agent asked for “${ctx.toolName}” with a “${kind}” widget, which this page does not have.` }),
+      h("p", { class: "widget-result widget-result-neutral", text: settled ? "The agent was told it could not be done." : "Telling the agent…" }),
+      ...this.messages(),
+    ];
+  }
+
+  update() {
+    super.update();
+    const ctx = this.ctx();
+    if (this.tried || ctx.outcome || ctx.answer || !ctx.view || ctx.view.status !== "pending") return;
+    this.tried = true;
+    this.report(ctx);
+  }
+
+  async report(ctx) {
+    const message = `This app cannot handle '${ctx.toolName}' requests (widget kind '${ctx.desc.kind || "unknown"}').`;
+    const callView = await this.settle({ outcome: "error", message });
+    if (!callView) return;
+    page.chat.answer(this.id, { state: "output-error", errorText: message }, { intent: "error", settled: true, view: callView });
+  }
+}
