@@ -40,7 +40,9 @@ def test_widgets_api_does_not_import_transport() -> None:
     assert not bad, sorted(bad)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize(
+    "package", [*PACKAGES, "runner.llm", "widgets_api.connect", "widgets_api.demo_provider"]
+)
 def test_each_package_declares_its_public_names(package: str) -> None:
     """Every package re-exports its public names through an explicit __all__."""
     module = importlib.import_module(package)
@@ -58,3 +60,19 @@ def test_redis_key_names_come_from_one_module() -> None:
         if path.name != "keys.py" and '"pw:' in path.read_text()
     ]
     assert not offenders, offenders
+
+
+def test_every_package_is_installed_with_the_distribution() -> None:
+    """``[tool.setuptools] packages`` lists packages one by one, so a new subpackage left
+    out of it would be missing from an installed Parkway (only a checkout has it)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("runner", "transport", "widgets_api", "bench")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= listed, sorted(found - listed)
