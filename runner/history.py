@@ -44,6 +44,7 @@ __all__ = [
     "call_entry",
     "decode_entries",
     "message_metadata",
+    "messages_metadata",
     "result_entry",
     "to_model_messages",
     "user_entry",
@@ -87,16 +88,6 @@ def assistant_entry(
     return entry
 
 
-def _message_usage(entries: Sequence[Mapping[str, Any]], message_id: str) -> ModelUsage | None:
-    """The tokens all steps of one assistant message used, or None if no step says."""
-    total: ModelUsage | None = None
-    for entry in entries:
-        if entry["t"] == "assistant" and entry["mid"] == message_id and "usage" in entry:
-            step = ModelUsage(*entry["usage"])
-            total = step if total is None else total + step
-    return total
-
-
 def call_entry(call: ModelToolCall) -> dict[str, Any]:
     """A tool call as an assistant entry stores it (``pid`` and ``bad`` only when set)."""
     entry: dict[str, Any] = {"id": call.id, "name": call.name, "input": call.input}
@@ -107,30 +98,43 @@ def call_entry(call: ModelToolCall) -> dict[str, Any]:
     return entry
 
 
+def messages_metadata(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What a reader is told about each assistant message, by message id, in one pass:
+    the model of its latest step that names one, and the tokens all its steps used.
+    Messages no step says anything about (the scripted model's) are left out."""
+    models: dict[str, str] = {}
+    usage: dict[str, ModelUsage] = {}
+    for entry in entries:
+        if entry["t"] != "assistant":
+            continue
+        mid = entry["mid"]
+        if entry.get("model"):
+            models[mid] = entry["model"]
+        if "usage" in entry:
+            step = ModelUsage(*entry["usage"])
+            usage[mid] = usage[mid] + step if mid in usage else step
+    out: dict[str, dict[str, Any]] = {}
+    for mid in models.keys() | usage.keys():
+        about: dict[str, Any] = {}
+        if mid in models:
+            about["model"] = models[mid]
+        if mid in usage:
+            u = usage[mid]
+            about["usage"] = {
+                "inputTokens": u.input_tokens,
+                "outputTokens": u.output_tokens,
+                "reasoningTokens": u.reasoning_tokens,
+                "totalTokens": u.input_tokens + u.output_tokens,
+            }
+        out[mid] = about
+    return out
+
+
 def message_metadata(
     entries: Sequence[Mapping[str, Any]], message_id: str
 ) -> dict[str, Any] | None:
-    """What a reader is told about an assistant message: the model of its latest step
-    that names one, and the tokens all its steps used. None when no step says (the
-    scripted model)."""
-    model = None
-    for entry in entries:
-        if entry["t"] == "assistant" and entry["mid"] == message_id and entry.get("model"):
-            model = entry["model"]
-    usage = _message_usage(entries, message_id)
-    if model is None and usage is None:
-        return None
-    out: dict[str, Any] = {}
-    if model is not None:
-        out["model"] = model
-    if usage is not None:
-        out["usage"] = {
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "reasoningTokens": usage.reasoning_tokens,
-            "totalTokens": usage.input_tokens + usage.output_tokens,
-        }
-    return out
+    """:func:`messages_metadata` of one message, or None."""
+    return messages_metadata(entries).get(message_id)
 
 
 def result_entry(

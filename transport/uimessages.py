@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.history import UNKNOWN_RESULT, message_metadata
+from runner.history import UNKNOWN_RESULT, messages_metadata
 from runner.loop import Answer
 from runner.parking import ParkedCall
 from runner.store import ChatRecord
@@ -234,9 +234,8 @@ def chat_messages(
                             "data": dict(describe(call_parked)),
                         }
                     )
+    about = messages_metadata(entries)
     for message in messages:
-        if message["role"] == "assistant":
-            metadata = message_metadata(entries, message["id"])
-            if metadata is not None:
-                message["metadata"] = metadata
+        if message["role"] == "assistant" and message["id"] in about:
+            message["metadata"] = about[message["id"]]
     return messages
