@@ -15,6 +15,12 @@ Two meta fields carry the crash-safety invariants:
   history. A claim hands them to the new run; the run's first commit clears them, in
   the same atomic step that appends their results. So a crash between claim and commit
   loses nothing: the next claim hands them out again.
+
+Replays. The Redis client sends a command again when its connection failed or timed out
+(:mod:`runner.connection`), so a script whose reply was lost may run twice. Each script
+says under "Replay" why a second run with the same arguments changes nothing and
+answers what the first run answered (or, for a first-writer-wins script, an answer the
+caller reads the same way).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ __all__ = [
     "CLAIM_RESUME",
     "CLAIM_TURN",
     "COMMIT",
+    "FAIL",
     "PENDING",
     "RELEASE",
     "RENEW",
@@ -40,6 +47,9 @@ __all__ = [
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
 #          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
+# Replay: the lease token is new for every claim, so a chat running under this very
+# token was claimed by the lost first run; the same 'ok' reply is built again (the
+# previous template it handed out is kept in ``claim_prev`` for this).
 CLAIM_TURN = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
@@ -51,8 +61,16 @@ elseif v ~= ARGV[1] then
   return {'incompatible', v}
 end
 local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'lease_until', 'last_uid',
-                     'model_calls', 'parked_ids', 'template_digest', 'template')
+                     'model_calls', 'parked_ids', 'template_digest', 'template', 'lease',
+                     'claim_prev')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
+local function with_history(out)
+  for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do table.insert(out, e) end
+  return out
+end
+if m[2] == 'running' and m[9] == ARGV[3] then
+  return with_history({'ok', m[5] or '0', m[6] or '[]', m[10] or ''})
+end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
@@ -62,18 +80,17 @@ redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9],
            'run', 'turn', 'run_committed', '0', 'run_token', ARGV[3],
-           'run_hist', redis.call('LLEN', KEYS[4]))
-redis.call('HDEL', KEYS[1], 'run_start', 'stop_for')
+           'run_hist', redis.call('LLEN', KEYS[4]), 'run_commits', '0', 'log_seq', '0')
+redis.call('HDEL', KEYS[1], 'run_start', 'stop_for', 'claim_prev', 'log_last')
 -- Calls of the previous step are finished with the template they were made under.
 local previous = ''
 if m[7] ~= ARGV[10] then
   if (m[6] or '[]') ~= '[]' then previous = m[8] or '' end
   redis.call('HSET', KEYS[1], 'template_digest', ARGV[10], 'template', ARGV[11])
+  if previous ~= '' then redis.call('HSET', KEYS[1], 'claim_prev', previous) end
 end
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
-local out = {'ok', m[5] or '0', m[6] or '[]', previous}
-for _, entry in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do table.insert(out, entry) end
-return out
+return with_history({'ok', m[5] or '0', m[6] or '[]', previous})
 """
 
 # Resume a chat whose parked calls are all settled, or take over one whose worker died
@@ -84,14 +101,20 @@ return out
 #           C pairs (call record JSON, outcome JSON or ''), history entry, ...}
 #        | {'missing'} | {'incompatible', version} | {'forbidden'} | {'busy'}
 #        | {'not_parked', state} | {'pending', count}
+# Replay: a chat running under this very (new) lease token was claimed by the lost first
+# run, which wrote nothing else (its caller never had the reply); the checks are skipped
+# and the same fields are written and returned again.
 CLAIM_RESUME = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then return {'missing'} end
 if v ~= ARGV[1] then return {'incompatible', v} end
 local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'model_calls', 'message_id',
-                     'parked_ids', 'template', 'lease_until', 'run', 'run_committed')
+                     'parked_ids', 'template', 'lease_until', 'run', 'run_committed', 'lease')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
-if m[2] == 'running' then
+local replay = m[2] == 'running' and m[10] == ARGV[3]
+if replay then
+  -- (checked and claimed by the first run)
+elseif m[2] == 'running' then
   if tonumber(m[7] or '0') > tonumber(ARGV[4]) then return {'busy'} end
   -- A dead turn that stored nothing has nothing to continue: its message must be sent
   -- again. A dead resume, or a run that stored a step, continues from what is stored.
@@ -100,11 +123,12 @@ elseif m[2] ~= 'parked' then
   return {'not_parked', m[2]}
 end
 local n = redis.call('ZCARD', KEYS[2])
-if n > 0 then return {'pending', n} end
+if n > 0 and not replay then return {'pending', n} end
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume',
-           'run_token', ARGV[3], 'run_hist', redis.call('LLEN', KEYS[3]))
-redis.call('HDEL', KEYS[1], 'run_start', 'stop_for')
+           'run_token', ARGV[3], 'run_hist', redis.call('LLEN', KEYS[3]),
+           'run_commits', '0', 'log_seq', '0')
+redis.call('HDEL', KEYS[1], 'run_start', 'stop_for', 'log_last')
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
 -- The parked step's records and outcomes come along: resuming is one round trip.
@@ -129,18 +153,24 @@ return out
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged), 9 number of history entries N,
-#       10 number of calls C, 11 chat id, then N entry JSONs, then C quadruples
-#       (toolCallId, record JSON, park order, deadline in ms or '')
+#       10 number of calls C, 11 chat id, 12 the commit's number in its run (1, 2, ...),
+#       then N entry JSONs, then C quadruples (toolCallId, record JSON, park order,
+#       deadline in ms or '')
 # Returns: 1 on success, 0 when the lease was lost (nothing written).
+# Replay: each commit of a run carries the next number, recorded in ``run_commits``
+# with the commit; a commit whose number the current run (same token) has already
+# recorded was applied, so it answers 1 and writes nothing (no history entry twice).
 COMMIT = """
-if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+local cur = redis.call('HMGET', KEYS[1], 'lease', 'run_token', 'run_commits')
+if cur[2] == ARGV[1] and tonumber(cur[3] or '0') >= tonumber(ARGV[12]) then return 1 end
+if cur[1] ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[9])
 local c = tonumber(ARGV[10])
 if n > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 12, 11 + n))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 13, 12 + n))
 end
 for i = 0, c - 1 do
-  local base = 12 + n + i * 4
+  local base = 13 + n + i * 4
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
   if KEYS[6] and ARGV[base + 3] ~= '' then
@@ -148,7 +178,7 @@ for i = 0, c - 1 do
   end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
-           'run_committed', '1')
+           'run_committed', '1', 'run_commits', ARGV[12])
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'last_uid', ARGV[8]) end
 if ARGV[2] == 'running' then
@@ -165,12 +195,21 @@ return 1
 # a batch that ends the run records how it finished, and when.
 # KEYS: 1 events, 2 meta
 # ARGV: 1 run token, 2 approximate max length, 3 TTL (s), 4 finish reason ('' if the
-#       run goes on), 5 now (ms), 6 the batch: a JSON array of events (one entry)
+#       run goes on), 5 now (ms), 6 the batch: a JSON array of events (one entry),
+#       7 the batch's number in its run (1, 2, ...), 8 the chat's wake-up channel
 # Returns: the batch's entry id, or '' when the run is no longer current (nothing
 #          written).
+# Every append publishes on the chat's wake-up channel, so followers on any worker
+# read the log again (runner/logwatch.py); the message carries nothing else.
+# Replay: the number of the run's last batch and its entry id are kept in ``log_seq``
+# and ``log_last``; a batch already appended answers its entry id again, unwritten.
 APPEND = """
-if redis.call('HGET', KEYS[2], 'run_token') ~= ARGV[1] then return '' end
+local m = redis.call('HMGET', KEYS[2], 'run_token', 'log_seq', 'log_last')
+if m[1] ~= ARGV[1] then return '' end
+if tonumber(m[2] or '0') >= tonumber(ARGV[7]) then return m[3] or '' end
 local first = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[6])
+redis.call('HSET', KEYS[2], 'log_seq', ARGV[7], 'log_last', first)
+redis.call('PUBLISH', ARGV[8], '1')
 if not redis.call('HGET', KEYS[2], 'run_start') then
   redis.call('HSET', KEYS[2], 'run_start', first)
 end
@@ -186,16 +225,38 @@ return first
 # KEYS: 1 meta
 # ARGV: 1 lease token
 # Returns: 1 if released, 0 if the lease was not the caller's.
+# Replay: setting ``lease_until`` to 0 twice is setting it once.
 RELEASE = """
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', '0')
 return 1
 """
 
+# End a run that failed (its step could not be committed, or it raised): if the caller
+# still holds the lease, the chat leaves 'running' without anything the run had not
+# committed — 'parked' when it holds parked calls (a resume continues from what is
+# stored; a server tool that may have run reads "result unknown"), else 'idle' (the
+# user's message, if never committed, can be sent again).
+# KEYS: 1 meta
+# ARGV: 1 lease token, 2 now (ms)
+# Returns: the state left ('parked' | 'idle'), or '' when the lease was not the
+#          caller's (a commit that ended the run landed, or another run took over).
+# Replay: the first run dropped the lease, so a second finds it gone and answers ''.
+FAIL = """
+local m = redis.call('HMGET', KEYS[1], 'lease', 'parked_ids')
+if m[1] ~= ARGV[1] then return '' end
+local state = 'idle'
+if m[2] and m[2] ~= '[]' then state = 'parked' end
+redis.call('HSET', KEYS[1], 'state', state, 'updated_at', ARGV[2])
+redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+return state
+"""
+
 # Ask the chat's running run to stop (its worker watches for this).
 # KEYS: 1 meta
 # ARGV: none
 # Returns: 1 if a run was asked to stop, 0 if no run is running.
+# Replay: it writes the same run token again.
 STOP = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], 'stop_for', redis.call('HGET', KEYS[1], 'run_token'))
@@ -206,6 +267,7 @@ return 1
 # KEYS: 1 meta
 # ARGV: 1 lease token, 2 now (ms), 3 lease (ms)
 # Returns: 1 if extended, 0 if the lease is no longer the caller's.
+# Replay: the same deadline is written again.
 RENEW = """
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[2]) + tonumber(ARGV[3]))
@@ -216,6 +278,7 @@ return 1
 # KEYS: 1 meta, 2 pending, 3 calls, 4 outcomes
 # ARGV: none
 # Returns: {owner or '', C, C pairs (call record JSON, outcome JSON or '')}
+# Replay: it only reads.
 PENDING = """
 local owner = redis.call('HGET', KEYS[1], 'owner') or ''
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
@@ -233,19 +296,29 @@ return out
 
 # Settle one parked call: the first writer wins; a repeat is compared with the winner.
 # KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two only to keep
-#       the whole chat alive together)
-# ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s)
+#       the whole chat alive together), 6 the call's settle-attempt key
+# ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s), 4 the attempt's nonce
 # Returns: {'settled', pending count left} | {'same', outcome} | {'conflict', outcome}
 #        | {'missing'}
+# Replay: the winner's nonce is kept for a minute (KEYS[6], far longer than the client
+# retries); the same attempt sent again finds its own nonce and answers 'settled' as the
+# first run did, so the caller still tells the listeners and resumes. Any other identical
+# settle answers 'same'.
 SETTLE = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {'missing'} end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
-  if cur == ARGV[2] then return {'same', cur} end
+  if cur == ARGV[2] then
+    if redis.call('GET', KEYS[6]) == ARGV[4] then
+      return {'settled', redis.call('ZCARD', KEYS[3])}
+    end
+    return {'same', cur}
+  end
   return {'conflict', cur}
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('SET', KEYS[6], ARGV[4], 'EX', 60)
 redis.call('ZREM', KEYS[3], ARGV[1])
-for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return {'settled', redis.call('ZCARD', KEYS[3])}
 """

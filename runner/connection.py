@@ -19,6 +19,22 @@ connection options, read as ``Redis.from_url`` reads them (``?ssl_cert_reqs=none
 Parkway's data works on all three because every multi-key operation names keys of one
 chat, which share a hash tag (:mod:`runner.keys`): in a Cluster each such operation runs
 on one slot.
+
+The connection budget and faults (docs/operations.md, "Redis connections and outages"):
+
+- A worker holds at most ``max_connections`` connections to each Redis node. On one
+  server a command that finds them all busy waits up to ``pool_timeout_s`` for one to
+  come free (a blocking pool) instead of failing; the Sentinel and Cluster pools refuse
+  at the cap instead (redis-py has no blocking variant of them), which the HTTP layer
+  answers with 503 and ``Retry-After``.
+- A command that fails on a connection error or a timeout is sent again on a fresh
+  connection, with jittered exponential backoff (:data:`RETRY_ATTEMPTS` attempts, waits
+  from 20 ms up to 1 s, about 5 s in all): a connection left stale by a Redis restart
+  never surfaces as an error. Replaying a command whose reply was lost is safe because
+  every script is idempotent under replay (each script's header in
+  :mod:`runner._scripts` says why).
+- A connection idle for ``health_check_interval`` seconds is checked with a PING before
+  use.
 """
 
 from __future__ import annotations
@@ -28,14 +44,26 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from runner.errors import CallerError
 
-__all__ = ["REDIS_URL_SCHEMES", "RedisClient", "RedisTarget", "connect", "parse_redis_url"]
+__all__ = [
+    "REDIS_URL_SCHEMES",
+    "RETRY_ATTEMPTS",
+    "RedisClient",
+    "RedisTarget",
+    "connect",
+    "is_redis_outage",
+    "parse_redis_url",
+]
 
 REDIS_URL_SCHEMES = (
     "redis",
@@ -53,6 +81,26 @@ RedisClient: TypeAlias = Redis | RedisCluster
 
 # Every wait on Redis is bounded: 5 s to connect, 10 s for a reply.
 _TIMEOUTS: Mapping[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5}
+RETRY_ATTEMPTS = 8
+HEALTH_CHECK_INTERVAL_S = 30
+_RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
+
+
+def _fault_options() -> dict[str, Any]:
+    """Retry and health-check options, fresh for each client (a Retry holds state)."""
+    return {
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.02, cap=1.0), RETRY_ATTEMPTS),
+        "retry_on_error": list(_RETRIED),
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+    }
+
+
+def is_redis_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means Redis cannot be reached (or this worker has no free
+    connection to it) rather than a fault of the request: the caller answers 503."""
+    return isinstance(exc, RedisConnectionError | RedisTimeoutError)
+
+
 # Query options that authenticate to the Sentinels, and the client option each becomes.
 _SENTINEL_AUTH = {"sentinel_username": "username", "sentinel_password": "password"}
 
@@ -151,23 +199,28 @@ class _SentinelPrimary(Redis):
             await manager.aclose()
 
 
-def connect(url: str) -> RedisClient:
-    """A client for ``url`` (see the module docstring for the schemes). Nothing connects
-    until the first command."""
+def connect(url: str, *, max_connections: int = 32, pool_timeout_s: float = 5.0) -> RedisClient:
+    """A client for ``url`` (see the module docstring for the schemes and the connection
+    budget). Nothing connects until the first command."""
     target = parse_redis_url(url)
+    faults = _fault_options()
     if target.kind == "cluster":
         return RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
-            **{**_TIMEOUTS, **target.options},
+            max_connections=max_connections,
+            **{**_TIMEOUTS, **faults, **target.options},
         )
     if target.kind == "sentinel":
         sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
             list(target.nodes),
             sentinel_kwargs={**_TIMEOUTS, **target.sentinel_options},
-            **{**_TIMEOUTS, **target.options},
+            **{**_TIMEOUTS, **faults, **target.options},
         )
         primary: _SentinelPrimary = sentinel.master_for(
-            target.service, redis_class=_SentinelPrimary
+            target.service, redis_class=_SentinelPrimary, max_connections=max_connections
         )
         return primary
-    return Redis.from_url(url, **_TIMEOUTS)
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=pool_timeout_s, **_TIMEOUTS, **faults
+    )
+    return Redis.from_pool(pool)  # the client owns the pool: closing it closes both

@@ -1,8 +1,9 @@
 """Following a chat's event log: the runs' events as any worker reads them.
 
 Every run appends its events to the chat's Redis Stream (see ``Run`` in
-:mod:`runner.loop`). :func:`follow` reads one run's events from its first entry, waiting
-for new ones, until the run finishes — from any worker, also after the worker that
+:mod:`runner.loop`). :func:`follow` reads one run's events from its first entry, woken
+by the worker's :class:`~runner.logwatch.LogWatch` when new ones arrive, until the run
+finishes — from any worker, also after the worker that
 produced them died:
 
 - a run whose worker died leaves its lease to lapse: the follower ends with a
@@ -15,6 +16,7 @@ produced them died:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -27,12 +29,14 @@ from runner.events import (
     events_from_json,
 )
 from runner.keys import ChatKeys
+from runner.logwatch import LogWatch
 from runner.store import ChatStore
 
 __all__ = ["INTERRUPTED", "cancel_requested", "follow", "id_before"]
 
 INTERRUPTED = "The run was interrupted before it finished. Send the message again or resume."
 _MAX_SEQ = 18446744073709551615
+POLL_WHILE_DOWN_S = 0.5  # how often a follower reads while the log watch reconnects
 
 
 def cancel_requested() -> bool:
@@ -59,46 +63,57 @@ async def follow(
     keys: ChatKeys,
     start_id: str,
     *,
+    watch: LogWatch,
     skip_start: bool = False,
-    block_ms: int = 5000,
+    quiet_s: float = 5.0,
     clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Event]:
     """The events of the run whose first log entry is ``start_id``, live, until it ends.
 
-    ``skip_start`` drops the run's own ``MessageStarted`` (for a caller that already
-    sent the message's start while rebuilding its earlier parts).
+    The log is read without blocking a Redis connection: ``watch`` wakes the follower
+    when the chat's log grows (:mod:`runner.logwatch`). After ``quiet_s`` without a
+    wake-up (a fraction of it while the watch is reconnecting) it reads anyway and
+    checks the run is still alive. ``skip_start`` drops the run's own
+    ``MessageStarted`` (for a caller that already sent the message's start while
+    rebuilding its earlier parts).
     """
     after = id_before(start_id)
     quiet_rounds = 0
-    while True:
-        if cancel_requested():
-            raise asyncio.CancelledError
-        entries = await store.read_events(keys, after, block_ms=block_ms)
-        for entry_id, text in entries:
-            after = entry_id
-            for event in events_from_json(text):
-                if skip_start and isinstance(event, MessageStarted):
-                    skip_start = False
-                    continue
-                yield event
-                if event.kind in TERMINAL_KINDS:
-                    return
-        if entries:
-            quiet_rounds = 0
-            continue
-        info = await store.run_info(keys)
-        if info.get("run_start") != start_id:
-            yield RunFailed(INTERRUPTED)  # another run took the chat over
-            return
-        state = info.get("state")
-        if state == "running":
-            if float(info.get("lease_until", "0")) < clock() * 1000:
-                yield RunFailed(INTERRUPTED)  # its worker died
+    async with watch.watching(keys.wake) as woken:
+        while True:
+            if cancel_requested():
+                raise asyncio.CancelledError
+            woken.clear()
+            entries = await store.read_events(keys, after, block_ms=None)
+            for entry_id, text in entries:
+                after = entry_id
+                for event in events_from_json(text):
+                    if skip_start and isinstance(event, MessageStarted):
+                        skip_start = False
+                        continue
+                    yield event
+                    if event.kind in TERMINAL_KINDS:
+                        return
+            if entries:
+                quiet_rounds = 0
+                continue
+            wait_s = quiet_s if watch.healthy else min(quiet_s, POLL_WHILE_DOWN_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), wait_s)
+                continue  # woken: read again
+            info = await store.run_info(keys)
+            if info.get("run_start") != start_id:
+                yield RunFailed(INTERRUPTED)  # another run took the chat over
                 return
-            continue
-        # The run stored its end but its last events never reached the log.
-        quiet_rounds += 1
-        if quiet_rounds >= 2:
-            reason = "tool-calls" if state == "parked" else info.get("last_finish") or "stop"
-            yield MessageFinished(reason)  # type: ignore[arg-type]
-            return
+            state = info.get("state")
+            if state == "running":
+                if float(info.get("lease_until", "0")) < clock() * 1000:
+                    yield RunFailed(INTERRUPTED)  # its worker died
+                    return
+                continue
+            # The run stored its end but its last events never reached the log.
+            quiet_rounds += 1
+            if quiet_rounds >= 2:
+                reason = "tool-calls" if state == "parked" else info.get("last_finish") or "stop"
+                yield MessageFinished(reason)  # type: ignore[arg-type]
+                return

@@ -19,14 +19,19 @@ from runner.errors import CallerError
 __all__ = [
     "CHAT_ID",
     "DEADLINES",
+    "MAX_CALL_ID",
     "ChatKeys",
     "chat_keys",
+    "check_call_id",
     "check_chat_id",
     "deadline_member",
     "parse_deadline_member",
 ]
 
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# Parkway's own call ids are about 20 characters and providers' well under 100; a longer
+# one names no call, and is refused without being repeated back.
+MAX_CALL_ID = 256
 
 
 # sorted set, the one cross-chat index: member "<chat id> <toolCallId>", score = the
@@ -47,17 +52,25 @@ def parse_deadline_member(member: str) -> tuple[str, str]:
 
 def check_chat_id(chat_id: str) -> str:
     """Return ``chat_id`` if it is a valid chat id, else raise :class:`CallerError`."""
-    if not isinstance(chat_id, str) or not CHAT_ID.match(chat_id):
+    if not isinstance(chat_id, str) or not CHAT_ID.fullmatch(chat_id):
         raise CallerError(
             "chat id must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
         )
     return chat_id
 
 
+def check_call_id(tool_call_id: str) -> str:
+    """Return ``tool_call_id`` if it can name a call, else raise :class:`CallerError`
+    (whose message does not repeat it)."""
+    if not isinstance(tool_call_id, str) or not 0 < len(tool_call_id) <= MAX_CALL_ID:
+        raise CallerError(f"a tool call id is 1-{MAX_CALL_ID} characters")
+    return tool_call_id
+
+
 class ChatKeys:
     """The keys of one chat."""
 
-    __slots__ = ("calls", "chat_id", "events", "history", "meta", "outcomes", "pending")
+    __slots__ = ("calls", "chat_id", "events", "history", "meta", "outcomes", "pending", "wake")
 
     def __init__(self, chat_id: str) -> None:
         self.chat_id = chat_id
@@ -82,6 +95,14 @@ class ChatKeys:
         # of): one entry per batch, capped at about 2,000. TTL chat_ttl_s, refreshed on
         # each append.
         self.events = f"{tag}:events"
+        # pub/sub channel (not a key): every append to the event log publishes on it,
+        # so the followers of the chat on any worker read the log again.
+        self.wake = f"{tag}:wake"
+
+    def settle_attempt(self, tool_call_id: str) -> str:
+        """string: the nonce of the settle that won a call, so that the same attempt
+        sent again (its reply lost) is told it won. TTL 60 s."""
+        return f"pw:{{{self.chat_id}}}:settled:{tool_call_id}"
 
     def all(self) -> tuple[str, ...]:
         return (self.meta, self.history, self.calls, self.outcomes, self.pending, self.events)
@@ -107,6 +128,13 @@ def flow_pointer_key(chat_id: str, tool_call_id: str) -> str:
     """string: the state digest of the current flow of one parked call, so a second
     ``start`` or a cancel can invalidate the earlier flow. Same TTL as the flow."""
     return f"pw:{{{check_chat_id(chat_id)}}}:flow:{tool_call_id}"
+
+
+def start_token_key(chat_id: str, tool_call_id: str, nonce: str) -> str:
+    """string "1": a spent connect start token of one parked call, named by the random
+    nonce sealed inside it, so a token starts one flow only. Written once (SET NX) by
+    ``start``; TTL: what was left of the token's lifetime; expires only."""
+    return f"pw:{{{check_chat_id(chat_id)}}}:start:{tool_call_id}:{nonce}"
 
 
 class ConnectionKeys:

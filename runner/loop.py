@@ -60,6 +60,7 @@ from runner.history import (
 )
 from runner.keys import chat_keys
 from runner.llm.catalog import ModelCatalog
+from runner.logwatch import LogWatch
 from runner.model import Model, ModelRequest, ToolDescription
 from runner.outcomes import model_result
 from runner.parking import ParkedCall
@@ -88,6 +89,7 @@ log = logging.getLogger(__name__)
 SUPERSEDED = {"outcome": "cancelled", "reason": "superseded_by_user_message"}
 # How a model's finish reason ends a message whose last step called no tools.
 _FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
+FAILED_HINT = "Send your message again, or resume the chat."
 LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
 
 
@@ -114,6 +116,7 @@ class Runner(Settling):
         self.agents = agents
         self.settle_listeners: list[SettleListener] = []
         self.store = ChatStore(redis, self.config.chat_ttl_s)
+        self.logwatch = LogWatch(redis)
         self.supervisor = RunSupervisor(self.store, self.config, clock)
         self.executor = ToolExecutor(credentials, agents, self.config.max_output_bytes)
         self.models = models or ModelCatalog(model)
@@ -161,10 +164,12 @@ class Runner(Settling):
             except Exception:
                 ref = secrets.token_hex(4)
                 log.exception("run failed (chat %s, ref %s)", state.chat_id, ref)
+                # Nothing the run did not commit is written now: a step whose commit
+                # failed (its parked calls included) is dropped whole, never stored as
+                # calls without records. If even this fails, the lease lapses instead.
                 with contextlib.suppress(Exception):
-                    # Parked ids stay: calls already stored are finished by the next turn.
-                    await self._commit(state, "idle")
-                run._emit(RunFailed(f"The run failed (reference {ref})."))
+                    await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
+                run._emit(RunFailed(f"The run failed (reference {ref}). {FAILED_HINT}"))
             finally:
                 watcher.cancel()
                 run._close()
@@ -185,13 +190,13 @@ class Runner(Settling):
         for task in list(self._background):
             task.cancel()
         tasks = list(self._tasks)
-        if not tasks:
-            return
-        _, still = await asyncio.wait(tasks, timeout=grace_s)
-        for task in still:
-            task.cancel()
-        if still:
-            await asyncio.wait(still)
+        if tasks:
+            _, still = await asyncio.wait(tasks, timeout=grace_s)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still)
+        await self.logwatch.aclose()
 
     async def _commit(
         self,
@@ -221,9 +226,11 @@ class Runner(Settling):
         calls: Sequence[ParkedCall],
         parked_ids: Sequence[str] | None,
     ) -> bool:
+        state.commits += 1
         return await self.store.commit(
             state.keys,
             token=state.token,
+            seq=state.commits,
             state=next_state,
             model_calls=state.model_calls,
             now_ms=self._now_ms(),
@@ -338,6 +345,7 @@ class Runner(Settling):
             await self.store.commit(
                 keys,
                 token=token,
+                seq=1,
                 state="parked",
                 model_calls=state.model_calls,
                 now_ms=self._now_ms(),
@@ -556,8 +564,9 @@ class Runner(Settling):
             self.store,
             chat_keys(chat_id),
             start_id,
+            watch=self.logwatch,
             skip_start=skip_start,
-            block_ms=self.config.follow_block_ms,
+            quiet_s=self.config.follow_quiet_s,
             clock=self.clock,
         )
 

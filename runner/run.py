@@ -33,7 +33,7 @@ class RunnerConfig:
     approval_deadline_s: float = 15 * 60
     client_deadline_s: float = 15 * 60
     connection_deadline_s: float = 10 * 60
-    follow_block_ms: int = 5000
+    follow_quiet_s: float = 5.0  # a follower's read and liveness check without wake-ups
 
 
 class Run:
@@ -125,6 +125,10 @@ class RunState:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer: asyncio.Task[None] | None = None
     quiet: asyncio.Event = field(default_factory=_set_event)  # no commit in flight
+    # How many commits and log batches the run has sent (each carries its number, so a
+    # replay of one whose reply was lost is recognised by the script).
+    commits: int = 0
+    log_batches: int = 0
 
 
 def new_id(prefix: str) -> str:

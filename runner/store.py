@@ -8,6 +8,7 @@ whatever the history's length.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,7 @@ class ChatStore:
         self._append = redis.register_script(_scripts.APPEND)
         self._stop = redis.register_script(_scripts.STOP)
         self._release = redis.register_script(_scripts.RELEASE)
+        self._fail = redis.register_script(_scripts.FAIL)
         self._pending = redis.register_script(_scripts.PENDING)
 
     async def claim_turn(
@@ -131,13 +133,14 @@ class ChatStore:
         return [_s(x) for x in raw[:5]] + [_s(x) for x in raw[6 + 2 * count :]], calls
 
     async def append_events(
-        self, keys: ChatKeys, *, token: str, batch: str, finish: str, now_ms: int
+        self, keys: ChatKeys, *, token: str, batch: str, finish: str, now_ms: int, seq: int
     ) -> str:
-        """Append a batch of a run's events (a JSON array) to the chat's log as one entry;
-        '' if the run is no longer current."""
+        """Append a batch of a run's events (a JSON array) to the chat's log as one entry
+        and wake the chat's followers; '' if the run is no longer current. ``seq`` numbers
+        the run's batches from 1 (a replayed append is recognised by it)."""
         entry = await self._append(
             keys=[keys.events, keys.meta],
-            args=[token, EVENT_LOG_MAXLEN, self.ttl_s, finish, now_ms, batch],
+            args=[token, EVENT_LOG_MAXLEN, self.ttl_s, finish, now_ms, batch, seq, keys.wake],
         )
         return _s(entry)
 
@@ -174,6 +177,11 @@ class ChatStore:
     async def release(self, keys: ChatKeys, *, token: str) -> bool:
         return bool(await self._release(keys=[keys.meta], args=[token]))
 
+    async def fail(self, keys: ChatKeys, *, token: str, now_ms: int) -> str:
+        """End a failed run (FAIL): the state the chat was left in, '' if the lease was
+        no longer the caller's."""
+        return _s(await self._fail(keys=[keys.meta], args=[token, now_ms]))
+
     async def renew(self, keys: ChatKeys, *, token: str, now_ms: int, lease_ms: int) -> bool:
         return bool(await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms]))
 
@@ -187,11 +195,13 @@ class ChatStore:
         now_ms: int,
         lease_ms: int,
         entries: Sequence[Mapping[str, Any]],
+        seq: int,
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
         last_uid: str | None = None,
     ) -> bool:
-        """Persist a step if ``token`` still holds the lease; False if it was lost."""
+        """Persist a step if ``token`` still holds the lease; False if it was lost.
+        ``seq`` numbers the run's commits from 1 (a replayed commit is recognised by it)."""
         args: list[Any] = [
             token,
             state,
@@ -204,6 +214,7 @@ class ChatStore:
             len(entries),
             len(calls),
             keys.chat_id,
+            seq,
         ]
         args.extend(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in entries)
         for call in calls:
@@ -233,8 +244,15 @@ class ChatStore:
         outcome, settled now or earlier, it has nothing left to time out."""
         results = await self._pipeline_with(
             self._settle,
-            [keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history],
-            [tool_call_id, outcome_json, self.ttl_s],
+            [
+                keys.calls,
+                keys.outcomes,
+                keys.pending,
+                keys.meta,
+                keys.history,
+                keys.settle_attempt(tool_call_id),
+            ],
+            [tool_call_id, outcome_json, self.ttl_s, secrets.token_hex(8)],
             [("ZREM", DEADLINES, deadline_member(keys.chat_id, tool_call_id))],
             script_last=False,
         )
@@ -275,14 +293,29 @@ class ChatStore:
         if not members:
             return []
         replies: list[list[str] | None] = [None] * len(calls)
+        nonces = [secrets.token_hex(8) for _ in calls]
         todo = list(range(len(calls)))
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
             for i in todo:
                 keys, call_id = calls[i]
-                script_keys = (keys.calls, keys.outcomes, keys.pending, keys.meta, keys.history)
+                script_keys = (
+                    keys.calls,
+                    keys.outcomes,
+                    keys.pending,
+                    keys.meta,
+                    keys.history,
+                    keys.settle_attempt(call_id),
+                )
                 pipe.execute_command(
-                    "EVALSHA", self._settle.sha, 5, *script_keys, call_id, outcome_json, self.ttl_s
+                    "EVALSHA",
+                    self._settle.sha,
+                    6,
+                    *script_keys,
+                    call_id,
+                    outcome_json,
+                    self.ttl_s,
+                    nonces[i],
                 )
             pipe.execute_command("ZREM", DEADLINES, *members)
             *settled, dropped = await pipe.execute(raise_on_error=False)

@@ -81,6 +81,7 @@ class RunSupervisor:
             await asyncio.sleep(0)
             batch, finish = run.take_batch()
             if batch:
+                state.log_batches += 1
                 try:
                     first = await self.store.append_events(
                         state.keys,
@@ -88,6 +89,7 @@ class RunSupervisor:
                         batch=events_to_json(coalesce(batch)),
                         finish=finish,
                         now_ms=self._now_ms(),
+                        seq=state.log_batches,
                     )
                 except Exception:
                     log.exception("could not append events of chat %s", state.chat_id)

@@ -166,7 +166,7 @@ async def test_a_follower_reports_a_run_whose_worker_died(redis: Redis) -> None:
     clock = Clock()
     agent = parse_agent_file(agent_doc([[text("x")]]))
     runner = Runner(
-        redis, agent.model, agent.template, clock=clock, config=RunnerConfig(follow_block_ms=50)
+        redis, agent.model, agent.template, clock=clock, config=RunnerConfig(follow_quiet_s=0.05)
     )
     keys = chat_keys("dead")
     template = agent.template
@@ -178,7 +178,7 @@ async def test_a_follower_reports_a_run_whose_worker_died(redis: Redis) -> None:
     assert claim[0] == "ok"
     events: list[Event] = [MessageStarted("msg_dead"), TextDelta("t0", "half")]
     start = await runner.store.append_events(
-        keys, token="dead", batch=events_to_json(events), finish="", now_ms=1
+        keys, token="dead", batch=events_to_json(events), finish="", now_ms=1, seq=1
     )
     clock.now += 61  # the dead worker's lease lapses
     seen = [event async for event in runner.follow("dead", start)]
@@ -190,7 +190,10 @@ async def test_a_follower_reports_a_run_whose_worker_died(redis: Redis) -> None:
         template_digest=template.digest, template_json=template.canonical,
     )  # fmt: skip
     assert (
-        await runner.store.append_events(keys, token="dead", batch="[]", finish="", now_ms=1) == ""
+        await runner.store.append_events(
+            keys, token="dead", batch="[]", finish="", now_ms=1, seq=2
+        )
+        == ""
     )
 
 

@@ -33,6 +33,13 @@ from tests.support import (
 
 pytestmark = pytest.mark.slow
 
+# These tests race one principal's requests on purpose; admission control (its own
+# tests are in test_admission.py) must not turn the race into 429s.
+UNLIMITED = {
+    "PARKWAY_MAX_RUNS_PER_PRINCIPAL": "100000",
+    "PARKWAY_MAX_STREAMS_PER_PRINCIPAL": "100000",
+}
+
 
 def write_agent(tmp_path: Path, turns: list[list[dict[str, Any]]]) -> Path:
     path = tmp_path / "agent.json"
@@ -234,7 +241,7 @@ async def test_resumes_racing_across_three_worker_processes_have_one_winner(
     """Resume vs resume across processes: 60 requests spread over three workers that
     share only Redis produce exactly one continuation, and the model runs once."""
     agent = write_agent(tmp_path, [[call("pick", {"q": "a"})], [text("the one continuation")]])
-    workers = [ParkwayProcess(redis_url, agent).start() for _ in range(3)]
+    workers = [ParkwayProcess(redis_url, agent, env=UNLIMITED).start() for _ in range(3)]
     try:
         owner = await Api(workers[0].base_url).login()
         chunks = await owner.say("race", "hi")

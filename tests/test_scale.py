@@ -24,6 +24,13 @@ from tests.support import (
 
 pytestmark = pytest.mark.slow
 
+# These tests race one principal's requests on purpose; admission control (its own
+# tests are in test_admission.py) must not turn the race into 429s.
+UNLIMITED = {
+    "PARKWAY_MAX_RUNS_PER_PRINCIPAL": "100000",
+    "PARKWAY_MAX_STREAMS_PER_PRINCIPAL": "100000",
+}
+
 
 async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
     redis: Redis, redis_url: str, tmp_path: Path
@@ -41,7 +48,7 @@ async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
     ]
     agent = tmp_path / "agent.json"
     agent.write_text(json.dumps(agent_doc(turns, tools=[pick, wait_tool])))
-    a, b, c, d = (ParkwayProcess(redis_url, agent).start() for _ in range(4))
+    a, b, c, d = (ParkwayProcess(redis_url, agent, env=UNLIMITED).start() for _ in range(4))
     try:
         on_a = await Api(a.base_url).login()
         first = await on_a.say("abcd", "hi")
@@ -89,7 +96,7 @@ async def test_a_thousand_chats_parked_then_resumed_across_three_workers(
     workers, all at once. Every chat continues exactly once: none lost, none doubled."""
     agent = tmp_path / "agent.json"
     agent.write_text(json.dumps(agent_doc([[call("pick", {"q": "n"})], [text("resumed")]])))
-    workers = [ParkwayProcess(redis_url, agent).start() for _ in range(3)]
+    workers = [ParkwayProcess(redis_url, agent, env=UNLIMITED).start() for _ in range(3)]
     chats = [f"k{i}" for i in range(1000)]
     limit = asyncio.Semaphore(48)
     try:

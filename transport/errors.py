@@ -11,6 +11,7 @@ exception's text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from runner.errors import (
@@ -29,21 +30,44 @@ from runner.errors import (
     TemplateError,
 )
 
-__all__ = ["HTTPError", "status_for"]
+__all__ = ["HTTPError", "redis_unavailable", "status_for"]
 
 
 class HTTPError(Exception):
     """An error answer: status, machine-readable code, message safe to show."""
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
         self.extra = extra
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
+
+
+REDIS_RETRY_AFTER_S = 2
+
+
+def redis_unavailable() -> HTTPError:
+    """The answer while Redis cannot be reached (or this worker has no free connection
+    to it within the pool's wait): nothing was changed; send the request again."""
+    return HTTPError(
+        503,
+        "redis_unavailable",
+        "the server's store is unavailable; nothing was changed, try again shortly",
+        headers={"retry-after": str(REDIS_RETRY_AFTER_S)},
+    )
 
 
 def status_for(exc: ParkwayError) -> int:

@@ -88,6 +88,21 @@ class Settings:
     model_read_timeout_s: float = 120.0
     model_retries: int = 2
     model_retry_max_wait_s: float = 20.0
+    # -- Redis connection budget (docs/operations.md, "Limits")
+    redis_max_connections: int = 32
+    redis_pool_timeout_s: float = 5.0
+    # -- admission control: concurrent runs and streams, per principal and per worker
+    max_runs_per_principal: int = 8
+    max_streams_per_principal: int = 32
+    max_runs_per_worker: int = 256
+    max_streams_per_worker: int = 12000
+    # -- request reading: nesting depth of JSON bodies, slow-client timeouts
+    max_json_depth: int = 64
+    header_read_timeout_s: float = 10.0
+    body_read_timeout_s: float = 30.0
+    # -- agent editors: principals named by the operator, or holders of the editor token
+    editors: tuple[str, ...] = ()
+    editor_token: Secret | None = None
 
     @classmethod
     def from_sources(
@@ -124,6 +139,12 @@ class Settings:
                 "chat_ttl_s",
                 "connect_flow_ttl_s",
                 "connection_ttl_s",
+                "redis_max_connections",
+                "max_runs_per_principal",
+                "max_streams_per_principal",
+                "max_runs_per_worker",
+                "max_streams_per_worker",
+                "max_json_depth",
             }:
                 value = int(raw)
                 low = 0 if name == "port" else 1
@@ -145,7 +166,13 @@ class Settings:
                 if not 1 <= lease <= 3600:
                     raise ValueError
                 return lease
-            if name in {"oauth_http_timeout_s", "model_connect_timeout_s"}:
+            if name in {
+                "oauth_http_timeout_s",
+                "model_connect_timeout_s",
+                "redis_pool_timeout_s",
+                "header_read_timeout_s",
+                "body_read_timeout_s",
+            }:
                 timeout = float(raw)
                 if not 0 < timeout <= 120:
                     raise ValueError
@@ -184,6 +211,16 @@ class Settings:
                 return None if raw is None else str(raw)
             if name in {"data_dir", "agent_file"}:
                 return Path(raw)
+            if name == "editors":
+                names = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+                return tuple(str(n).strip() for n in names if str(n).strip())
+            if name == "editor_token":
+                token_text = raw.get() if isinstance(raw, Secret) else str(raw)
+                if len(token_text) < 32:
+                    raise SettingsError(
+                        "editor_token (PARKWAY_EDITOR_TOKEN) must be at least 32 characters"
+                    )
+                return Secret(token_text)
             if name == "secret_key":
                 text = raw.get() if isinstance(raw, Secret) else str(raw)
                 if len(text) < 32:

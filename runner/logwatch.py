@@ -1,0 +1,203 @@
+"""One pub/sub connection per worker that wakes the followers of every chat it serves.
+
+A follower (:func:`runner.eventlog.follow`) never blocks a Redis connection: it reads
+the chat's event log with a plain, non-blocking range read, then waits on an
+:class:`asyncio.Event` that this watch sets when the log grows. Every append to a log
+publishes on the chat's wake-up channel (``ChatKeys.wake``, in the APPEND script), and
+the watch holds one subscription per chat that has followers here, on one connection.
+So a worker with 10,000 live streams holds that one connection plus the short reads of
+its pool, whatever its number of streams (docs/architecture.md, "Following a run").
+
+Nothing is lost when a notification is: a wake-up only says "read again", the read
+itself is exact (after the last entry id the follower saw), and a follower that hears
+nothing reads again after its quiet period anyway. The watch subscribes a chat before
+its first follower reads (the subscription is confirmed by Redis before the follower
+is let go), so an append that lands between the read and the wait still wakes it.
+When the connection fails, every follower is woken (reads again) and the watch
+reconnects with backoff, subscribing again to every chat that still has followers;
+meanwhile :attr:`LogWatch.healthy` is false and followers poll at a short interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
+
+from runner.connection import RedisClient
+
+__all__ = ["LogWatch"]
+
+log = logging.getLogger(__name__)
+
+CONFIRM_TIMEOUT_S = 2.0  # how long a follower waits for its subscription to be confirmed
+_IDLE_READ_S = 1.0  # how long one read of the subscription connection waits
+_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class _ReconnectingPubSub(PubSub):
+    """redis-py reconnects a pub/sub connection (and subscribes again) on its own when
+    it fails mid-read; this tells the watch, so it wakes its followers: notifications
+    published while the connection was down are gone."""
+
+    def __init__(self, *args: Any, on_reconnect: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_reconnect = on_reconnect
+
+    async def on_connect(self, connection: Any) -> None:
+        await super().on_connect(connection)
+        self._on_reconnect()
+
+
+class LogWatch:
+    """Wake-ups for the followers of one worker, over one subscription connection."""
+
+    def __init__(self, redis: RedisClient) -> None:
+        self.redis = redis
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._pubsub: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._changes = asyncio.Lock()  # one subscription command at a time
+        self._connected = asyncio.Event()
+        self.healthy = False
+
+    @property
+    def channels(self) -> int:
+        """How many chats have followers here."""
+        return len(self._waiters)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, channel: str) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever ``channel`` (a chat's wake-up channel) is published to,
+        or the watch lost messages; the caller clears it before each read."""
+        self._ensure_running()
+        event = asyncio.Event()
+        waiters = self._waiters.setdefault(channel, set())
+        first = not waiters
+        waiters.add(event)
+        try:
+            if first:
+                await self._subscribe(channel)
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None and not confirmed.done():
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(confirmed), CONFIRM_TIMEOUT_S)
+            yield event
+        finally:
+            waiters.discard(event)
+            if not waiters and self._waiters.get(channel) is waiters:
+                del self._waiters[channel]
+                self._confirmed.pop(channel, None)
+                if self._pubsub is not None and self.healthy:
+                    with contextlib.suppress(Exception):
+                        async with self._changes:
+                            if channel not in self._waiters:
+                                await self._pubsub.unsubscribe(channel)
+
+    async def _subscribe(self, channel: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._confirmed[channel] = loop.create_future()
+        if self._pubsub is None or not self.healthy:
+            return  # the reader subscribes it when it (re)connects
+        try:
+            async with self._changes:
+                await self._pubsub.subscribe(channel)
+        except Exception:
+            log.warning("log watch: could not subscribe; followers poll until it recovers")
+            self._mark_unhealthy()
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="parkway-log-watch")
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    def _mark_unhealthy(self) -> None:
+        self.healthy = False
+        self._wake_all()
+
+    def _new_pubsub(self) -> Any:
+        if isinstance(self.redis, RedisCluster):
+            # A Cluster broadcasts classic PUBLISH to every node: any node's
+            # subscription hears every chat. (Its reconnects are not reported; the
+            # followers' quiet-period reads cover what they miss.)
+            return self.redis.pubsub()
+        return _ReconnectingPubSub(
+            connection_pool=self.redis.connection_pool, on_reconnect=self._wake_all
+        )
+
+    async def _run(self) -> None:
+        attempt = 0
+        pubsub: Any = None
+        while not _cancelling():
+            pubsub = self._new_pubsub()
+            try:
+                # A subscription that outlives every follower keeps the connection open
+                # (redis-py has no connection for a PubSub with no channel).
+                await pubsub.subscribe("pw:logwatch", *self._waiters)
+                self._pubsub = pubsub
+                self.healthy = True
+                self._wake_all()  # anything published while it was away: read again
+                attempt = 0
+                while not _cancelling():
+                    message = await pubsub.get_message(timeout=_IDLE_READ_S)
+                    if message is not None:
+                        self._dispatch(message)
+            except asyncio.CancelledError:
+                self._pubsub = None
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                raise
+            except Exception as exc:
+                if _cancelling():
+                    break
+                if self.healthy:
+                    log.warning("log watch lost its connection (%s); reconnecting", exc)
+                self._pubsub = None
+                self._mark_unhealthy()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+                attempt += 1
+        self._pubsub = None
+        self.healthy = False
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+        raise asyncio.CancelledError
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        channel = message.get("channel")
+        name = channel.decode() if isinstance(channel, bytes) else str(channel)
+        if kind == "message":
+            for event in self._waiters.get(name, ()):
+                event.set()
+        elif kind == "subscribe":
+            confirmed = self._confirmed.get(name)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
+
+    async def aclose(self) -> None:
+        """Stop the watch and close its connection."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.healthy = False
+
+
+def _cancelling() -> bool:
+    # redis-py can swallow a cancellation that lands mid-command; the loops check.
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
