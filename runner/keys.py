@@ -19,6 +19,7 @@ from runner.errors import CallerError
 __all__ = [
     "CHAT_ID",
     "DEADLINES",
+    "LOGWATCH_CHANNEL",
     "MAX_CALL_ID",
     "ChatKeys",
     "chat_keys",
@@ -39,6 +40,11 @@ MAX_CALL_ID = 256
 # removed by the settle of that call, or by the sweeper once it has settled (or found
 # settled) an expired call. No TTL: every member's owner (its call) removes it.
 DEADLINES = "pw:deadlines"
+
+# pub/sub channel (not a key) that every worker's log watch subscribes to first, so its
+# connection stays open while no chat has followers (runner/logwatch.py). Nothing is
+# published on it.
+LOGWATCH_CHANNEL = "pw:logwatch"
 
 
 def deadline_member(chat_id: str, tool_call_id: str) -> str:

@@ -30,6 +30,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from runner.connection import RedisClient
+from runner.keys import LOGWATCH_CHANNEL
 
 __all__ = ["LogWatch"]
 
@@ -143,7 +144,7 @@ class LogWatch:
             try:
                 # A subscription that outlives every follower keeps the connection open
                 # (redis-py has no connection for a PubSub with no channel).
-                await pubsub.subscribe("pw:logwatch", *self._waiters)
+                await pubsub.subscribe(LOGWATCH_CHANNEL, *self._waiters)
                 self._pubsub = pubsub
                 self.healthy = True
                 self._wake_all()  # anything published while it was away: read again

@@ -190,9 +190,7 @@ async def test_a_follower_reports_a_run_whose_worker_died(redis: Redis) -> None:
         template_digest=template.digest, template_json=template.canonical,
     )  # fmt: skip
     assert (
-        await runner.store.append_events(
-            keys, token="dead", batch="[]", finish="", now_ms=1, seq=2
-        )
+        await runner.store.append_events(keys, token="dead", batch="[]", finish="", now_ms=1, seq=2)
         == ""
     )
 

@@ -1,0 +1,395 @@
+"""Redis faults with real parts: replies lost mid-command, commands refused, outages and
+restarts (SHUTDOWN and SIGKILL, with AOF). Nothing is lost, nothing is doubled, nothing
+answers 500, and every chat can be answered afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from runner import Run, Runner, chat_keys, parse_agent_file
+from runner import _scripts as scripts
+from runner.connection import RedisClient, connect
+from runner.events import (
+    CallParked,
+    Event,
+    MessageFinished,
+    RunFailed,
+    TextDelta,
+    coalesce,
+    events_from_json,
+)
+from tests.faults import RedisProxy, RestartableRedis
+from tests.support import (
+    Api,
+    ParkwayProcess,
+    ServerThread,
+    agent_doc,
+    call,
+    sse_chunks,
+    text,
+    user_message,
+)
+
+pytestmark = pytest.mark.slow
+
+TWO_STEPS = [[text("Pick one."), call("pick", {"q": "colour"})], [text("got it")]]
+
+
+def sha(script: str) -> bytes:
+    return hashlib.sha1(script.encode()).hexdigest().encode()
+
+
+def evalsha_of(script: str, *needles: bytes) -> Any:
+    """Matches the bytes of an EVALSHA of ``script`` that also contain ``needles``."""
+    digest = sha(script)
+    return lambda data: digest in data and all(n in data for n in needles)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RestartableRedis]:
+    started = RestartableRedis(tmp_path).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+async def proxy(server: RestartableRedis) -> AsyncIterator[RedisProxy]:
+    started = await RedisProxy(server.port).start()
+    try:
+        yield started
+    finally:
+        await started.aclose()
+
+
+@pytest.fixture
+async def direct(server: RestartableRedis) -> AsyncIterator[Redis]:
+    client = Redis.from_url(server.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def proxied(proxy: RedisProxy) -> AsyncIterator[RedisClient]:
+    client = connect(proxy.url, max_connections=8, pool_timeout_s=5)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def runner_on(client: RedisClient, turns: list[list[dict[str, Any]]] = TWO_STEPS) -> Runner:
+    agent = parse_agent_file(agent_doc(turns))
+    return Runner(client, agent.model, agent.template)
+
+
+async def history(direct: Redis, chat: str) -> list[dict[str, Any]]:
+    return [json.loads(e) for e in await direct.lrange(chat_keys(chat).history, 0, -1)]
+
+
+async def collected(run: Run) -> list[Event]:
+    """A run's events, once its last batch is in the chat's log too."""
+    events = await run.collect()
+    assert run.task is not None
+    await run.task
+    return events
+
+
+async def park_and_finish(runner: Runner, chat: str) -> list[Event]:
+    first = await collected(await runner.start_turn(chat, "alice", "hi"))
+    [parked] = [e.call for e in first if isinstance(e, CallParked)]
+    result = await runner.settle(
+        chat, "alice", parked.tool_call_id, {"outcome": "output", "output": {"choice": "red"}}
+    )
+    assert result.fresh and result.pending == 0
+    return first + await collected(await runner.resume(chat, "alice"))
+
+
+# -- a reply lost after the command ran: every script replays safely ------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "needles"),
+    [
+        (scripts.CLAIM_TURN, ()),
+        (scripts.COMMIT, (b"parked",)),
+        (scripts.APPEND, ()),
+        (scripts.SETTLE, ()),
+        (scripts.CLAIM_RESUME, ()),
+        (scripts.COMMIT, (b"idle",)),
+    ],
+    ids=["claim_turn", "park_commit", "append", "settle", "claim_resume", "final_commit"],
+)
+async def test_a_lost_reply_is_replayed_with_nothing_doubled(
+    proxy: RedisProxy,
+    proxied: RedisClient,
+    direct: Redis,
+    script: str,
+    needles: tuple[bytes, ...],
+) -> None:
+    """The command runs in Redis, its reply never comes back, the client sends it again
+    on a new connection: the run goes on as if nothing happened, and the history, the
+    calls and the event log hold everything exactly once."""
+    proxy.lose_reply_of(evalsha_of(script, *needles))
+    runner = runner_on(proxied)
+    events = await park_and_finish(runner, "c1")
+    assert proxy.lost == 1
+    assert not [e for e in events if isinstance(e, RunFailed)]
+    assert "".join(e.delta for e in events if isinstance(e, TextDelta)) == "Pick one.got it"
+    entries = await history(direct, "c1")
+    assert [e["t"] for e in entries] == ["user", "assistant", "result", "assistant"]
+    # the log, as a follower reads it: each event once, in the order the runs emitted them
+    logged: list[Event] = []
+    for _, fields in await direct.xrange(chat_keys("c1").events):
+        logged.extend(events_from_json(fields[b"b"].decode()))
+    assert coalesce(logged) == coalesce(events)  # (the log joins adjacent text deltas)
+    meta = await direct.hgetall(chat_keys("c1").meta)
+    assert meta[b"state"] == b"idle" and meta[b"model_calls"] == b"2"
+    await runner.aclose()
+
+
+async def test_a_follower_sees_each_event_once_when_an_append_reply_is_lost(
+    proxy: RedisProxy, proxied: RedisClient, direct: Redis
+) -> None:
+    """A follower reading the log (the HTTP stream's view) gets the run's events once
+    each, in the order the run emitted them, though one append was sent twice."""
+    proxy.lose_reply_of(evalsha_of(scripts.APPEND))
+    runner = runner_on(proxied)
+    run = await runner.start_turn("f1", "alice", "hi")
+    start = await asyncio.wait_for(asyncio.shield(run.log_start), 10)
+    followed = [e async for e in runner.follow("f1", start)]
+    emitted = await run.collect()
+    assert proxy.lost == 1
+    assert coalesce(followed) == coalesce(emitted)
+    await runner.aclose()
+
+
+# -- a park commit that cannot be written --------------------------------------------
+
+
+async def test_a_park_commit_that_fails_leaves_no_call_behind_and_the_message_resendable(
+    proxy: RedisProxy, proxied: RedisClient, direct: Redis
+) -> None:
+    """Every attempt of the park commit is cut (the connection dies each time): the run
+    ends failed, saying to send the message again; the chat is idle with nothing of the
+    turn stored (no call to show as "result unknown"); sending it again parks normally."""
+    proxy.refuse(evalsha_of(scripts.COMMIT, b"parked"))
+    runner = runner_on(proxied)
+    failed = await (await runner.start_turn("p1", "alice", "hi", user_message_id="u1")).collect()
+    assert proxy.refused >= 2  # the client retried before giving up
+    assert isinstance(failed[-1], RunFailed) and "Send your message again" in failed[-1].message
+    meta = await direct.hgetall(chat_keys("p1").meta)
+    assert meta[b"state"] == b"idle" and b"lease" not in meta
+    assert await history(direct, "p1") == []
+    assert await direct.hlen(chat_keys("p1").calls) == 0
+    record = await runner.chat("p1", "alice")
+    assert record.calls == [] and record.entries == []
+    proxy.allow()
+    again = await (await runner.start_turn("p1", "alice", "hi", user_message_id="u1")).collect()
+    assert isinstance(again[-1], MessageFinished) and again[-1].reason == "tool-calls"
+    assert [e["t"] for e in await history(direct, "p1")] == ["user", "assistant"]
+    await runner.aclose()
+
+
+# -- outages over HTTP: 503 with Retry-After, streams end with an error chunk ----------
+
+
+async def test_an_outage_answers_503_ends_streams_with_an_error_and_recovers(
+    proxy: RedisProxy, direct: Redis, tmp_path: Path
+) -> None:
+    """While Redis cannot be reached: API routes answer 503 ``redis_unavailable`` with
+    Retry-After (never 500), /healthz 503, an open stream ends with an ``error`` chunk and
+    [DONE]; when it is back, the same worker serves again without a restart and the
+    chat parked before the outage is answered and resumed."""
+    marker = tmp_path / "go"
+    ready = tmp_path / "ready"
+    ready.write_text("")
+    wait_tool = {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
+    # the user's text names the file the tool waits for: one that exists goes straight on
+    # to a parked call; the marker holds the run until the test ends
+    doc = agent_doc(
+        [
+            [call("wait_for_file", {"path": "{{last_user_text}}"})],
+            [call("pick", {"q": "colour"})],
+            [text("got it")],
+        ]
+    )
+    doc["template"]["tools"].append(wait_tool)
+    # (the proxy serves on this test's loop: the server starts and stops off it)
+    server = ServerThread(proxy.url, doc, redis_pool_timeout_s=2.0)
+    await asyncio.to_thread(server.start)
+    api = await Api(server.base_url).login()
+    try:
+        parked = await api.say("o1", str(ready))
+        call_id = next(
+            c["toolCallId"]
+            for c in parked
+            if c["type"] == "tool-input-available" and c["toolName"] == "pick"
+        )
+        # a run in progress, followed by a stream
+        async with api.http.stream(
+            "POST", "/api/chat", json=_turn_body("o2", str(marker))
+        ) as streaming:
+            assert streaming.status_code == 200
+            lines = streaming.aiter_lines()
+            async for line in lines:
+                if "tool-input-available" in line:
+                    break
+            proxy.down()
+            rest = [line async for line in lines]
+        chunks = sse_chunks("\n".join(rest))
+        assert chunks[-1]["type"] == "error", chunks
+        assert rest[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in rest
+        down = await api.http.get("/api/chats/o1")
+        assert down.status_code == 503, down.text
+        assert down.json()["error"]["code"] == "redis_unavailable"
+        assert int(down.headers["retry-after"]) > 0
+        settle_down = await api.settle("o1", call_id, {"outcome": "output", "output": {}})
+        assert settle_down.status_code == 503
+        assert (await api.http.get("/healthz")).status_code == 503
+        proxy.up()
+        assert (await api.http.get("/healthz")).status_code == 200
+        settled = await api.settle(
+            "o1", call_id, {"outcome": "output", "output": {"choice": "red"}}
+        )
+        assert settled.status_code == 200, settled.text
+        resumed = await api.resume("o1")
+        assert resumed.status_code == 200
+        assert "got it" in "".join(c.get("delta", "") for c in sse_chunks(resumed.text))
+    finally:
+        marker.write_text("go")
+        await api.aclose()
+        await asyncio.to_thread(server.stop)
+
+
+def _turn_body(chat: str, words: str) -> dict[str, Any]:
+    return {"id": chat, "messages": [user_message(words)], "trigger": "submit-message"}
+
+
+# -- restarts under load: AOF, SHUTDOWN and SIGKILL ------------------------------------
+
+ROUNDS = 4
+
+
+async def _drive_chat(api: Api, chat: str, statuses: list[int]) -> None:
+    """Take one chat through its rounds (park, answer, resume) like a patient client:
+    a 503 or a stream cut by the outage is retried from the chat's stored state."""
+    for _ in range(400):
+        response = await api.http.get(f"/api/chats/{chat}")
+        statuses.append(response.status_code)
+        if response.status_code == 404:
+            statuses.append((await api.chat(chat, [user_message("go")])).status_code)
+            continue
+        if response.status_code != 200:
+            await asyncio.sleep(0.2)
+            continue
+        body = response.json()
+        pending = [c for c in body["calls"] if c["status"] == "pending"]
+        if body["state"] == "parked" and pending:
+            for c in pending:
+                settled = await api.settle(
+                    chat, c["toolCallId"], {"outcome": "output", "output": {"choice": "x"}}
+                )
+                statuses.append(settled.status_code)
+            continue
+        if body["state"] == "parked":
+            statuses.append((await api.resume(chat)).status_code)
+            continue
+        if body["state"] == "idle" and body["messages"]:
+            last = body["messages"][-1]
+            said = "".join(p.get("text", "") for p in last["parts"] if p["type"] == "text")
+            if "done" in said:
+                return
+            if last["role"] == "user" or not said:
+                # the turn failed before it stored anything of the answer: resume or resend
+                statuses.append((await api.resume(chat)).status_code)
+            continue
+        await asyncio.sleep(0.1)  # running
+    raise AssertionError(f"chat {chat} never finished")
+
+
+@pytest.mark.parametrize("restart", ["shutdown", "sigkill"])
+async def test_redis_restarted_under_load_loses_nothing_doubles_nothing(
+    server: RestartableRedis, direct: Redis, tmp_path: Path, restart: str
+) -> None:
+    """Two worker processes, 24 chats each taken through four park/answer/resume rounds
+    at once, and Redis restarted twice meanwhile (AOF, every write fsynced). Requests
+    during the outage get 503 and are retried; none gets 500. Afterwards every chat has
+    each step exactly once."""
+    turns = [[call("pick", {"q": f"round {i}"})] for i in range(ROUNDS)] + [[text("done")]]
+    agent = tmp_path / "agent.json"
+    agent.write_text(json.dumps(agent_doc(turns)))
+    env = {"PARKWAY_MAX_RUNS_PER_PRINCIPAL": "1000", "PARKWAY_MAX_STREAMS_PER_PRINCIPAL": "1000"}
+    workers = [ParkwayProcess(server.url, agent, env=env).start() for _ in range(2)]
+    owner = await Api(workers[0].base_url).login()
+    clients = [owner, owner.same_user(workers[1].base_url)]
+    statuses: list[int] = []
+    chats = [f"r{i}" for i in range(24)]
+    try:
+        for chat in chats:
+            assert (await clients[0].chat(chat, [user_message("go")])).status_code == 200
+        driving = asyncio.gather(
+            *(_drive_chat(clients[i % 2], chat, statuses) for i, chat in enumerate(chats))
+        )
+        for _ in range(2):
+            await asyncio.sleep(0.4)
+            assert not driving.done(), "the chats finished before Redis was restarted"
+            await asyncio.to_thread(server.shutdown if restart == "shutdown" else server.kill)
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(server.start)
+        await asyncio.wait_for(driving, 180)
+    finally:
+        for client in clients:
+            await client.aclose()
+        for worker in workers:
+            worker.stop()
+    assert not [s for s in statuses if s >= 500 and s != 503], sorted(set(statuses))
+    for chat in chats:
+        entries = await history(direct, chat)
+        kinds = [e["t"] for e in entries]
+        assert kinds.count("user") == 1, (chat, kinds)
+        assert kinds.count("assistant") == ROUNDS + 1, (chat, kinds)
+        assert kinds.count("result") == ROUNDS, (chat, kinds)
+        meta = await direct.hgetall(chat_keys(chat).meta)
+        assert meta[b"state"] == b"idle" and meta[b"model_calls"] == str(ROUNDS + 1).encode()
+
+
+async def test_a_stale_pooled_connection_never_surfaces_after_a_restart(
+    server: RestartableRedis,
+) -> None:
+    """Every connection of the pool was opened before a clean restart: each command
+    after it still succeeds (the client reconnects and sends it again)."""
+    client = connect(server.url, max_connections=8)
+    try:
+        await asyncio.gather(*(client.set(f"k{i}", i) for i in range(32)))
+        await asyncio.to_thread(server.shutdown)
+        await asyncio.to_thread(server.start)
+        values = await asyncio.gather(*(client.get(f"k{i}") for i in range(32)))
+        assert values == [str(i).encode() for i in range(32)]
+    finally:
+        await client.aclose()
+
+
+async def test_commands_wait_for_a_free_connection_instead_of_failing(
+    server: RestartableRedis,
+) -> None:
+    """Two connections, 200 concurrent commands: they queue for a connection (bounded
+    wait) and all succeed; the server never sees more than two connections of ours."""
+    client = connect(server.url, max_connections=2, pool_timeout_s=10)
+    try:
+        results = await asyncio.gather(*(client.incr("n") for _ in range(200)))
+        assert sorted(results) == list(range(1, 201))
+        assert len(await client.client_list()) <= 2
+    finally:
+        await client.aclose()
