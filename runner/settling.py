@@ -176,10 +176,14 @@ class Settling:
         if owner is None or owner != principal:
             raise ChatNotFoundError("no such chat")
         by_id = {c.tool_call_id: c for c in pending}
+        # Each call's key, recomputed from its stored input: a call parked before keys
+        # were RFC 8785 holds an older form of its key (``{"x":1.0}``), and recomputing
+        # gives the form an answer's key has now (``{"x":1}``), with no migration.
+        call_keys = {c.tool_call_id: self._call_key(c) for c in pending}
         # An answer naming a call this chat has (settled already) is that call's answer,
         # never a stand-in for another pending call with the same key.
         # (Looked up only for answers that could otherwise take a pending call's place.)
-        pending_keys = {c.key for c in pending}
+        pending_keys = set(call_keys.values())
         candidates = [
             a.tool_call_id
             for a in answers
@@ -191,7 +195,7 @@ class Settling:
         for answer in answers:
             call = by_id.get(answer.tool_call_id)
             if call is not None and call.tool_call_id not in used:
-                if answer.has_input and self._key_of(answer) != call.key:
+                if answer.has_input and self._key_of(answer) != call_keys[call.tool_call_id]:
                     raise AnswerMismatchError(
                         f"the answer for call {call.tool_call_id!r} carries other input than "
                         "the call had"
@@ -208,7 +212,12 @@ class Settling:
             ):
                 key = self._key_of(answer)
                 call = next(
-                    (c for c in pending if c.key == key and c.tool_call_id not in used), None
+                    (
+                        c
+                        for c in pending
+                        if call_keys[c.tool_call_id] == key and c.tool_call_id not in used
+                    ),
+                    None,
                 )
             else:
                 call = None
@@ -230,3 +239,14 @@ class Settling:
             return parked_call_key(answer.tool_name, answer.tool_input)
         except NotPlainJSONError:
             return None
+
+    @staticmethod
+    def _call_key(call: ParkedCall) -> str:
+        """The call's parkedCallKey in today's canonical form, from its stored input; the
+        stored key only if that input has no canonical form now (an older Parkway
+        accepted lone surrogates and integers past the double range), so such a call
+        matches no answer's key."""
+        try:
+            return parked_call_key(call.tool_name, call.input)
+        except NotPlainJSONError:
+            return call.key

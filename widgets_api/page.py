@@ -54,6 +54,7 @@ STATIC_FILES: dict[str, str] = {
     "playground.css": "text/css; charset=utf-8",
     "playground.js": _JS,
     "playground-base.js": _JS,
+    "canonical.js": _JS,
     "ui-stream.js": _JS,
     "chat.js": _JS,
     "page-context.js": _JS,

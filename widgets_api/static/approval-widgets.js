@@ -94,6 +94,7 @@ export class ApprovalWidget extends Widget {
       let edited;
       try {
         edited = JSON.parse(this.editor.value);
+        canonical(edited); // throws for what the server refuses too (1e400, a lone surrogate)
       } catch (error) {
         this.error = `The input is not valid JSON: ${error.message}`;
         this.update();

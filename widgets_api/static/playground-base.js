@@ -15,15 +15,9 @@ export function pretty(value) {
   return value === undefined ? "" : JSON.stringify(value, null, 2);
 }
 
-/** JSON with sorted object keys: equal values give equal strings. */
-export function canonical(value) {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const keys = Object.keys(value).sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
-  }
-  return JSON.stringify(value);
-}
+/** RFC 8785 canonical JSON, as the server computes it (canonical.js): equal values give
+ *  equal strings, 1.0 and 1 alike; throws a TypeError for a value with no such form. */
+export { canonicalJson as canonical } from "/static/canonical.js";
 
 /** h("div", {class: "x", "data-action": "go", onclick: fn}, child, "text", ...) */
 export function h(tag, attrs, ...children) {

@@ -12,6 +12,7 @@
 // This module is the page's entry point: it wires the parts together and boots. The
 // ES modules it pulls in, one concern each:
 //   playground-base.js   shared helpers (DOM builder, ids, canonical JSON) and the API client
+//   canonical.js         RFC 8785 canonical JSON and the parkedCallKey, as the server has them
 //   ui-stream.js         tool-part helpers; reading an SSE body into chunks; the UI message
 //                        reducer (chunks -> message parts)
 //   chat.js              the chat controller: send, continue, sync, follow, polling, answers
