@@ -12,7 +12,7 @@ PORT ?= 8000
 # comes from the environment, e.g. ANTHROPIC_API_KEY); empty: the scripted demo.
 MODEL ?=
 
-.PHONY: run test lint fmt bench venv node-deps clean
+.PHONY: run test lint fmt bench load venv node-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ fmt: venv
 
 bench: venv
 	$(BIN)/python -m bench
+
+# 10,000 SSE followers and 300 concurrent turns on one worker (docs/benchmarks.md, Load).
+load: venv
+	$(BIN)/python -m bench.load
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(OIDC_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

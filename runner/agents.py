@@ -8,7 +8,13 @@ started with, so a commit never changes a run midway.
 
 The agent file seeds version 1. A later deploy with a different agent file commits that
 file as a new revision (its digest differs from the one recorded), so editing the file
-still takes effect; a restart with the same file changes nothing.
+still takes effect; a restart with the same file changes nothing, and :meth:`AgentStore
+.drift` says how the head differs from the file (``parkway agent reset`` commits the
+file's version again, as a new revision: history is kept).
+
+The agent is shared by every user of the server, so only editors commit
+(:class:`Editors`; the HTTP route also accepts the operator's editor token). Anyone else
+may run a working copy of their own, within what :func:`check_working_copy` allows.
 """
 
 from __future__ import annotations
@@ -26,18 +32,28 @@ from runner.errors import ConflictError, EditingDisabledError, TemplateError
 from runner.keys import AgentKeys
 from runner.template import AgentTemplate, load_template
 
-__all__ = ["AgentRevision", "AgentStore", "RevisionConflictError", "check_function_tools"]
+__all__ = [
+    "AgentDrift",
+    "AgentRevision",
+    "AgentStore",
+    "Editors",
+    "NotAnEditorError",
+    "RevisionConflictError",
+    "check_function_tools",
+    "check_working_copy",
+]
 
 # Commit a revision on top of an expected version.
 # KEYS: 1 head (hash), 2 revisions (hash version -> record JSON)
 # ARGV: 1 expected version ('' = any), 2 record JSON without version, 3 template digest,
-#       4 seed digest ('' = not a seed), 5 revision id
+#       4 seed digest ('' = not a seed), 5 revision id, 6 '1' = commit a seed even when
+#       its digest is recorded (a reset to the agent file), else ''
 # Returns: {'ok', version} | {'conflict', current version} | {'same', version} (a seed
 #          whose digest is already recorded)
 _COMMIT = """
 local head = redis.call('HMGET', KEYS[1], 'version', 'seed_digest')
 local current = tonumber(head[1] or '0')
-if ARGV[4] ~= '' and head[2] == ARGV[4] then return {'same', current} end
+if ARGV[4] ~= '' and ARGV[6] ~= '1' and head[2] == ARGV[4] then return {'same', current} end
 if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= current then return {'conflict', current} end
 local version = current + 1
 redis.call('HSET', KEYS[2], tostring(version), ARGV[2])
@@ -60,21 +76,101 @@ def _function_entries(tools: Any) -> dict[str, str]:
     return found
 
 
-def check_function_tools(document: Mapping[str, Any], trusted: Mapping[str, Any]) -> None:
-    """Refuse a template bringing a function tool that ``trusted`` (the committed
-    template, which the agent file seeded) does not have exactly (only its description
+def check_function_tools(document: Mapping[str, Any], *trusted: Mapping[str, Any]) -> None:
+    """Refuse a template bringing a function tool that no ``trusted`` template (the
+    committed one, and the agent file, which seeded it) has exactly (only its description
     may differ): a function tool names server code to import and carries the operator's
     approval policy, so only the agent file may add or change one. A commit or a
-    playground working copy may keep, drop or reorder them. Raises
-    :class:`TemplateError`."""
-    allowed = _function_entries(trusted.get("tools"))
+    playground working copy may keep, drop or reorder them, and bring back one of the
+    agent file's. Raises :class:`TemplateError`."""
+    allowed: dict[str, set[str]] = {}
+    for source in trusted:
+        for name, identity in _function_entries(source.get("tools")).items():
+            allowed.setdefault(name, set()).add(identity)
     for name, identity in _function_entries(document.get("tools")).items():
-        if allowed.get(name) != identity:
+        if identity not in allowed.get(name, set()):
             raise TemplateError(
                 f"function tool {name!r} differs from the committed agent's: function tools "
                 "name server code and carry the operator's approval policy, so only the "
                 "agent file can add or change one"
             )
+
+
+class NotAnEditorError(EditingDisabledError):
+    """The caller may not change the shared agent (403): they are not one of the
+    editors, or their working copy reaches further on the server than the committed
+    agent does."""
+
+    code = "not_an_editor"
+
+
+@dataclass(frozen=True)
+class Editors:
+    """Who may commit the shared agent: every principal (a local playground, where the
+    one user is the operator), or the principals the operator named."""
+
+    everyone: bool = False
+    principals: frozenset[str] = frozenset()
+
+    def includes(self, principal: str | None) -> bool:
+        return principal is not None and (self.everyone or principal in self.principals)
+
+
+# Sections whose effect reaches past the user's own run: the model (spent on the
+# operator's account), MCP servers and the code sandbox's permissions.
+_SERVER_SECTIONS = ("llm", "mcps", "sandbox")
+
+
+def _section(document: Mapping[str, Any], name: str) -> str:
+    return canonical_json(document.get(name) or None)  # absent, null and empty alike
+
+
+def check_working_copy(document: Mapping[str, Any], trusted: Mapping[str, Any]) -> None:
+    """Refuse a working copy of someone who is not an editor when it reaches further on
+    the server than ``trusted`` (the committed template): a platform op the committed
+    agent lacks or has with another approval policy or deadline, or another model, MCP
+    servers or sandbox. Instructions, descriptions, skills and browser-side tools (client
+    tools, connection requests) are theirs to try in their own runs; function tools are
+    :func:`check_function_tools`'s. Raises :class:`NotAnEditorError`."""
+    for name in _SERVER_SECTIONS:
+        if _section(document, name) != _section(trusted, name):
+            raise NotAnEditorError(
+                f"only an editor of the agent may change its {name!r}, even in a working copy"
+            )
+    tools = trusted.get("tools")
+    allowed = {
+        canonical_json(entry)
+        for entry in (tools if isinstance(tools, list) else [])
+        if isinstance(entry, Mapping) and entry.get("type") == "platform"
+    }
+    tools = document.get("tools")
+    for entry in tools if isinstance(tools, list) else []:
+        is_platform = isinstance(entry, Mapping) and entry.get("type") == "platform"
+        if is_platform and canonical_json(entry) not in allowed:
+            raise NotAnEditorError(
+                f"platform op {entry.get('op')!r} is not the committed agent's: only an "
+                "editor of the agent may add one or change its approval policy"
+            )
+
+
+@dataclass(frozen=True)
+class AgentDrift:
+    """How the head revision differs from the agent file: the template's top-level keys
+    whose values differ."""
+
+    version: int
+    revision_id: str
+    keys: tuple[str, ...]
+
+
+def _drift_keys(head: Mapping[str, Any], seed: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        sorted(
+            key
+            for key in {*head, *seed}
+            if canonical_json(head.get(key)) != canonical_json(seed.get(key))
+        )
+    )
 
 
 class RevisionConflictError(ConflictError):
@@ -138,12 +234,15 @@ class AgentStore:
         *,
         clock: Callable[[], float] = time.time,
         editable: bool = True,
+        editors: Editors = Editors(everyone=True),
     ) -> None:
         self.redis = redis
         self.agent_id = agent_id
         # Whether commits (and playground working copies) are allowed at all: the agent
         # is shared by every user of the server.
         self.editable = editable
+        # Who may commit when editing is on (the server passes the operator's choice).
+        self.editors = editors
         self.keys = AgentKeys(agent_id)
         self.seed = seed
         self.clock = clock
@@ -201,20 +300,56 @@ class AgentStore:
         expected_version: int | None,
         by: str,
         summary: str,
+        editor: bool | None = None,
     ) -> AgentRevision:
-        """Commit ``document`` as the next revision. Raises :class:`TemplateError` for an
-        invalid template and :class:`RevisionConflictError` when ``expected_version`` is
-        not the head any more."""
+        """Commit ``document`` as the next revision. ``by`` is ``user:<principal>`` or
+        ``agent:<principal>`` (``commit_config`` in that principal's chat); ``editor``
+        says whether the committer is an editor when the caller has decided it (the HTTP
+        route also accepts the editor token), else :attr:`editors` decides by principal.
+
+        Raises :class:`EditingDisabledError` when editing is off,
+        :class:`NotAnEditorError` for someone else, :class:`TemplateError` for an invalid
+        template and :class:`RevisionConflictError` when ``expected_version`` is not the
+        head any more."""
         if not self.editable:
             raise EditingDisabledError(
                 "agent editing is off on this server (setting agent_editing)"
             )
+        if editor is None:
+            editor = self.editors.includes(by.partition(":")[2] or None)
+        if not editor:
+            raise NotAnEditorError(
+                "only the agent's editors may commit it (settings editors, editor_token); "
+                "your changes can run as a working copy in your own chats"
+            )
         head = await self.head()
-        check_function_tools(document, head.template)
+        check_function_tools(document, head.template, self.seed)
         template = load_template(document)
         version = await self._write(
             template, expected=expected_version, by=by, summary=summary, seed_digest=None
         )
+        revision = await self.get(version)
+        assert revision is not None
+        return revision
+
+    async def drift(self) -> AgentDrift | None:
+        """How the head differs from the agent file (commits since it was seeded), or
+        None when the head is the file's template."""
+        head = await self.head()
+        keys = _drift_keys(head.template, self.seed)
+        return AgentDrift(head.version, head.revision_id, keys) if keys else None
+
+    async def reset_to_file(self) -> AgentRevision | None:
+        """Commit the agent file's template as a new revision on top of the head (the
+        operator's ``parkway agent reset``: no editor check, history kept). None when the
+        head already is the file's template."""
+        if await self.drift() is None:
+            return None
+        template = load_template(self.seed)
+        version = await self._write(
+            template, expected=None, by="agent-file", summary="reset to the agent file",
+            seed_digest=template.digest, reset=True,
+        )  # fmt: skip
         revision = await self.get(version)
         assert revision is not None
         return revision
@@ -227,6 +362,7 @@ class AgentStore:
         by: str,
         summary: str,
         seed_digest: str | None,
+        reset: bool = False,
     ) -> int:
         if len(summary) > 500:
             raise TemplateError("a commit summary has at most 500 characters")
@@ -246,6 +382,7 @@ class AgentStore:
                 template.digest,
                 seed_digest or "",
                 revision_id,
+                "1" if reset else "",
             ],
         )
         status = status.decode() if isinstance(status, bytes) else status

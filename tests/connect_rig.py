@@ -232,9 +232,27 @@ class Browser:
         assert len(calls) == 1, response.text
         return str(calls[0]["toolCallId"])
 
-    def start(self, provider: str, chat_id: str, call_id: str, **extra: str) -> httpx.Response:
-        query = urlencode({"chat": chat_id, "call": call_id, **extra})
+    def start(
+        self, provider: str, chat_id: str, call_id: str, **extra: str | None
+    ) -> httpx.Response:
+        """GET the start link as the widget opens it: with a fresh start token from the
+        call's descriptor (when this browser can read the call), unless ``token`` is
+        given (``token=None``: none at all)."""
+        params: dict[str, str | None] = {"chat": chat_id, "call": call_id}
+        params["token"] = self.start_token(chat_id, call_id)
+        params.update(extra)
+        query = urlencode({k: v for k, v in params.items() if v is not None})
         return self.get(f"/connect/{provider}/start?{query}")
+
+    def start_token(self, chat_id: str, call_id: str) -> str | None:
+        """The start token of a fresh descriptor of the call, or None when this browser
+        cannot read the call (or its widget has none)."""
+        view = self.http.get(f"{self.base_url}/api/chats/{chat_id}/calls/{call_id}")
+        if view.status_code != 200:
+            return None
+        start_url = (view.json().get("widget") or {}).get("startUrl") or ""
+        tokens = parse_qs(urlsplit(start_url).query).get("token")
+        return tokens[0] if tokens else None
 
     def call(self, chat_id: str, call_id: str) -> dict[str, Any]:
         response = self.get(f"/api/chats/{chat_id}/calls/{call_id}")

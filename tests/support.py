@@ -167,6 +167,9 @@ class ServerThread:
         self.port = port or free_port()
         # Test servers play the local playground: agent editing on unless a test says.
         settings.setdefault("agent_editing", True)
+        # ... where every session is an editor (a shared Redis is no local playground,
+        # so they are named: "*").
+        settings.setdefault("editors", ("*",))
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=Secret(TEST_SECRET),

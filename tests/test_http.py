@@ -116,7 +116,9 @@ async def test_settle_endpoint_then_resume_endpoint_streams_the_outcome(api: Api
 
 
 async def test_fifty_concurrent_resume_requests_stream_exactly_one_continuation(api: Api) -> None:
-    """Resume vs resume over real HTTP: one 200 stream with the continuation, 49 refusals (409)."""
+    """Resume vs resume over real HTTP: one 200 stream with the continuation, 49 refusals:
+    409 for a claim that lost, or 429 (with Retry-After) for one this worker did not admit
+    while more than its per-principal run limit were in flight."""
     chunks = await api.say("h4", "hi")
     call_id = tool_part(chunks, "pick")["toolCallId"]
     assert (
@@ -124,7 +126,8 @@ async def test_fifty_concurrent_resume_requests_stream_exactly_one_continuation(
     ).status_code == 200
     responses = await asyncio.gather(*(api.resume("h4") for _ in range(50)))
     statuses = sorted(r.status_code for r in responses)
-    assert statuses == [200] + [409] * 49
+    assert statuses.count(200) == 1 and set(statuses) <= {200, 409, 429}
+    assert all(r.headers["retry-after"] for r in responses if r.status_code == 429)
     winner = next(r for r in responses if r.status_code == 200)
     assert "seen" in "".join(c.get("delta", "") for c in sse_chunks(winner.text))
     assert all(
@@ -140,7 +143,9 @@ async def test_fifty_concurrent_answer_posts_resume_once(api: Api) -> None:
     history = answered(chunks, {"choice": "d"})
     responses = await asyncio.gather(*(api.chat("h5", history) for _ in range(50)))
     ok = [r for r in responses if r.status_code == 200]
-    assert len(ok) == 1 and all(r.status_code == 409 for r in responses if r.status_code != 200)
+    # the others: 409 (lost the claim) or 429 (not admitted while more than the
+    # per-principal run limit were in flight); either way nothing ran twice
+    assert len(ok) == 1 and all(r.status_code in {409, 429} for r in responses if r not in ok)
     state = await api.state("h5")
     assert sum(1 for m in state["messages"] if m["role"] == "assistant") == 1
     assert len([p for p in state["messages"][1]["parts"] if p["type"] == "step-start"]) == 2

@@ -402,7 +402,11 @@ def test_retry_after_a_timeout_is_confirmed_by_the_servers_connection_list(
         expect(widget).to_have_attribute("data-hints", "1")
         tab.expect_state(widget, "retrying")
 
-        popup.goto(f"{rig.base_url}/connect/acme/start?chat={tab.chat_id}&call={call_id}&retry=1")
+        # the widget's start link was spent when the popup opened: a fresh one, as a
+        # reloaded page would have it
+        with ServerView(tab) as server_view:
+            start_url = server_view.call(tab.chat_id, call_id)["widget"]["startUrl"]
+        popup.goto(f"{rig.base_url}{start_url}&retry=1")
         sign_in_at_provider(popup)
         tab.expect_state(widget, "reconnected")
         expect(widget.get_by_test_id("connect-reconnected")).to_have_text(

@@ -16,6 +16,8 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -25,15 +27,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from runner.agents import AgentStore
-from runner.connection import connect
+from runner.connection import connect, is_redis_outage
 from runner.demo import DEMO_AGENT
 from runner.embedded import EmbeddedRedis
 from runner.errors import ParkwayError, SettleConflictError
 from runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
 from runner.loop import Runner, RunnerConfig
 from runner.sweeper import Sweeper
-from transport.agent_routes import agent_routes
-from transport.errors import HTTPError, status_for
+from transport.admission import Admission
+from transport.agent_routes import agent_routes, editors_of, warn_of_drift
+from transport.errors import HTTPError, redis_unavailable, status_for
+from transport.requests import BodyReader
 from transport.routes import api_routes
 from transport.sessions import Authenticator, SessionAuthenticator
 from transport.settings import Settings, SettingsError
@@ -41,11 +45,12 @@ from widgets_api import describe_call, widget_routes
 from widgets_api.oauth import DEMO_MOUNT, DemoDispatch, OAuthRuntime, OAuthSettings, start_oauth
 from widgets_api.providers import parse_provider_specs
 
-__all__ = ["create_app"]
+__all__ = ["agent_id_for", "create_app"]
 
 log = logging.getLogger(__name__)
 
 _STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+HEALTHZ_REDIS_TIMEOUT_S = 1.0
 
 
 class OriginGuard:
@@ -106,16 +111,29 @@ async def _parkway_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    # 408 and 413 leave the rest of the body unread: close rather than read it to reuse
+    # the connection (uvicorn would read and drop it, however long it is).
+    headers = dict(exc.headers)
+    if exc.status in {408, 413}:
+        headers["connection"] = "close"
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+    if is_redis_outage(exc):
+        log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return await _http_error(request, redis_unavailable())
     ref = secrets.token_hex(4)
     log.error(
         "unhandled error (ref %s) on %s %s", ref, request.method, request.url.path, exc_info=exc
     )
     error = HTTPError(500, "internal_error", f"internal error (reference {ref})")
     return JSONResponse(error.body(), status_code=500)
+
+
+async def _redis_down(request: Request, exc: Exception) -> Response:
+    log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return await _http_error(request, redis_unavailable())
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -127,7 +145,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 async def healthz(request: Request) -> Response:
     try:
-        await request.app.state.redis.ping()
+        await asyncio.wait_for(request.app.state.redis.ping(), HEALTHZ_REDIS_TIMEOUT_S)
     except Exception:
         return JSONResponse({"status": "unavailable", "redis": "down"}, status_code=503)
     return JSONResponse({"status": "ok", "redis": "ok"})
@@ -149,7 +167,7 @@ class RedactCallbackQuery(logging.Filter):
 _ACCESS_FILTER = RedactCallbackQuery()
 
 
-def _agent_id(settings: Settings, agent: AgentFile) -> str:
+def agent_id_for(settings: Settings, agent: AgentFile) -> str:
     """The agent's id for its revisions: ``demo`` for the built-in demo, the agent file's
     name, or (an agent given in code) a digest of its template."""
     if settings.agent_file is not None:
@@ -207,7 +225,7 @@ def create_app(
         )
     if authenticator is None:
         authenticator = SessionAuthenticator(settings.resolve_secret().get())
-    agent_id = _agent_id(settings, agent)
+    agent_id = agent_id_for(settings, agent)
     models = model_catalog(settings, agent)
     specs = tuple(parse_provider_specs(settings.oauth_providers))
     oauth_settings = OAuthSettings(
@@ -234,7 +252,11 @@ def create_app(
         if url is None:
             embedded = EmbeddedRedis(settings.data_dir)
             url = embedded.start()
-        redis = connect(url)
+        redis = connect(
+            url,
+            max_connections=settings.redis_max_connections,
+            pool_timeout_s=settings.redis_pool_timeout_s,
+        )
         sweeping: asyncio.Task[None] | None = None
         try:
             await redis.ping()
@@ -244,8 +266,10 @@ def create_app(
                 agent_id,
                 dict(agent.template.raw),
                 editable=settings.agent_editing_enabled,
+                editors=editors_of(settings),
             )
             await agents.ensure_seeded()
+            await warn_of_drift(agents)
             app.state.agents = agents
             app.state.runner = Runner(
                 redis,
@@ -270,7 +294,8 @@ def create_app(
             app.state.oauth = oauth
             app.state.connect = None if oauth is None else oauth.flow
             names = {} if oauth is None else oauth.providers.names()
-            app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names)
+            start = None if oauth is None else oauth.flow.start_token  # one-time start links
+            app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start)
             if oauth is not None and oauth.demo is not None:
                 app.state.demo_router = Router(routes=oauth.demo.routes())
             # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
@@ -310,6 +335,9 @@ def create_app(
         exception_handlers={
             ParkwayError: _parkway_error,
             HTTPError: _http_error,
+            # Redis unreachable, or no free connection within the pool's wait: 503.
+            RedisConnectionError: _redis_down,
+            RedisTimeoutError: _redis_down,
             404: _not_found,
             405: _not_found,
             Exception: _unexpected,
@@ -317,6 +345,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.admission = Admission(
+        runs_per_principal=settings.max_runs_per_principal,
+        streams_per_principal=settings.max_streams_per_principal,
+        runs_per_worker=settings.max_runs_per_worker,
+        streams_per_worker=settings.max_streams_per_worker,
+    )
+    app.state.reader = BodyReader.from_settings(settings)  # every route's body reader
     app.state.authenticator = authenticator
     app.state.describe = describe_call
     app.state.connect = None

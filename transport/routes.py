@@ -7,6 +7,7 @@ the encoder; SSE framing happens in :mod:`transport.streaming` alone.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -14,13 +15,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runner.errors import ChatNotFoundError, NothingToResumeError
+from runner.canonical import parked_call_key
+from runner.errors import ChatNotFoundError, NothingToResumeError, NotPlainJSONError
 from runner.eventlog import INTERRUPTED
-from runner.keys import chat_keys, check_chat_id
-from runner.loop import Runner
+from runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
+from runner.loop import Run, Runner
 from runner.parking import ParkedCall
 from runner.store import ChatRecord
-from transport.agent_routes import working_template
+from transport.admission import Admission, AdmittedStream
+from transport.agent_routes import is_editor, working_template
 from transport.chunks import ErrorChunk
 from transport.errors import HTTPError
 from transport.replay import replay_message
@@ -28,7 +31,7 @@ from transport.requests import invalid_body, principal_of, read_json
 from transport.sessions import COOKIE_NAME, SessionAuthenticator
 from transport.settings import Settings
 from transport.streaming import Describer, follow_response, replay_response, stream_response
-from transport.uimessages import chat_messages, parse_chat_post
+from transport.uimessages import ChatPost, chat_messages, parse_chat_post
 
 __all__ = ["api_routes"]
 
@@ -44,9 +47,34 @@ def _chat_id(request: Request, name: str = "chat_id") -> str:
     return str(value)
 
 
+def _call_id(request: Request) -> str:
+    return check_call_id(str(request.path_params["call_id"]))
+
+
+def _check_body_ids(post: ChatPost, body: Any) -> None:
+    """Ids in a body are bounded like ids in a path: a huge one is refused here rather
+    than stored, or quoted back in an error message (an answer mismatch names ids)."""
+    for answer in post.answers:
+        check_call_id(answer.tool_call_id)
+        if answer.approval_id is not None and len(answer.approval_id) > MAX_CALL_ID:
+            raise HTTPError(400, "invalid_request", f"approval ids are 1-{MAX_CALL_ID} characters")
+    message_id = body.get("messageId") if isinstance(body, dict) else None
+    if isinstance(message_id, str) and len(message_id) > MAX_CALL_ID:
+        raise HTTPError(400, "invalid_request", f"messageId is 1-{MAX_CALL_ID} characters")
+
+
 def _describer(request: Request) -> Describer:
     describer: Describer = request.app.state.describe
     return describer
+
+
+def _current_key(call: ParkedCall) -> str:
+    """The call's parkedCallKey as it is made now (RFC 8785); a call parked before keys
+    were made that way keeps its stored key only if its input has no such form."""
+    try:
+        return parked_call_key(call.tool_name, call.input)
+    except NotPlainJSONError:
+        return call.key
 
 
 def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str, Any]:
@@ -56,7 +84,7 @@ def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str
         "kind": call.kind,
         "status": call.status,
         "input": call.input,
-        "parkedCallKey": call.key,
+        "parkedCallKey": _current_key(call),
         "messageId": call.message_id,
         "widget": describer(chat_id, call),
     }
@@ -69,6 +97,38 @@ def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str
     return view
 
 
+def _streamed(request: Request, principal: str, response: Response) -> Response:
+    """``response`` (an SSE stream) if this worker admits one more stream, else 429."""
+    admission: Admission = request.app.state.admission
+    return AdmittedStream(response, admission.admit("stream", principal))
+
+
+async def _run_streamed(
+    request: Request, principal: str, chat_id: str, start: Callable[[], Awaitable[Run]]
+) -> Response:
+    """Start a run (``start``: a turn or a resume) and stream it, if this worker admits
+    one more run and one more stream for ``principal``; else 429, with nothing started."""
+    admission: Admission = request.app.state.admission
+    release_run = admission.admit("run", principal)
+    try:
+        release_stream = admission.admit("stream", principal)
+    except HTTPError:
+        release_run()
+        raise
+    try:
+        run = await start()
+    except BaseException:
+        release_run()
+        release_stream()
+        raise
+    if run.task is None:
+        release_run()
+    else:
+        run.task.add_done_callback(lambda _: release_run())
+    response = stream_response(chat_id, _runner(request), run, _describer(request))
+    return AdmittedStream(response, release_stream)
+
+
 async def post_chat(request: Request) -> Response:
     """AI SDK chat endpoint: a new user message starts a turn; answers settle parked
     calls and, once all are settled, resume the run in the same response."""
@@ -76,6 +136,7 @@ async def post_chat(request: Request) -> Response:
     body = await read_json(request)
     post = parse_chat_post(body)
     check_chat_id(post.chat_id)
+    _check_body_ids(post, body)
     runner = _runner(request)
     settled: tuple[str, ...] = ()
     pending = 0
@@ -95,16 +156,28 @@ async def post_chat(request: Request) -> Response:
                 raise HTTPError(
                     403, "agent_editing_off", "agent editing (and working copies) is off here"
                 )
+            # anyone may run one in their own chats; only an editor's may reach further
+            # on the server than the committed agent (transport/agent_routes.py)
             committed = await agents.current_template()
-            template = working_template(body["agentTemplate"], committed)
-        run = await runner.start_turn(
-            post.chat_id,
+            template = working_template(
+                body["agentTemplate"],
+                committed,
+                editor=is_editor(request, principal),
+                seed=agents.seed,
+            )
+        user_text = post.user_text
+        return await _run_streamed(
+            request,
             principal,
-            post.user_text,
-            user_message_id=post.user_message_id,
-            template=template,
+            post.chat_id,
+            lambda: runner.start_turn(
+                post.chat_id,
+                principal,
+                user_text,
+                user_message_id=post.user_message_id,
+                template=template,
+            ),
         )
-        return stream_response(post.chat_id, runner, run, _describer(request))
     if pending and not settled:
         raise HTTPError(
             409,
@@ -116,10 +189,14 @@ async def post_chat(request: Request) -> Response:
     # Every parked call is settled (by these answers, or earlier: the settle endpoint, the
     # server itself). The stored outcomes are what the run continues with.
     try:
-        run = await runner.resume(post.chat_id, principal, skip_echo=frozenset(settled))
+        return await _run_streamed(
+            request,
+            principal,
+            post.chat_id,
+            lambda: runner.resume(post.chat_id, principal, skip_echo=frozenset(settled)),
+        )
     except NothingToResumeError as exc:
         raise HTTPError(409, "nothing_to_resume", str(exc)) from None
-    return stream_response(post.chat_id, runner, run, _describer(request))
 
 
 async def get_chat(request: Request) -> Response:
@@ -174,12 +251,30 @@ async def resume_stream(request: Request) -> Response:
             earlier = ChatRecord(meta=meta, entries=record.entries[:stored], calls=record.calls)
             message = _message_of(earlier, chat_id, message_id, _describer(request))
             if message is None:  # a new message: the run's own start opens it
-                return follow_response(
-                    chat_id, runner, [], start_id, skip_start=False, describer=_describer(request)
+                return _streamed(
+                    request,
+                    principal,
+                    follow_response(
+                        chat_id,
+                        runner,
+                        [],
+                        start_id,
+                        skip_start=False,
+                        describer=_describer(request),
+                    ),
                 )
             prefix = replay_message(message, None)
-            return follow_response(
-                chat_id, runner, prefix, start_id, skip_start=True, describer=_describer(request)
+            return _streamed(
+                request,
+                principal,
+                follow_response(
+                    chat_id,
+                    runner,
+                    prefix,
+                    start_id,
+                    skip_start=True,
+                    describer=_describer(request),
+                ),
             )
     message = _message_of(record, chat_id, message_id, _describer(request))
     if message is None:
@@ -220,7 +315,7 @@ async def stop_chat(request: Request) -> Response:
 async def get_call(request: Request) -> Response:
     principal = principal_of(request)
     chat_id = _chat_id(request)
-    call = await _runner(request).call(chat_id, principal, request.path_params["call_id"])
+    call = await _runner(request).call(chat_id, principal, _call_id(request))
     return JSONResponse(_call_view(chat_id, call, _describer(request)))
 
 
@@ -238,14 +333,13 @@ async def settle_call(request: Request) -> Response:
     an identical repeat); 409 with the winner's outcome when it differs."""
     principal = principal_of(request)
     chat_id = _chat_id(request)
+    call_id = _call_id(request)
     raw = await read_json(request)
     try:
         _SettleBody.model_validate(raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None
-    result = await _runner(request).settle(
-        chat_id, principal, request.path_params["call_id"], raw, by="client"
-    )
+    result = await _runner(request).settle(chat_id, principal, call_id, raw, by="client")
     body = _call_view(chat_id, result.call, _describer(request))
     body["fresh"] = result.fresh
     if result.pending is not None:
@@ -258,8 +352,9 @@ async def resume_chat(request: Request) -> Response:
     principal = principal_of(request)
     chat_id = _chat_id(request)
     runner = _runner(request)
-    run = await runner.resume(chat_id, principal)
-    return stream_response(chat_id, runner, run, _describer(request))
+    return await _run_streamed(
+        request, principal, chat_id, lambda: runner.resume(chat_id, principal)
+    )
 
 
 async def create_session(request: Request) -> Response:

@@ -8,11 +8,16 @@ session state is kept.
 
 Threat answered: a chat is visible only to its owner, so a principal must not be
 forgeable. A token is a random principal id signed with the server's key; guessing one
-means forging the HMAC.
+means forging the HMAC. A token is accepted only in the exact form it was issued in:
+base64 decoding forgives padding, unused trailing bits and stray characters, so without
+an exact comparison of the signature several strings would stand for one token, and a
+token altered in any byte would still verify (docs/security.md, "Session tokens").
 """
 
 from __future__ import annotations
 
+import hmac
+import re
 import secrets
 from typing import Protocol
 
@@ -22,6 +27,10 @@ from starlette.requests import HTTPConnection
 __all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator"]
 
 COOKIE_NAME = "parkway_session"
+
+# payload.timestamp.signature, each part unpadded base64url (a compressed payload
+# starts with an extra "."); nothing else.
+_TOKEN_SHAPE = re.compile(r"\.?[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
 class Authenticator(Protocol):
@@ -43,6 +52,17 @@ class SessionAuthenticator:
         return principal, self._serializer.dumps({"p": principal})
 
     def verify(self, token: str) -> str | None:
+        """The token's principal, or None unless ``token`` is byte for byte a token this
+        key issued (and not expired)."""
+        if len(token) > 1024 or not _TOKEN_SHAPE.fullmatch(token):
+            return None
+        value, _, signature = token.rpartition(".")
+        # itsdangerous checks the HMAC of what the signature decodes to; compare the
+        # encoded signature itself with the one this key makes, so only the canonical
+        # encoding verifies.
+        expected = self._serializer.make_signer(self._serializer.salt).get_signature(value)
+        if not hmac.compare_digest(signature.encode("ascii"), expected):
+            return None
         try:
             data = self._serializer.loads(token, max_age=self.max_age_s)
         except BadSignature:

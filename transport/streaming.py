@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from sse_starlette import EventSourceResponse
 
+from runner.connection import is_redis_outage
 from runner.events import Event
 from runner.loop import Run, Runner
 from runner.parking import ParkedCall
+from transport.chunks import ErrorChunk
 from transport.encoder import encode_event
 from widgets_api.descriptors import describe_call
 
@@ -33,6 +36,10 @@ STREAM_HEADERS = {
 }
 PING_SECONDS = 15
 LOG_START_TIMEOUT_S = 10.0
+STORE_UNAVAILABLE = (
+    "The server's store became unavailable while streaming. The chat is kept: reload, "
+    "or reconnect to its stream, in a few seconds."
+)
 
 
 def _dump(chunk: dict[str, Any]) -> str:
@@ -41,8 +48,21 @@ def _dump(chunk: dict[str, Any]) -> str:
 
 def _sse(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
     async def body() -> AsyncIterator[dict[str, str]]:
-        async for chunk in chunks:
-            yield {"data": _dump(chunk)}
+        try:
+            async for chunk in chunks:
+                yield {"data": _dump(chunk)}
+        except Exception as exc:
+            # The stream cannot go on (Redis went away mid-follow, or a bug): end it with
+            # an error chunk the client shows, never a torn connection. The run itself
+            # is not affected; a reconnect follows it again.
+            if is_redis_outage(exc):
+                log.warning("stream ended: Redis unavailable (%s)", exc)
+                text = STORE_UNAVAILABLE
+            else:
+                ref = secrets.token_hex(4)
+                log.exception("stream failed (ref %s)", ref)
+                text = f"The stream failed (reference {ref}). Reload to see the chat."
+            yield {"data": _dump(ErrorChunk(error_text=text).to_dict())}
         yield {"data": "[DONE]"}
 
     return EventSourceResponse(body(), headers=STREAM_HEADERS, ping=PING_SECONDS)

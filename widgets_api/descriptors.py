@@ -3,26 +3,35 @@
 A descriptor rides the stream as a ``data-parkway-widget`` part keyed by the toolCallId,
 and is served again by ``GET /api/chats/{id}``. It carries what the widget needs that is
 not in the tool call's input: the kind of widget, the tool, the deadline, the approval id,
-and the URL to watch the call's status on the server.
+and the URL to watch the call's status on the server. A connect widget's ``startUrl``
+carries a fresh one-time start token each time it is described (a reloaded page gets a
+new one; see :mod:`widgets_api.connect.start_tokens`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from runner.parking import ParkedCall
 from runner.workflows import REQUEST_CONNECTION
 
-__all__ = ["describe_call"]
+__all__ = ["StartToken", "describe_call"]
+
+# (provider, chat id, call id) -> a one-time token for the connect widget's start link
+StartToken = Callable[[str, str, str], str]
 
 
 def describe_call(
-    chat_id: str, call: ParkedCall, providers: Mapping[str, str] | None = None
+    chat_id: str,
+    call: ParkedCall,
+    providers: Mapping[str, str] | None = None,
+    start_token: StartToken | None = None,
 ) -> dict[str, Any]:
     """The widget descriptor of ``call`` in chat ``chat_id``. ``providers`` maps the
-    configured OAuth providers' names to display names (for connect widgets)."""
+    configured OAuth providers' names to display names (for connect widgets);
+    ``start_token`` issues the token a configured provider's start link needs."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
     render.pop("kind", None)
@@ -53,6 +62,9 @@ def describe_call(
             f"/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
             f"&call={quote(call.tool_call_id, safe='')}"
         )
+        if start_token is not None and provider in names:
+            token = start_token(provider, chat_id, call.tool_call_id)
+            descriptor["startUrl"] += f"&token={quote(token, safe='')}"
         descriptor["useUrl"] = f"/connect/{quote(provider, safe='')}/use"
         descriptor["connectionsUrl"] = f"/api/connections?provider={quote(provider, safe='')}"
     if render:

@@ -1,21 +1,23 @@
 """The OAuth connect flow of ``request_connection`` (DESIGN §3, §6, §9).
 
-``GET /connect/{provider}/start?chat=&call=`` is the popup's first page. It checks the
-caller owns the pending call, creates a random single-use ``state`` stored server-side
-(chat, call, principal, provider, issuer, PKCE verifier, the hash of a per-flow cookie it
-sets, the playground origin, the redirect URI) and redirects only to the configured
-authorization endpoint.
+``GET /connect/{provider}/start?chat=&call=&token=`` is the popup's first page. It checks
+the caller owns the pending call and spends the one-time start token that came with the
+widget's descriptor (so a navigation from another site cannot start a flow), creates a
+random single-use ``state`` stored server-side (chat, call, principal, provider, issuer,
+PKCE verifier, the hash of a per-flow cookie it sets, the playground origin, the redirect
+URI) and redirects only to the configured authorization endpoint.
 
-``GET /connect/{provider}/callback`` takes the state once (GETDEL), requires every bound
-value to match (the path's provider, the per-flow cookie, the signed-in principal, and
-``iss`` where the provider supports RFC 9207), exchanges the code with the stored PKCE
-verifier at the stored provider's token endpoint, stores the connection and settles the
-parked call itself: the server is the source of truth, and the page it renders only
-posts a hint to the playground. A provider error settles the call ``denied``
-(``access_denied``) or ``error``. A callback for a call that has meanwhile been settled
-(timed out, or answered elsewhere) still stores a connection the user authorised, never
-changes the recorded outcome, and says so. A client settle of the call (Not now, Cancel)
-forgets its flow, so a later callback with that state is refused.
+``GET /connect/{provider}/callback`` refuses an answer that repeats a parameter, takes the
+state once (GETDEL), requires every bound value to match (the path's provider, the
+per-flow cookie, the signed-in principal, and ``iss`` where the provider supports RFC
+9207), exchanges the code with the stored PKCE verifier at the stored provider's token
+endpoint, stores the connection and settles the parked call itself: the server is the
+source of truth, and the page it renders only posts a hint to the playground. A provider
+error settles the call ``denied`` (``access_denied``) or ``error``. A callback for a call
+that has meanwhile been settled (timed out, or answered elsewhere) still stores a
+connection the user authorised, never changes the recorded outcome, and says so. A
+client settle of the call (Not now, Cancel) forgets its flow, so a later callback with
+that state is refused.
 
 ``POST /connect/{provider}/use`` settles a pending call with an existing connection of
 the caller's (the agent's re-ask after a retry finds it). ``GET /api/connections`` and
@@ -28,6 +30,7 @@ The package, one module per concern:
 - :mod:`widgets_api.connect.flow`: :class:`ConnectFlow`, the state machine (start, the
   callback's checks, settle) and the JSON endpoints;
 - :mod:`widgets_api.connect.records`: the flow record kept in Redis, and its store;
+- :mod:`widgets_api.connect.start_tokens`: the start links' one-time tokens;
 - :mod:`widgets_api.connect.exchange`: the code-for-token exchange and the account lookup;
 - :mod:`widgets_api.connect.pages`: the callback's result page and the error pages.
 """
@@ -36,12 +39,14 @@ from widgets_api.connect.flow import ConnectFlow
 from widgets_api.connect.pages import MESSAGE_TYPE, connect_page, result_page
 from widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
 from widgets_api.connect.routes import connect_routes
+from widgets_api.connect.start_tokens import StartTokens
 
 __all__ = [
     "MESSAGE_TYPE",
     "ConnectFlow",
     "FlowRecord",
     "FlowStore",
+    "StartTokens",
     "connect_page",
     "connect_routes",
     "outcome_summary",

@@ -1,15 +1,29 @@
 """HTTP helpers of the connect flow's JSON endpoints: the error body and the small body
-of ``POST /connect/{provider}/use``."""
+of ``POST /connect/{provider}/use``.
+
+Bodies are read by the server's one body reader, which ``transport`` puts at
+``app.state.reader`` (this package never imports ``transport``): its size limit holds
+while reading, it times out a trickling client, and it refuses malformed JSON (deep
+nesting, lone surrogates, bad UTF-8) with the server's usual 4xx error body.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["json_error", "read_use_body"]
+__all__ = ["USE_BODY_LIMIT", "BodyReader", "json_error", "read_use_body"]
+
+# {chatId, toolCallId, connectionId}: three short ids fit in far less.
+USE_BODY_LIMIT = 4096
+
+
+class BodyReader(Protocol):
+    """What the connect flow needs of ``app.state.reader``."""
+
+    async def json(self, request: Request, *, limit: int | None = None) -> Any: ...
 
 
 def json_error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -17,14 +31,10 @@ def json_error(status: int, code: str, message: str, **extra: Any) -> JSONRespon
 
 
 async def read_use_body(request: Request) -> tuple[str, str, str] | None:
-    """``(chatId, toolCallId, connectionId)``, or ``None`` for any other body."""
-    body = await request.body()
-    if len(body) > 4096:
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
+    """``(chatId, toolCallId, connectionId)``, or ``None`` for JSON of any other shape.
+    A body that is not JSON, too large or too slow is refused by the reader (4xx)."""
+    reader: BodyReader = request.app.state.reader
+    data = await reader.json(request, limit=USE_BODY_LIMIT)
     if not isinstance(data, dict) or set(data) != {"chatId", "toolCallId", "connectionId"}:
         return None
     values = (data["chatId"], data["toolCallId"], data["connectionId"])

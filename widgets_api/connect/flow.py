@@ -30,6 +30,7 @@ from widgets_api.connect._http import json_error, read_use_body
 from widgets_api.connect.exchange import Exchange
 from widgets_api.connect.pages import connect_page, result_page
 from widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
+from widgets_api.connect.start_tokens import StartTokens
 from widgets_api.connections import ConnectionStore, TokenExchangeError, oauth_client
 from widgets_api.providers import Provider, ProviderRegistry
 
@@ -37,7 +38,9 @@ __all__ = ["ConnectFlow"]
 
 log = logging.getLogger(__name__)
 
-_START_PARAMS = {"chat", "call", "retry", "origin"}
+_START_PARAMS = {"chat", "call", "retry", "origin", "token"}
+# The authorization response's parameters (RFC 6749 §4.1.2, §4.1.2.1; RFC 9207)
+_OAUTH_RESPONSE_PARAMS = ("state", "code", "iss", "error", "error_description", "error_uri")
 _MAX_PARAM = 512
 _FAILED = {"declined", "cancelled", "denied", "error", "timeout"}
 
@@ -80,6 +83,11 @@ class ConnectFlow:
         self.clock = clock
         self.flows = FlowStore(redis, flow_ttl_s)
         self.exchange = Exchange(connections, http_timeout_s)
+        self.start_tokens = StartTokens(redis, connections.cipher, ttl_s=flow_ttl_s, clock=clock)
+
+    def start_token(self, provider: str, chat_id: str, call_id: str) -> str:
+        """A one-time token for the widget's start link (widget descriptors carry it)."""
+        return self.start_tokens.issue(provider, chat_id, call_id)
 
     def redirect_uri(self, provider: Provider) -> str:
         """The one exact callback URI of ``provider``: from configuration, never Host."""
@@ -107,7 +115,8 @@ class ConnectFlow:
             return self._fail(404, "Unknown provider", "This server has no such provider.")
         params = request.query_params
         extra = sorted(set(params.keys()) - _START_PARAMS)
-        if extra or any(len(v) > _MAX_PARAM for v in params.values()):
+        repeated = len(params.multi_items()) != len(params.keys())
+        if extra or repeated or any(len(v) > _MAX_PARAM for _, v in params.multi_items()):
             return self._fail(400, "Invalid request", "The connect link has unexpected parameters.")
         principal = self._principal(request)
         if principal is None:
@@ -121,6 +130,18 @@ class ConnectFlow:
         asked = call.input if isinstance(call.input, dict) else {}
         if asked.get("provider") != provider.name:
             return self._fail(400, "Wrong provider", "This request is for another provider.")
+        # Only from the page that shows the widget: a navigation from elsewhere (the
+        # cookie rides along) carries no token, or one already spent (start_tokens.py).
+        if not await self.start_tokens.spend(
+            params.get("token"), provider.name, str(params.get("chat", "")), call.tool_call_id
+        ):
+            log.warning("connect start refused (no valid start token): call %s", call.tool_call_id)
+            return self._fail(
+                403,
+                "Start from the chat",
+                "This sign-in was not started from the chat, or its link has expired or was "
+                "already used. Press Connect in the chat to start again.",
+            )
         # A retry is a new flow for a call that ended without a connection; for a call
         # still pending it is just the flow (the callback settles it).
         retry = params.get("retry") == "1" and call.outcome is not None
@@ -184,6 +205,18 @@ class ConnectFlow:
         if provider is None:
             return self._fail(404, "Unknown provider", "This server has no such provider.")
         params = request.query_params
+        # RFC 6749 §3.1: a parameter sent more than once is an error. Which copy a reader
+        # takes differs (the first, the last), so a duplicate could slip a second
+        # ``iss`` or ``state`` past a check that read the other one: refuse the whole
+        # answer, before the state is looked up or a token requested.
+        repeated = sorted(n for n in _OAUTH_RESPONSE_PARAMS if len(params.getlist(n)) > 1)
+        if repeated:
+            log.warning("connect callback refused: repeated parameter(s) %s", ", ".join(repeated))
+            return self._fail(
+                400,
+                "Sign-in not recognised",
+                "The provider's answer repeats a parameter. Start again from the chat.",
+            )
         state = params.get("state")
         if not state or len(state) > _MAX_PARAM:
             return self._fail(400, "Sign-in not recognised", "The provider's answer has no state.")

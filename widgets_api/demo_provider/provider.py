@@ -55,12 +55,27 @@ def _check_url(name: str, url: str) -> None:
         raise ValueError(f"{name} {url!r} must be https (or http on loopback), no query/fragment")
 
 
-async def _read_form(request: Request) -> tuple[tuple[str, str], ...] | Response:
-    body = b""
+async def _read_body(request: Request) -> bytes | None:
+    """The body, or ``None`` past ``MAX_BODY``. Served by Parkway, the server's body
+    reader (``app.state.reader``) reads it: the size limit holds while reading, a client
+    trickling the body times out, and a refusal (413, 408) has the server's error shape.
+    Served on its own (its tests), a plain read that stops at the limit."""
+    reader = getattr(request.app.state, "reader", None)
+    if reader is not None:
+        body: bytes = await reader.body(request, limit=MAX_BODY)
+        return body
+    read = bytearray()
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            return JSONResponse({"error": "invalid_request"}, status_code=413)
+        if len(read) + len(chunk) > MAX_BODY:
+            return None
+        read += chunk
+    return bytes(read)
+
+
+async def _read_form(request: Request) -> tuple[tuple[str, str], ...] | Response:
+    body = await _read_body(request)
+    if body is None:
+        return JSONResponse({"error": "invalid_request"}, status_code=413)
     ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if ctype != "application/x-www-form-urlencoded":
         return ()

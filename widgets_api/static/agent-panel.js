@@ -207,6 +207,7 @@ export const agentPanel = {
     try {
       const parsed = JSON.parse(this.els.editor.value);
       if (!isObject(parsed)) throw new Error("the template must be a JSON object");
+      canonical(parsed); // throws for what the server refuses too (1e400, a lone surrogate)
       this.working = parsed;
       this.problem = "";
     } catch (error) {
@@ -343,8 +344,16 @@ export const agentPanel = {
         h("li", { class: "override-hint", "data-testid": "override-hint", "data-path": override.path.join("."), text: this.hintText(override) }),
       ),
     );
-    e.commit.disabled = this.committing || !edited || this.working === null;
-    e.commit.title = edited ? "" : "Edit the template to commit a new revision";
+    // Only the agent's editors commit (GET /api/agent says mayCommit); anyone else's
+    // edits run as a working copy in their own chats.
+    const mayCommit = head.mayCommit !== false;
+    this.root.dataset.mayCommit = String(mayCommit);
+    e.commit.disabled = !mayCommit || this.committing || !edited || this.working === null;
+    e.commit.title = !mayCommit
+      ? "Only the agent's editors can commit; your edits run in your own chats"
+      : edited
+        ? ""
+        : "Edit the template to commit a new revision";
 
     const message = this.message;
     e.message.hidden = !message;

@@ -85,13 +85,23 @@ export class ConnectWidget extends Widget {
       });
   }
 
+  /** The descriptor's start link, which carries a one-time start token: the server
+   *  starts a sign-in only from a page that was shown the widget. */
   startUrl(ctx) {
-    const given = sameOrigin(ctx.desc.startUrl);
-    if (given) return given;
-    const provider = ctx.desc.provider || (ctx.input && ctx.input.provider);
-    if (!provider || !page.chat.id) return null;
-    const query = `chat=${encodeURIComponent(page.chat.id)}&call=${encodeURIComponent(this.id)}`;
-    return `/connect/${encodeURIComponent(provider)}/start?${query}`;
+    return sameOrigin(ctx.desc.startUrl);
+  }
+
+  /** A start link starts one sign-in: read the call's view again, whose descriptor
+   *  carries a fresh token, so that the next Connect or Retry has one. */
+  async refreshStart() {
+    const url = this.ctx().statusUrl;
+    if (!url) return;
+    try {
+      const result = await api.json(url);
+      if (result.ok && result.data && result.data.toolCallId === this.id && result.data.widget) page.chat.calls.set(this.id, result.data);
+    } catch {
+      // the next open reads the view again
+    }
   }
 
   state(ctx) {
@@ -307,6 +317,7 @@ export class ConnectWidget extends Widget {
     this.blocked = null;
     this.closedAt = null;
     this.closedHint = false;
+    this.refreshStart();
     window.addEventListener("message", this.onMessage);
     if (phase === "connecting") this.timer = window.setInterval(() => this.tick(), CONNECT_POLL_MS);
     else this.timer = window.setInterval(() => this.watchRetry(), CONNECT_POLL_MS);
