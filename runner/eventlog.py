@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -37,6 +38,7 @@ __all__ = ["INTERRUPTED", "cancel_requested", "follow", "id_before"]
 INTERRUPTED = "The run was interrupted before it finished. Send the message again or resume."
 _MAX_SEQ = 18446744073709551615
 POLL_WHILE_DOWN_S = 0.5  # how often a follower reads while the log watch reconnects
+LONGEST_QUIET = 12  # a quiet follower of a live run checks it at least every 12 quiet_s
 
 
 def cancel_requested() -> bool:
@@ -73,12 +75,14 @@ async def follow(
     The log is read without blocking a Redis connection: ``watch`` wakes the follower
     when the chat's log grows (:mod:`runner.logwatch`). After ``quiet_s`` without a
     wake-up (a fraction of it while the watch is reconnecting) it reads anyway and
-    checks the run is still alive. ``skip_start`` drops the run's own
+    checks the run is still alive; while the run's lease is good, it next checks when
+    the lease would lapse (at most ``12 * quiet_s`` later). ``skip_start`` drops the run's own
     ``MessageStarted`` (for a caller that already sent the message's start while
     rebuilding its earlier parts).
     """
     after = id_before(start_id)
     quiet_rounds = 0
+    quiet = quiet_s
     async with watch.watching(keys.wake) as woken:
         while True:
             if cancel_requested():
@@ -96,8 +100,9 @@ async def follow(
                         return
             if entries:
                 quiet_rounds = 0
+                quiet = quiet_s
                 continue
-            wait_s = quiet_s if watch.healthy else min(quiet_s, POLL_WHILE_DOWN_S)
+            wait_s = quiet if watch.healthy else min(quiet, POLL_WHILE_DOWN_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait_s)
                 continue  # woken: read again
@@ -107,10 +112,18 @@ async def follow(
                 return
             state = info.get("state")
             if state == "running":
-                if float(info.get("lease_until", "0")) < clock() * 1000:
+                lease_left_s = float(info.get("lease_until", "0")) / 1000 - clock()
+                if lease_left_s < 0:
                     yield RunFailed(INTERRUPTED)  # its worker died
                     return
+                # A live run wakes its followers whenever it logs; its worker cannot be
+                # taken for dead before its lease lapses. So a quiet follower checks
+                # again then (spread a little, so thousands of followers do not check
+                # at once), not every few seconds: one read per lease, not per 5 s.
+                quiet = min(max(quiet_s, lease_left_s), LONGEST_QUIET * quiet_s)
+                quiet *= random.uniform(1.0, 1.1)  # noqa: S311 (spreading, not secrecy)
                 continue
+            quiet = quiet_s
             # The run stored its end but its last events never reached the log.
             quiet_rounds += 1
             if quiet_rounds >= 2:

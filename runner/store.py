@@ -174,6 +174,14 @@ class ChatStore:
     async def stop_requested(self, keys: ChatKeys, token: str) -> bool:
         return _s(await self.redis.hget(keys.meta, "stop_for") or b"") == token
 
+    async def stops_requested(self, runs: Sequence[tuple[ChatKeys, str]]) -> list[bool]:
+        """Whether each (chat, lease token) run was asked to stop: one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, _ in runs:
+            pipe.hget(keys.meta, "stop_for")
+        replies = await pipe.execute()
+        return [_s(r or b"") == token for r, (_, token) in zip(replies, runs, strict=True)]
+
     async def release(self, keys: ChatKeys, *, token: str) -> bool:
         return bool(await self._release(keys=[keys.meta], args=[token]))
 
