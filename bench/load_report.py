@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.report import Machine
+from bench.report import LOAD_END, LOAD_START, Machine
 from bench.stats import Latency, fmt_ms, markdown_table
 
 __all__ = [
@@ -29,8 +29,6 @@ __all__ = [
     "write_section",
 ]
 
-LOAD_START = "<!-- load:start (written by make load) -->"
-LOAD_END = "<!-- load:end -->"
 FOLLOWERS_TARGET = 10_000
 REDIS_CONNECTIONS_TARGET = 32
 HEALTHZ_P99_TARGET_MS = 100.0

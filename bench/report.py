@@ -29,6 +29,10 @@ __all__ = ["NOTES_END", "NOTES_START", "Machine", "Report", "machine_facts"]
 
 NOTES_START = "<!-- notes:start (kept by make bench) -->"
 NOTES_END = "<!-- notes:end -->"
+# The section `make load` writes (bench/load_report.py), kept as it is.
+LOAD_START = "<!-- load:start (written by make load) -->"
+LOAD_END = "<!-- load:end -->"
+
 PARK_TARGET_MS = 0.5
 RESUME_TARGET_MS = 1.0
 SWEEP_LAG_TARGET_MS = 1000.0
@@ -501,7 +505,9 @@ class Report:
         ]
         return "\n\n".join(parts) + "\n"
 
-    def document(self, notes: str) -> str:
+    def document(self, notes: str, load: str = "") -> str:
+        """The whole file; ``notes`` and ``load`` (the section ``make load`` writes, with
+        its markers) are kept from the file it replaces."""
         m = self.machine
         return "\n".join(
             [
@@ -509,7 +515,8 @@ class Report:
                 "",
                 "Park, settle and resume latency of Parkway on a loopback Redis, at the "
                 "runner level and through HTTP. This file is written by `make bench`; "
-                "only the *Notes* section is kept between runs.",
+                "the *Notes* section and the *Load* section (written by `make load`) are kept "
+                "between runs.",
                 "",
                 "## How to run",
                 "",
@@ -543,6 +550,7 @@ class Report:
                 "CPUs, so p99 includes scheduling noise from the neighbours.",
                 "",
                 self.tables().replace("### ", "## "),
+                *([load.strip("\n"), ""] if load else []),
                 "## What is measured",
                 "",
                 METHOD,
@@ -562,14 +570,17 @@ class Report:
 
     def write(self, path: Path) -> None:
         """Write the document to ``path``, keeping the notes of an existing one."""
-        notes = "_No notes yet._"
+        notes, load = "_No notes yet._", ""
         if path.exists():
             old = path.read_text(encoding="utf-8")
             start, end = old.find(NOTES_START), old.find(NOTES_END)
             if 0 <= start < end:
                 notes = old[start + len(NOTES_START) : end]
+            start, end = old.find(LOAD_START), old.find(LOAD_END)
+            if 0 <= start < end:
+                load = old[start : end + len(LOAD_END)]
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.document(notes), encoding="utf-8")
+        path.write_text(self.document(notes, load), encoding="utf-8")
 
 
 def _part_cell(result: SizeResult, name: str) -> str:
