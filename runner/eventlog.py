@@ -20,6 +20,7 @@ import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 from runner.events import (
     TERMINAL_KINDS,
@@ -60,6 +61,13 @@ def id_before(entry_id: str) -> str:
     return f"{ms - 1}-{_MAX_SEQ}" if ms > 0 else "0-0"
 
 
+async def _read(store: ChatStore, keys: ChatKeys, after: str) -> list[tuple[str, list[Event]]]:
+    return [
+        (entry_id, events_from_json(text))
+        for entry_id, text in await store.read_events(keys, after, block_ms=None)
+    ]
+
+
 async def follow(
     store: ChatStore,
     keys: ChatKeys,
@@ -88,10 +96,11 @@ async def follow(
             if cancel_requested():
                 raise asyncio.CancelledError
             woken.clear()
-            entries = await store.read_events(keys, after, block_ms=None)
-            for entry_id, text in entries:
+            # (followers of one chat woken at one entry share one read, decoded once)
+            entries = await watch.shared(keys.events, after, partial(_read, store, keys, after))
+            for entry_id, batch in entries:
                 after = entry_id
-                for event in events_from_json(text):
+                for event in batch:
                     if skip_start and isinstance(event, MessageStarted):
                         skip_start = False
                         continue
@@ -106,7 +115,7 @@ async def follow(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait_s)
                 continue  # woken: read again
-            info = await store.run_info(keys)
+            info = await watch.shared(keys.meta, "run_info", partial(store.run_info, keys))
             if info.get("run_start") != start_id:
                 yield RunFailed(INTERRUPTED)  # another run took the chat over
                 return

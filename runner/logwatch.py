@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
@@ -33,6 +33,8 @@ from runner.connection import RedisClient
 from runner.keys import LOGWATCH_CHANNEL
 
 __all__ = ["LogWatch"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +60,42 @@ class _ReconnectingPubSub(PubSub):
 class LogWatch:
     """Wake-ups for the followers of one worker, over one subscription connection."""
 
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, *, read_slots: int = 16) -> None:
+        """``read_slots``: how many followers' reads may be in flight at once, so that
+        a burst of wake-ups (a thousand streams woken together) never takes every
+        pooled connection from the runs' own commands; the rest wait their turn."""
         self.redis = redis
+        self._read_slots = asyncio.Semaphore(max(1, read_slots))
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._changes = asyncio.Lock()  # one subscription command at a time
         self._connected = asyncio.Event()
+        self._reads: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.healthy = False
 
     @property
     def channels(self) -> int:
         """How many chats have followers here."""
         return len(self._waiters)
+
+    async def shared(self, key: str, after: str, read: Callable[[], Awaitable[T]]) -> T:
+        """``read()``, shared by every caller asking for the same ``(key, after)`` while it
+        is in flight: when a chat's log grows, its fifty followers, all woken at the same
+        entry, cost one read, not fifty. A caller that goes away does not cancel the
+        read for the others."""
+        task = self._reads.get((key, after))
+        if task is None:
+            task = asyncio.ensure_future(self._limited(read))
+            self._reads[(key, after)] = task
+            task.add_done_callback(lambda _: self._reads.pop((key, after), None))
+        result: T = await asyncio.shield(task)
+        return result
+
+    async def _limited(self, read: Callable[[], Awaitable[T]]) -> T:
+        async with self._read_slots:
+            return await read()
 
     @contextlib.asynccontextmanager
     async def watching(self, channel: str) -> AsyncIterator[asyncio.Event]:

@@ -116,7 +116,7 @@ class Runner(Settling):
         self.agents = agents
         self.settle_listeners: list[SettleListener] = []
         self.store = ChatStore(redis, self.config.chat_ttl_s)
-        self.logwatch = LogWatch(redis)
+        self.logwatch = LogWatch(redis, read_slots=self.config.follower_reads)
         self.supervisor = RunSupervisor(self.store, self.config, clock)
         self.executor = ToolExecutor(credentials, agents, self.config.max_output_bytes)
         self.models = models or ModelCatalog(model)

@@ -34,6 +34,9 @@ class RunnerConfig:
     client_deadline_s: float = 15 * 60
     connection_deadline_s: float = 10 * 60
     follow_quiet_s: float = 5.0  # a follower's read and liveness check without wake-ups
+    # followers' reads in flight at once on a worker (the rest of its Redis connections
+    # stay free for the runs' own commands)
+    follower_reads: int = 16
 
 
 class Run:

@@ -281,6 +281,8 @@ def create_app(
                     chat_ttl_s=settings.chat_ttl_s,
                     lease_s=settings.lease_s,
                     max_output_bytes=settings.max_output_bytes,
+                    # half the pool for followers' reads, the rest kept for the runs
+                    follower_reads=max(1, settings.redis_max_connections // 2),
                 ),
             )
             # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
