@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from runner import (
     ChatBusyError,
     NothingToResumeError,
     Runner,
+    RunnerConfig,
     SettleConflictError,
     connect,
     parse_agent_file,
@@ -43,6 +45,7 @@ from runner.events import (
     TextDelta,
     ToolDenied,
     ToolSucceeded,
+    coalesce,
 )
 from runner.keys import DEADLINES, ChatKeys
 from runner.sweeper import Sweeper
@@ -415,3 +418,37 @@ async def test_http_park_answer_and_continuation_through_a_cluster_url(
         finally:
             await api.aclose()
     assert await masters_holding_chats(masters) == 3
+
+
+async def test_followers_are_woken_for_chats_on_every_master(
+    client: RedisCluster, tmp_path: Path
+) -> None:
+    """The log watch's one subscription hears appends to chats on every master (classic
+    PUBLISH reaches the whole Cluster): three followers per chat wait while the run is
+    held in a tool, and are woken when it goes on. Their quiet period is longer than
+    the test's patience, so only wake-ups can bring them the run's end."""
+    release = tmp_path / "go"
+    doc = agent_doc([[call("wait_for_file", {"path": str(release)})], [text("from every master")]])
+    doc["template"]["tools"].append(
+        {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
+    )
+    agent = parse_agent_file(doc)
+    runner = Runner(client, agent.model, agent.template, config=RunnerConfig(follow_quiet_s=600))
+    chats = chats_on_every_master(client, "watched")
+    runs = [await runner.start_turn(chat, "alice", "hi") for chat in chats]
+    starts = [await asyncio.wait_for(asyncio.shield(run.log_start), 10) for run in runs]
+
+    async def follow(chat: str, start: str) -> list[Event]:
+        return [event async for event in runner.follow(chat, start)]
+
+    following = asyncio.gather(
+        *(follow(c, s) for c, s in zip(chats, starts, strict=True) for _ in range(3))
+    )
+    await asyncio.sleep(0.5)  # the followers have read what there is and wait
+    release.write_text("go")
+    followed = await asyncio.wait_for(following, 30)
+    emitted = [await run.collect() for run in runs]
+    for i, events in enumerate(followed):
+        assert coalesce(events) == coalesce(emitted[i // 3])
+        assert said(events) == "from every master"
+    await runner.aclose()
