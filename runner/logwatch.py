@@ -71,7 +71,7 @@ class LogWatch:
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._changes = asyncio.Lock()  # one subscription command at a time
-        self._connected = asyncio.Event()
+        self.reconnects = 0  # how often the subscription connection came back
         self._reads: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.healthy = False
 
@@ -157,8 +157,12 @@ class LogWatch:
             # followers' quiet-period reads cover what they miss.)
             return self.redis.pubsub()
         return _ReconnectingPubSub(
-            connection_pool=self.redis.connection_pool, on_reconnect=self._wake_all
+            connection_pool=self.redis.connection_pool, on_reconnect=self._reconnected
         )
+
+    def _reconnected(self) -> None:
+        self.reconnects += 1
+        self._wake_all()
 
     async def _run(self) -> None:
         attempt = 0
@@ -171,6 +175,8 @@ class LogWatch:
                 await pubsub.subscribe(LOGWATCH_CHANNEL, *self._waiters)
                 self._pubsub = pubsub
                 self.healthy = True
+                if attempt:
+                    self.reconnects += 1
                 self._wake_all()  # anything published while it was away: read again
                 attempt = 0
                 while not _cancelling():

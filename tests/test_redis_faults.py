@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import Run, Runner, chat_keys, parse_agent_file
+from runner import Run, Runner, RunnerConfig, chat_keys, parse_agent_file
 from runner import _scripts as scripts
 from runner.connection import RedisClient, connect
 from runner.events import (
@@ -393,3 +393,41 @@ async def test_commands_wait_for_a_free_connection_instead_of_failing(
         assert len(await client.client_list()) <= 2
     finally:
         await client.aclose()
+
+
+async def test_followers_survive_their_watch_connection_dying(
+    proxy: RedisProxy, proxied: RedisClient, tmp_path: Path
+) -> None:
+    """Every connection (the log watch's subscription included) is cut while followers
+    wait on a held run; Redis stays up. The watch reconnects and subscribes again, and
+    the followers get the run's end though their quiet period outlasts the test."""
+    release = tmp_path / "go"
+    doc = agent_doc([[call("wait_for_file", {"path": str(release)})], [text("after the cut")]])
+    doc["template"]["tools"].append(
+        {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
+    )
+    agent = parse_agent_file(doc)
+    runner = Runner(proxied, agent.model, agent.template, config=RunnerConfig(follow_quiet_s=600))
+    run = await runner.start_turn("w1", "alice", "hi")
+    start = await asyncio.wait_for(asyncio.shield(run.log_start), 10)
+    following = asyncio.gather(*([collect(runner.follow("w1", start)) for _ in range(3)]))
+    await asyncio.sleep(0.5)
+    proxy.down()
+    proxy.up()
+    for _ in range(200):  # the watch notices, reconnects and subscribes again
+        await asyncio.sleep(0.05)
+        if runner.logwatch.reconnects:
+            break
+    assert runner.logwatch.reconnects == 1
+    await asyncio.sleep(0.5)  # the wake-up of the reconnect has come and gone
+    release.write_text("go")
+    followed = await asyncio.wait_for(following, 30)
+    emitted = await run.collect()
+    for events in followed:
+        assert coalesce(events) == coalesce(emitted)
+        assert "after the cut" in "".join(e.delta for e in events if isinstance(e, TextDelta))
+    await runner.aclose()
+
+
+async def collect(events: AsyncIterator[Event]) -> list[Event]:
+    return [event async for event in events]
