@@ -23,10 +23,10 @@ on one slot.
 The connection budget and faults (docs/operations.md, "Redis connections and outages"):
 
 - A worker holds at most ``max_connections`` connections to each Redis node. On one
-  server a command that finds them all busy waits up to ``pool_timeout_s`` for one to
-  come free (a blocking pool) instead of failing; the Sentinel and Cluster pools refuse
-  at the cap instead (redis-py has no blocking variant of them), which the HTTP layer
-  answers with 503 and ``Retry-After``.
+  server and behind Sentinel a command that finds them all busy waits up to
+  ``pool_timeout_s`` for one to come free (a blocking pool) instead of failing; a
+  Cluster's node pools refuse at the cap instead (redis-py has no blocking variant of
+  them), which the HTTP layer answers with 503 and ``Retry-After``.
 - A command that fails on a connection error or a timeout is sent again on a fresh
   connection, with jittered exponential backoff (:data:`RETRY_ATTEMPTS` attempts, waits
   from 20 ms up to 1 s, about 5 s in all): a connection left stale by a Redis restart
@@ -48,7 +48,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -188,6 +188,11 @@ def parse_redis_url(url: str) -> RedisTarget:
     return RedisTarget(kind, url, nodes, service, options, sentinel_options)
 
 
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The Sentinel primary's pool, blocking as the one-server pool does: a command that
+    finds every connection busy waits (up to its timeout) instead of failing."""
+
+
 class _SentinelPrimary(Redis):
     """The primary's client; closing it also closes its connections to the Sentinels,
     which the Sentinel helper would otherwise leave open."""
@@ -217,7 +222,11 @@ def connect(url: str, *, max_connections: int = 32, pool_timeout_s: float = 5.0)
             **{**_TIMEOUTS, **faults, **target.options},
         )
         primary: _SentinelPrimary = sentinel.master_for(
-            target.service, redis_class=_SentinelPrimary, max_connections=max_connections
+            target.service,
+            redis_class=_SentinelPrimary,
+            connection_pool_class=_BlockingSentinelPool,
+            max_connections=max_connections,
+            timeout=pool_timeout_s,
         )
         return primary
     pool = BlockingConnectionPool.from_url(

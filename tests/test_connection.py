@@ -3,6 +3,7 @@ primary serving a real round trip."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,6 +163,25 @@ async def test_a_sentinel_url_reaches_the_primary_and_serves_a_round_trip(
         assert "".join(e.delta for e in events if isinstance(e, TextDelta)) == "resumed"
         assert await primary.exists(ChatKeys("via-sentinel").meta)
         await assert_keyspace_clean([primary], client)
+    finally:
+        await client.aclose()
+        await primary.flushall()
+        await primary.aclose()
+
+
+async def test_a_sentinel_primary_pool_waits_for_a_free_connection(
+    sentinel: LoopbackSentinel,
+) -> None:
+    """Behind Sentinel the pool blocks too: two connections, a hundred concurrent
+    commands, all served, and the primary never sees more than two of ours."""
+    primary = Redis(host=HOST, port=sentinel.primary_port)
+    client = connect(sentinel.url, max_connections=2, pool_timeout_s=10)
+    try:
+        await primary.flushall()
+        before = len(await primary.client_list())
+        results = await asyncio.gather(*(client.incr("n") for _ in range(100)))
+        assert sorted(results) == list(range(1, 101))
+        assert len(await primary.client_list()) - before <= 2
     finally:
         await client.aclose()
         await primary.flushall()
