@@ -106,6 +106,19 @@ def call(name: str, tool_input: Any = None) -> dict[str, Any]:
     return {"tool_call": {"name": name, "input": {} if tool_input is None else tool_input}}
 
 
+# A server tool that holds its run until the test creates a file (tests/tools.py).
+WAIT_FOR_FILE_TOOL = {
+    "type": "function",
+    "name": "wait_for_file",
+    "ref": "tests.tools:wait_for_file",
+}
+
+
+def held_agent_doc(turns: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """:func:`agent_doc` with ``wait_for_file`` among the tools."""
+    return agent_doc(turns, tools=[*ALL_TOOLS, WAIT_FOR_FILE_TOOL])
+
+
 def agent_doc(
     turns: Sequence[Sequence[Mapping[str, Any]]], tools: Sequence[Any] = ALL_TOOLS
 ) -> dict[str, Any]:

@@ -15,11 +15,9 @@ import pytest
 from redis.asyncio import Redis
 
 from runner import chat_keys
-from tests.support import Api, ServerThread, agent_doc, call, text, user_message
+from tests.support import Api, ServerThread, call, held_agent_doc, text, user_message
 
 pytestmark = pytest.mark.slow
-
-WAIT_TOOL = {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
 
 
 @pytest.fixture
@@ -32,8 +30,7 @@ def held(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def server(redis: Redis, redis_url: str, held: Path) -> Iterator[ServerThread]:
-    doc = agent_doc([[call("wait_for_file", {"path": str(held)})], [text("released")]])
-    doc["template"]["tools"].append(WAIT_TOOL)
+    doc = held_agent_doc([[call("wait_for_file", {"path": str(held)})], [text("released")]])
     started = ServerThread(
         redis_url,
         doc,

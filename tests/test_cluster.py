@@ -55,6 +55,7 @@ from tests.support import (
     agent_doc,
     answered,
     call,
+    held_agent_doc,
     server_thread,
     sse_chunks,
     text,
@@ -428,11 +429,8 @@ async def test_followers_are_woken_for_chats_on_every_master(
     held in a tool, and are woken when it goes on. Their quiet period is longer than
     the test's patience, so only wake-ups can bring them the run's end."""
     release = tmp_path / "go"
-    doc = agent_doc([[call("wait_for_file", {"path": str(release)})], [text("from every master")]])
-    doc["template"]["tools"].append(
-        {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
-    )
-    agent = parse_agent_file(doc)
+    turns = [[call("wait_for_file", {"path": str(release)})], [text("from every master")]]
+    agent = parse_agent_file(held_agent_doc(turns))
     runner = Runner(client, agent.model, agent.template, config=RunnerConfig(follow_quiet_s=600))
     chats = chats_on_every_master(client, "watched")
     runs = [await runner.start_turn(chat, "alice", "hi") for chat in chats]

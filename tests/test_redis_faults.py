@@ -33,6 +33,7 @@ from tests.support import (
     ServerThread,
     agent_doc,
     call,
+    held_agent_doc,
     sse_chunks,
     text,
     user_message,
@@ -215,17 +216,15 @@ async def test_an_outage_answers_503_ends_streams_with_an_error_and_recovers(
     marker = tmp_path / "go"
     ready = tmp_path / "ready"
     ready.write_text("")
-    wait_tool = {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
     # the user's text names the file the tool waits for: one that exists goes straight on
     # to a parked call; the marker holds the run until the test ends
-    doc = agent_doc(
+    doc = held_agent_doc(
         [
             [call("wait_for_file", {"path": "{{last_user_text}}"})],
             [call("pick", {"q": "colour"})],
             [text("got it")],
         ]
     )
-    doc["template"]["tools"].append(wait_tool)
     # (the proxy serves on this test's loop: the server starts and stops off it)
     server = ServerThread(proxy.url, doc, redis_pool_timeout_s=2.0)
     await asyncio.to_thread(server.start)
@@ -402,10 +401,7 @@ async def test_followers_survive_their_watch_connection_dying(
     wait on a held run; Redis stays up. The watch reconnects and subscribes again, and
     the followers get the run's end though their quiet period outlasts the test."""
     release = tmp_path / "go"
-    doc = agent_doc([[call("wait_for_file", {"path": str(release)})], [text("after the cut")]])
-    doc["template"]["tools"].append(
-        {"type": "function", "name": "wait_for_file", "ref": "tests.tools:wait_for_file"}
-    )
+    doc = held_agent_doc([[call("wait_for_file", {"path": str(release)})], [text("after the cut")]])
     agent = parse_agent_file(doc)
     runner = Runner(proxied, agent.model, agent.template, config=RunnerConfig(follow_quiet_s=600))
     run = await runner.start_turn("w1", "alice", "hi")

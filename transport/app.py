@@ -111,10 +111,13 @@ async def _parkway_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPError)
-    # 408 and 413 leave the rest of the body unread: close rather than read it to reuse
-    # the connection (uvicorn would read and drop it, however long it is).
+    # A 408 leaves a trickling body unread: close the connection rather than wait for
+    # it. A 413 does not: closing while an honest client is still sending its body
+    # makes its kernel reset the connection, and the client never reads the answer.
+    # uvicorn reads and drops the rest instead; `parkway serve` bounds how long with its
+    # header timeout (transport/serving.py), which runs from the answer on.
     headers = dict(exc.headers)
-    if exc.status in {408, 413}:
+    if exc.status == 408:
         headers["connection"] = "close"
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 

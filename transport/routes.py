@@ -250,20 +250,9 @@ async def resume_stream(request: Request) -> Response:
             stored = int(meta.get("run_hist", len(record.entries)))
             earlier = ChatRecord(meta=meta, entries=record.entries[:stored], calls=record.calls)
             message = _message_of(earlier, chat_id, message_id, _describer(request))
-            if message is None:  # a new message: the run's own start opens it
-                return _streamed(
-                    request,
-                    principal,
-                    follow_response(
-                        chat_id,
-                        runner,
-                        [],
-                        start_id,
-                        skip_start=False,
-                        describer=_describer(request),
-                    ),
-                )
-            prefix = replay_message(message, None)
+            # A new message: the run's own start opens it. Else its earlier parts are
+            # rebuilt and the run's own start is skipped.
+            prefix = [] if message is None else replay_message(message, None)
             return _streamed(
                 request,
                 principal,
@@ -272,7 +261,7 @@ async def resume_stream(request: Request) -> Response:
                     runner,
                     prefix,
                     start_id,
-                    skip_start=True,
+                    skip_start=message is not None,
                     describer=_describer(request),
                 ),
             )
