@@ -7,11 +7,11 @@
 // Prints one JSON summary on stdout and exits 1 when any case or check fails. The module
 // is imported as the browser loads it: an ES module file, untouched.
 
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { canonicalJson, parkedCallKey } from "../widgets_api/static/canonical.js";
+import { runVectors } from "./vector_run.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -88,35 +88,4 @@ for (const [label, value] of Object.entries(notJson)) {
   checks[`${label} is refused`] = () => throwsTypeError(() => canonicalJson(value));
 }
 
-const vectorsPath = process.argv[2] ?? path.resolve(here, "vectors", "jcs.json");
-const { cases } = JSON.parse(readFileSync(vectorsPath, "utf8"));
-const failures = [];
-let passed = 0;
-for (const entry of cases) {
-  const reason = checkCase(entry);
-  if (reason === null) passed += 1;
-  else failures.push({ name: entry.name, reason });
-}
-let checksPassed = 0;
-for (const [name, check] of Object.entries(checks)) {
-  let ok = false;
-  try {
-    ok = check() === true;
-  } catch {
-    ok = false;
-  }
-  if (ok) checksPassed += 1;
-  else failures.push({ name: `check: ${name}`, reason: "failed" });
-}
-
-process.stdout.write(
-  `${JSON.stringify({
-    vectors: vectorsPath,
-    cases: cases.length,
-    passed,
-    checks: Object.keys(checks).length,
-    checks_passed: checksPassed,
-    failures,
-  })}\n`,
-);
-process.exitCode = failures.length === 0 ? 0 : 1;
+runVectors(process.argv[2] ?? path.resolve(here, "vectors", "jcs.json"), checkCase, checks);

@@ -14,6 +14,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import vm from "node:vm";
 
+import { runVectors } from "./vector_run.mjs";
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 const scriptPath = path.resolve(here, "..", "widgets_api", "static", "overlay.js");
 const source = readFileSync(scriptPath, "utf8");
@@ -146,35 +148,4 @@ for (const [label, value] of Object.entries(notJson)) {
     throwsTypeError(() => mergeOverlay({}, { tools: [value] }));
 }
 
-const vectorsPath = process.argv[2] ?? path.resolve(here, "vectors", "overlay_merge.json");
-const { cases } = JSON.parse(readFileSync(vectorsPath, "utf8"));
-const failures = [];
-let passed = 0;
-for (const entry of cases) {
-  const reason = checkCase(entry);
-  if (reason === null) passed += 1;
-  else failures.push({ name: entry.name, reason });
-}
-let checksPassed = 0;
-for (const [name, check] of Object.entries(checks)) {
-  let ok = false;
-  try {
-    ok = check() === true;
-  } catch (error) {
-    ok = false;
-  }
-  if (ok) checksPassed += 1;
-  else failures.push({ name: `check: ${name}`, reason: "failed" });
-}
-
-process.stdout.write(
-  `${JSON.stringify({
-    vectors: vectorsPath,
-    cases: cases.length,
-    passed,
-    checks: Object.keys(checks).length,
-    checks_passed: checksPassed,
-    failures,
-  })}\n`,
-);
-process.exitCode = failures.length === 0 ? 0 : 1;
+runVectors(process.argv[2] ?? path.resolve(here, "vectors", "overlay_merge.json"), checkCase, checks);

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 
 from runner.agentfile import AgentFile, parse_agent_file
@@ -358,3 +361,22 @@ def server_thread(
         yield server
     finally:
         server.stop()
+
+
+def run_node_vectors(script: Path, vectors: Path, what: str) -> dict[str, Any]:
+    """Run a Node vector script (tests/vector_run.mjs) over ``vectors`` and return the
+    summary it prints; skip when Node is missing (``what`` names the code unchecked)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip(f"node is not on PATH: {what} cannot be checked")
+    done = subprocess.run(
+        [node, str(script), str(vectors)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.stdout, f"the node runner printed nothing; stderr: {done.stderr}"
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary

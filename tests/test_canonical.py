@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,16 @@ from runner import (
 )
 from runner.events import CallParked
 from runner.parking import ParkedCall
-from tests.support import Api, agent_doc, answered, call, server_thread, sse_chunks, text
+from tests.support import (
+    Api,
+    agent_doc,
+    answered,
+    call,
+    run_node_vectors,
+    server_thread,
+    sse_chunks,
+    text,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors" / "jcs.json"
@@ -44,19 +51,7 @@ PICK_OUTPUT = {"outcome": "output", "output": {"choice": "red"}}
 
 
 def run_node(vectors: Path) -> dict[str, Any]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not on PATH: the playground's canonical.js cannot be checked")
-    done = subprocess.run(
-        [node, str(RUNNER), str(vectors)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.stdout, f"the node runner printed nothing; stderr: {done.stderr}"
-    summary: dict[str, Any] = json.loads(done.stdout)
-    return summary
+    return run_node_vectors(RUNNER, vectors, "the playground's canonical.js")
 
 
 def legacy_key(tool_name: str, tool_input: Any) -> str:

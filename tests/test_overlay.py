@@ -11,14 +11,13 @@ import copy
 import json
 import math
 import random
-import shutil
-import subprocess
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 
+from tests.support import run_node_vectors
 from widgets_api.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,22 +44,7 @@ def containers(value: Any) -> dict[int, Any]:
 
 
 def run_node(vectors: Path) -> dict[str, Any]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not on PATH: the playground's overlay.js cannot be checked")
-    done = subprocess.run(
-        [node, str(RUNNER), str(vectors)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
-    assert done.stdout, f"the node runner printed nothing; stderr: {done.stderr}"
-    summary: dict[str, Any] = json.loads(done.stdout)
-    assert summary["failures"] == [], summary["failures"]
-    assert done.returncode == 0, done.stderr
-    return summary
+    return run_node_vectors(RUNNER, vectors, "the playground's overlay.js")
 
 
 def test_vectors_cover_the_rules() -> None:
