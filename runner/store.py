@@ -171,9 +171,6 @@ class ChatStore:
     async def request_stop(self, keys: ChatKeys) -> bool:
         return bool(await self._stop(keys=[keys.meta], args=[]))
 
-    async def stop_requested(self, keys: ChatKeys, token: str) -> bool:
-        return _s(await self.redis.hget(keys.meta, "stop_for") or b"") == token
-
     async def stops_requested(self, runs: Sequence[tuple[ChatKeys, str]]) -> list[bool]:
         """Whether each (chat, lease token) run was asked to stop: one round trip."""
         pipe = self.redis.pipeline(transaction=False)
