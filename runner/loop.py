@@ -53,7 +53,6 @@ from runner.execution import ToolExecutor, record_tool_run
 from runner.history import (
     assistant_entry,
     call_entry,
-    decode_entries,
     result_entry,
     to_model_messages,
     user_entry,
@@ -74,7 +73,7 @@ from runner.step import (
     end_with_notice,
     finish_message,
 )
-from runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, raise_for_claim
+from runner.store import SCHEMA_VERSION, ChatRecord, ChatStore
 from runner.supervisor import RunSupervisor
 from runner.template import AgentTemplate, load_template
 from runner.triage import triage
@@ -269,7 +268,7 @@ class Runner(Settling):
             )
         message_id = new_id("msg")
         token = secrets.token_hex(16)
-        result = await self.store.claim_turn(
+        claim = await self.store.claim_turn(
             keys,
             principal=principal,
             token=token,
@@ -281,7 +280,6 @@ class Runner(Settling):
             template_digest=template.digest,
             template_json=template.canonical,
         )
-        raise_for_claim(result)
         state = RunState(
             keys=keys,
             chat_id=chat_id,
@@ -289,12 +287,12 @@ class Runner(Settling):
             token=token,
             message_id=message_id,
             template=template,
-            model_calls=int(result[1]),
-            entries=decode_entries(result[4:]),
-            parked_ids=json.loads(result[2]),
+            model_calls=claim.model_calls,
+            entries=claim.entries,
+            parked_ids=claim.parked_ids,
             user_message_id=user_message_id,
         )
-        previous = result[3]
+        previous = claim.previous_template
 
         async def work(run: Run, state: RunState) -> None:
             # The earlier message's calls finish off-stream (this is a new message), with
@@ -320,26 +318,25 @@ class Runner(Settling):
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
-        result, parked_calls = await self.store.claim_resume(
+        claim = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
-        raise_for_claim(result)
         state = RunState(
             keys=keys,
             chat_id=chat_id,
             principal=principal,
             token=token,
-            message_id=result[2],
+            message_id=claim.message_id,
             template=self.template,
-            model_calls=int(result[1]),
-            entries=decode_entries(result[5:]),
-            parked_ids=json.loads(result[3]),
-            parked_calls=parked_calls,
+            model_calls=claim.model_calls,
+            entries=claim.entries,
+            parked_ids=claim.parked_ids,
+            parked_calls=claim.calls,
             skip_echo=skip_echo,
         )
         try:
-            if result[4]:
-                state.template = load_template(json.loads(result[4]))
+            if claim.template_json:
+                state.template = load_template(json.loads(claim.template_json))
         except Exception:
             # Hand the chat back untouched, so a fixed deployment can resume it.
             await self.store.commit(

@@ -25,10 +25,11 @@ from runner.errors import (
     IncompatibleStateError,
     NothingToResumeError,
 )
+from runner.history import decode_entries
 from runner.keys import DEADLINES, ChatKeys, deadline_member
 from runner.parking import ParkedCall, decode_call, encode_call
 
-__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore", "raise_for_claim"]
+__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore", "ResumeClaim", "TurnClaim"]
 
 SCHEMA_VERSION = "1"
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
@@ -64,6 +65,32 @@ class ChatRecord:
         return self.meta.get("owner")
 
 
+@dataclass(frozen=True)
+class TurnClaim:
+    """What CLAIM_TURN hands a new turn: the chat's model call count, the parked ids of
+    its last step, the template those calls were made under when it is not the turn's
+    ('' otherwise), and the history."""
+
+    model_calls: int
+    parked_ids: list[str]
+    previous_template: str
+    entries: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ResumeClaim:
+    """What CLAIM_RESUME hands a resume: the chat's model call count, the message it
+    continues, the parked step's ids and calls (with their outcomes), the template
+    snapshot of the run (JSON, '' if none) and the history."""
+
+    model_calls: int
+    message_id: str
+    parked_ids: list[str]
+    template_json: str
+    calls: list[ParkedCall]
+    entries: list[dict[str, Any]]
+
+
 class ChatStore:
     """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
 
@@ -97,8 +124,9 @@ class ChatStore:
         message_id: str,
         template_digest: str,
         template_json: str,
-    ) -> list[str]:
-        """Run CLAIM_TURN (one round trip; the history comes back with the claim)."""
+    ) -> TurnClaim:
+        """Run CLAIM_TURN (one round trip; the history comes back with the claim), or
+        raise the domain error its refusal stands for."""
         result = await self._claim_turn(
             keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls, keys.events],
             args=[
@@ -115,22 +143,36 @@ class ChatStore:
                 template_json,
             ],
         )
-        return [_s(x) for x in result]
+        fields = [_s(x) for x in result]
+        _raise_for_claim(fields)
+        return TurnClaim(
+            model_calls=int(fields[1]),
+            parked_ids=json.loads(fields[2]),
+            previous_template=fields[3],
+            entries=decode_entries(fields[4:]),
+        )
 
     async def claim_resume(
         self, keys: ChatKeys, *, principal: str, token: str, now_ms: int, lease_ms: int
-    ) -> tuple[list[str], list[ParkedCall]]:
-        """Run CLAIM_RESUME. One round trip brings the claim's fields, the parked step's
-        calls with their outcomes, and the history (``fields[5:]``)."""
+    ) -> ResumeClaim:
+        """Run CLAIM_RESUME, or raise the domain error its refusal stands for. One round
+        trip brings the claim's fields, the parked step's calls with their outcomes, and
+        the history."""
         raw = await self._claim_resume(
             keys=[keys.meta, keys.pending, keys.history, keys.calls, keys.outcomes],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, self.ttl_s],
         )
         if _s(raw[0]) != "ok":
-            return [_s(x) for x in raw], []
+            _raise_for_claim([_s(x) for x in raw])
         count = int(raw[5])
-        calls = _decode_pairs(raw[6 : 6 + 2 * count])
-        return [_s(x) for x in raw[:5]] + [_s(x) for x in raw[6 + 2 * count :]], calls
+        return ResumeClaim(
+            model_calls=int(raw[1]),
+            message_id=_s(raw[2]),
+            parked_ids=json.loads(_s(raw[3])),
+            template_json=_s(raw[4]),
+            calls=_decode_pairs(raw[6 : 6 + 2 * count]),
+            entries=decode_entries([_s(x) for x in raw[6 + 2 * count :]]),
+        )
 
     async def append_events(
         self, keys: ChatKeys, *, token: str, batch: str, finish: str, now_ms: int, seq: int
@@ -443,7 +485,7 @@ class ChatStore:
         return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)
 
 
-def raise_for_claim(result: Sequence[str]) -> None:
+def _raise_for_claim(result: Sequence[str]) -> None:
     """Raise the domain error a refused CLAIM_TURN or CLAIM_RESUME reply stands for."""
     status = result[0]
     if status == "ok":

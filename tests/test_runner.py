@@ -574,14 +574,14 @@ async def test_a_resume_whose_worker_died_is_taken_over_once_the_lease_lapses(re
         "to", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "k"}}
     )
     # A worker claims the resume and dies before it commits anything.
-    dead, _ = await runner.store.claim_resume(
+    dead = await runner.store.claim_resume(
         chat_keys("to"),
         principal="alice",
         token="dead-worker",
         now_ms=runner._now_ms(),
         lease_ms=60_000,
     )
-    assert dead[0] == "ok"
+    assert [c.tool_call_id for c in dead.calls] == [pending.tool_call_id]
     with pytest.raises(ChatBusyError):
         await runner.resume("to", "alice")
     clock.now += 61
@@ -598,7 +598,7 @@ async def test_a_turn_whose_worker_died_after_its_claim_loses_no_outcome(redis: 
         [[call("pick", {"q": "a"}), call("confirm", {})], [text("{{last_tool_results}}")]],
         clock,
     )
-    pick, _ = parked(await turn(runner, "tc", uid="u1"))
+    pick, confirm = parked(await turn(runner, "tc", uid="u1"))
     await runner.settle(
         "tc", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}}
     )
@@ -608,7 +608,7 @@ async def test_a_turn_whose_worker_died_after_its_claim_loses_no_outcome(redis: 
         user_message_id="u2", supersede_outcome='{"outcome":"cancelled","reason":"superseded_by_user_message"}',
         message_id="msg_dead", template_digest=template.digest, template_json=template.canonical,
     )  # fmt: skip
-    assert dead[0] == "ok"
+    assert dead.parked_ids == [pick.tool_call_id, confirm.tool_call_id]
     clock.now += 61
     events = await turn(runner, "tc", "again", uid="u2")  # the dead turn never stored u2
     assert json.loads(said(events)) == [
