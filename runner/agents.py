@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.canonical import canonical_json
-from runner.connection import RedisClient
+from runner.connection import RedisClient, as_text
 from runner.errors import ConflictError, EditingDisabledError, TemplateError
 from runner.keys import AgentKeys
 from runner.template import AgentTemplate, load_template
@@ -385,7 +385,7 @@ class AgentStore:
                 "1" if reset else "",
             ],
         )
-        status = status.decode() if isinstance(status, bytes) else status
+        status = as_text(status)
         if status == "conflict":
             raise RevisionConflictError(
                 f"the agent is at version {int(version)} now, not {expected}: reload and "

@@ -60,6 +60,7 @@ __all__ = [
     "RETRY_ATTEMPTS",
     "RedisClient",
     "RedisTarget",
+    "as_text",
     "connect",
     "is_redis_outage",
     "parse_redis_url",
@@ -93,6 +94,12 @@ def _fault_options() -> dict[str, Any]:
         "retry_on_error": list(_RETRIED),
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
     }
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply value as text: the clients here answer bytes (no
+    ``decode_responses``), tests and callers may hand over strings."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def is_redis_outage(exc: BaseException) -> bool:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from runner.connection import RedisClient
+from runner.connection import RedisClient, as_text
 from runner.keys import LOGWATCH_CHANNEL
 
 __all__ = ["LogWatch"]
@@ -209,7 +209,7 @@ class LogWatch:
     def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         channel = message.get("channel")
-        name = channel.decode() if isinstance(channel, bytes) else str(channel)
+        name = as_text(channel)
         if kind == "message":
             for event in self._waiters.get(name, ()):
                 event.set()

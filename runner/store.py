@@ -17,7 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from runner import _scripts
-from runner.connection import RedisClient
+from runner.connection import RedisClient, as_text
 from runner.errors import (
     ChatBusyError,
     ChatNotFoundError,
@@ -35,8 +35,7 @@ SCHEMA_VERSION = "1"
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+_s = as_text
 
 
 def _flat(mapping: Mapping[str, int]) -> list[Any]:

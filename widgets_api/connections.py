@@ -30,7 +30,7 @@ import httpx2
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 
-from runner.connection import RedisClient
+from runner.connection import RedisClient, as_text
 from runner.credentials import ConnectionUnavailableError
 from runner.keys import ConnectionKeys
 from widgets_api.providers import Provider, ProviderRegistry
@@ -149,8 +149,7 @@ def _digest(principal: str) -> str:
     return hashlib.sha256(principal.encode()).hexdigest()[:32]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+_text = as_text
 
 
 class ConnectionStore:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runner.connection import RedisClient
+from runner.connection import RedisClient, as_text
 from runner.keys import flow_key, flow_pointer_key
 
 __all__ = ["FlowRecord", "FlowStore", "outcome_summary"]
@@ -47,8 +47,7 @@ def outcome_summary(outcome: dict[str, Any] | None) -> str:
     return str(outcome.get("outcome"))
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+_text = as_text
 
 
 class FlowStore:
