@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# What is installed: Parkway with its runtime dependencies (`make run`), or with the
+# dev tools too (pytest, ruff, mypy, playwright; every other target).
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 NODE_DIR := tests/aisdk
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
 OIDC_DIR := tests/oidc
@@ -14,13 +18,20 @@ MODEL ?=
 
 .PHONY: run test lint fmt bench load venv node-deps clean
 
-$(STAMP): pyproject.toml
+$(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) --upgrade pip
 
-venv: $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(BIN)/pip
+	$(PIP) -e .
+	touch $(RUN_STAMP)
+
+# The dev install includes the runtime one, so it counts for `make run` too.
+$(DEV_STAMP): pyproject.toml | $(BIN)/pip
+	$(PIP) -e '.[dev]'
+	touch $(DEV_STAMP) $(RUN_STAMP)
+
+venv: $(DEV_STAMP)
 
 # The real `ai` npm packages (pinned majors) that the compatibility tests drive.
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
@@ -34,7 +45,7 @@ $(OIDC_STAMP): $(OIDC_DIR)/package.json $(OIDC_DIR)/package-lock.json
 
 node-deps: $(NODE_STAMP) $(OIDC_STAMP)
 
-run: venv
+run: $(RUN_STAMP)
 	$(BIN)/parkway serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
 test: venv node-deps

@@ -49,6 +49,7 @@ from bench.serve import PROBE_PATH
 from bench.stats import Counts, Latency
 from bench.workload import CHOICE, PARK_TOOL, SeedSnapshot, Workload, measured_user_text, seed_chat
 from runner.loop import Runner
+from transport.sse import DONE, SseDecoder
 
 __all__ = ["HTTP_OPERATIONS", "HTTP_REQUESTS", "HttpResult", "run_http_size"]
 
@@ -162,16 +163,15 @@ async def _post_stream(client: httpx.AsyncClient, url: str, body: bytes) -> _Str
         if response.status_code != 200:
             text = (await response.aread()).decode(errors="replace")
             raise RuntimeError(f"POST {url}: {response.status_code} {text[:500]}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if not first_at:
-                first_at = time.perf_counter()
-            if payload == "[DONE]":
-                done_at = time.perf_counter()
-                continue
-            chunks.append(json.loads(payload))
+        decoder = SseDecoder()
+        async for piece in response.aiter_bytes():
+            for payload in decoder.feed(piece):
+                if not first_at:
+                    first_at = time.perf_counter()
+                if payload == DONE:
+                    done_at = time.perf_counter()
+                    continue
+                chunks.append(json.loads(payload))
     if not done_at:
         raise RuntimeError(f"POST {url}: the stream ended without [DONE]")
     return _Stream(chunks, first_at, done_at)
@@ -296,6 +296,17 @@ async def _run(
     await SeedSnapshot.drop(helper, seed_id)
 
 
+async def _healthz(client: httpx.AsyncClient, timed: HttpResult | None) -> None:
+    """The bare route's latency: ``GET /healthz`` (one Redis PING)."""
+    t0 = time.perf_counter()
+    health = await client.get("/healthz")
+    t1 = time.perf_counter()
+    if health.status_code != 200:
+        raise RuntimeError(f"GET /healthz: {health.status_code}")
+    if timed is not None:
+        timed.latency["healthz"].add(t1 - t0)
+
+
 async def _cycle(
     client: httpx.AsyncClient,
     chat_id: str,
@@ -313,13 +324,7 @@ async def _cycle(
             result.round_trips[name].add(await _round_trips(client) - rt_before)
 
     rt = await _round_trips(client) if probe else 0
-    t0 = time.perf_counter()
-    health = await client.get("/healthz")
-    t1 = time.perf_counter()
-    if health.status_code != 200:
-        raise RuntimeError(f"GET /healthz: {health.status_code}")
-    if timed is not None:
-        timed.latency["healthz"].add(t1 - t0)
+    await _healthz(client, timed)
     await counted("healthz", rt)
 
     user = {

@@ -5,11 +5,8 @@ process, next to the server on a 2-CPU machine. A client per connection built on
 costs several objects, a pool and a task group per response, and would compete with the
 server for the same CPUs; here each connection is one asyncio stream pair, one
 :class:`h11.Connection` (HTTP/1.1 framing: status line, headers, chunked bodies) and one
-:class:`SseDecoder`, and one task reads it.
-
-SSE parsing is written here rather than taken from httpx-sse or sse-starlette: both
-work on httpx / Starlette objects, and what the benchmark needs from a stream is only
-the ``data:`` payload of each event (what an AI SDK client reads), fed incrementally.
+:class:`~transport.sse.SseDecoder` (fed bytes, it hands out each event's ``data``, what
+an AI SDK client reads), and one task reads it.
 """
 
 from __future__ import annotations
@@ -17,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import h11
+
+from transport.sse import SseDecoder
 
 __all__ = [
     "Connection",
@@ -37,7 +35,6 @@ __all__ = [
 ]
 
 READ_SIZE = 65536
-_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
 class HttpFailure(Exception):
@@ -60,36 +57,6 @@ class Endpoint:
     @property
     def authority(self) -> str:
         return f"{self.host}:{self.port}"
-
-
-class SseDecoder:
-    """Incremental ``text/event-stream`` decoding: bytes in, ``data`` payloads out.
-
-    Events end with a blank line (any of the three line endings the SSE specification
-    allows); comment lines (sse-starlette's ``: ping``) and fields other than ``data``
-    are dropped. An event with several ``data`` lines yields them joined by newlines.
-    """
-
-    __slots__ = ("_buffer",)
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> list[str]:
-        self._buffer += data
-        payloads: list[str] = []
-        while True:
-            end = _EVENT_END.search(self._buffer)
-            if end is None:
-                return payloads
-            block, self._buffer = self._buffer[: end.start()], self._buffer[end.end() :]
-            lines = [
-                line[5:].removeprefix(b" ")
-                for line in block.splitlines()
-                if line.startswith(b"data:")
-            ]
-            if lines:
-                payloads.append(b"\n".join(lines).decode("utf-8", errors="replace"))
 
 
 class _Exchange:

@@ -198,6 +198,31 @@ async def run_followers(
     return result
 
 
+async def _ramp(
+    config: LoadConfig,
+    worker: Worker,
+    followers: list[Follower],
+    tasks: list[asyncio.Task[None]],
+    *,
+    result: FollowersResult,
+    log: Log,
+) -> None:
+    """Open the followers a batch at a time (each batch waits for its first chunks, so
+    the listen queue never overflows), adding their tasks to ``tasks``."""
+    endpoint, pid = worker.endpoint, worker.pid
+    t0, client0, worker0 = time.perf_counter(), time.process_time(), cpu_seconds(pid)
+    for first in range(0, len(followers), config.batch):
+        batch = followers[first : first + config.batch]
+        tasks.extend(asyncio.create_task(f.run(endpoint, config.timeout_s)) for f in batch)
+        await asyncio.wait([f.ready for f in batch], timeout=config.timeout_s + 5)
+        opened = sum(1 for f in followers[: first + len(batch)] if f.established_at)
+        log(f"followers: {opened:,} of {first + len(batch):,} established")
+    t1, client1, worker1 = time.perf_counter(), time.process_time(), cpu_seconds(pid)
+    result.ramp_s = t1 - t0
+    result.client_cpu_ramp_s, result.worker_cpu_ramp_s = client1 - client0, worker1 - worker0
+    result.established = sum(1 for f in followers if f.established_at)
+
+
 async def _follow(
     config: LoadConfig,
     *,
@@ -221,17 +246,7 @@ async def _follow(
     tasks: list[asyncio.Task[None]] = []
     gc.freeze()  # the imported modules' objects: never garbage, costly to scan
     try:
-        t0, client0, worker0 = time.perf_counter(), time.process_time(), cpu_seconds(pid)
-        for first in range(0, len(followers), config.batch):
-            batch = followers[first : first + config.batch]
-            tasks.extend(asyncio.create_task(f.run(endpoint, config.timeout_s)) for f in batch)
-            await asyncio.wait([f.ready for f in batch], timeout=config.timeout_s + 5)
-            opened = sum(1 for f in followers[: first + len(batch)] if f.established_at)
-            log(f"followers: {opened:,} of {first + len(batch):,} established")
-        t1, client1, worker1 = time.perf_counter(), time.process_time(), cpu_seconds(pid)
-        result.ramp_s = t1 - t0
-        result.client_cpu_ramp_s, result.worker_cpu_ramp_s = client1 - client0, worker1 - worker0
-        result.established = sum(1 for f in followers if f.established_at)
+        await _ramp(config, worker, followers, tasks, result=result, log=log)
         # A full collection over the followers' objects can stall this process for
         # hundreds of milliseconds, and every probe behind it: collect once now, keep
         # what exists out of later collections (gc.freeze), and let the prober's first

@@ -235,7 +235,22 @@ async def _cycle(
     result: SizeResult | None,
 ) -> None:
     """One measured park, settle (or answer) and resume of a fresh copy of the seed."""
-    # Turn that parks.
+    call_id, call_input = await _park(runner, store, marks, helper, chat_id, i=i, result=result)
+    await _settle(runner, store, chat_id, call_id, call_input, i=i, result=result)
+    await _resume(runner, store, marks, helper, chat_id, result=result)
+
+
+async def _park(
+    runner: Runner,
+    store: _StoreTimer,
+    marks: _Marks,
+    helper: Redis,
+    chat_id: str,
+    *,
+    i: int,
+    result: SizeResult | None,
+) -> tuple[str, Any]:
+    """The measured turn that parks; the parked call's id and input."""
     marks.reset()
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
@@ -268,8 +283,20 @@ async def _cycle(
     # so that operation's round trips are its own.
     if run.task is not None:
         await run.task
+    return call_id, call_input
 
-    # Settle (even samples) or answer (odd samples).
+
+async def _settle(
+    runner: Runner,
+    store: _StoreTimer,
+    chat_id: str,
+    call_id: str,
+    call_input: Any,
+    *,
+    i: int,
+    result: SizeResult | None,
+) -> None:
+    """The measured settle (even samples) or answer (odd samples) of the parked call."""
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
     t0 = time.perf_counter()
@@ -287,7 +314,17 @@ async def _cycle(
         result.round_trips[name].add(ROUND_TRIPS.count - rt0)
         result.bytes_sent[name].add(ROUND_TRIPS.bytes_sent - sent0)
 
-    # Resume.
+
+async def _resume(
+    runner: Runner,
+    store: _StoreTimer,
+    marks: _Marks,
+    helper: Redis,
+    chat_id: str,
+    *,
+    result: SizeResult | None,
+) -> None:
+    """The measured resume, to the model request and to the end of the run."""
     marks.reset()
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()

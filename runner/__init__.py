@@ -6,6 +6,7 @@ build on it.
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from runner.canonical import canonical_json, is_plain_json, parked_call_key
+from runner.commits import COMMIT_CONFIG
 from runner.connection import RedisClient, connect
 from runner.credentials import ConnectionUnavailableError, Credentials
 from runner.embedded import EmbeddedRedis
@@ -27,6 +28,7 @@ from runner.errors import (
     ShuttingDownError,
     StateError,
     TemplateError,
+    ToolError,
 )
 from runner.events import (
     ApprovalRequested,
@@ -69,7 +71,7 @@ from runner.settling import Settled, SettleListener
 from runner.store import ChatRecord, ChatStore
 from runner.sweeper import Sweeper, SweepReport
 from runner.template import AgentTemplate, ToolSpec, load_template
-from runner.tools import ToolContext, ToolError
+from runner.tools import ToolContext
 
 __all__ = [
     "END_OF_SCRIPT",
@@ -156,3 +158,6 @@ __all__ = [
     "parse_agent_file",
     "register_platform_op",
 ]
+
+# The built-in platform ops (runner/platform.py says why the registry does not import them).
+register_platform_op(COMMIT_CONFIG)

@@ -10,6 +10,7 @@ out when the template names its model in ``llm``. Which model a run uses: ``park
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,13 @@ def parse_agent_file(document: Any) -> AgentFile:
 
 
 def load_agent_file(path: str | Path) -> AgentFile:
+    """Read and validate the agent file at ``path``.
+
+    Its folder goes first on ``sys.path`` (once), as a script's folder does for
+    ``python script.py``: a function tool's ``ref`` imports a module kept next to the
+    agent file without setting ``PYTHONPATH``. A module there also shadows an installed
+    one of the same name, so that folder holds trusted code only.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -67,4 +75,7 @@ def load_agent_file(path: str | Path) -> AgentFile:
         document = json.loads(text)
     except ValueError as exc:
         raise TemplateError(f"agent file {str(path)!r} is not valid JSON: {exc}") from None
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     return parse_agent_file(document)

@@ -6,20 +6,21 @@ same rules as the build-kit overlay, :mod:`runner.merge`) and optional ``remove_
 (tool identities such as ``name:get_weather``). The patch applies to the committed head,
 never to the run's template, so a run's build-kit overlay never reaches a commit. A
 successful commit publishes a ``committed-revision`` data part on the run's stream.
+
+:data:`COMMIT_CONFIG` is the op; the runner package registers it when it is imported
+(``runner/__init__.py``), like any op an application adds with ``register_platform_op``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runner.errors import ParkwayError
+from runner.errors import ParkwayError, ToolError
 from runner.merge import entry_identity, merge_overlay
-from runner.platform import PlatformOp, register_platform_op
+from runner.platform import PlatformOp
+from runner.tools import ToolContext
 
-if TYPE_CHECKING:
-    from runner.tools import ToolContext
-
-__all__ = ["COMMITTED_REVISION", "apply_patch", "commit_config"]
+__all__ = ["COMMITTED_REVISION", "COMMIT_CONFIG", "apply_patch", "commit_config"]
 
 COMMITTED_REVISION = "committed-revision"
 
@@ -54,8 +55,6 @@ def apply_patch(template: dict[str, Any], tool_input: dict[str, Any]) -> dict[st
 
 
 async def commit_config(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    from runner.tools import ToolError  # noqa: PLC0415
-
     if ctx.agents is None:
         raise ToolError("this server keeps no agent revisions")
     head = await ctx.agents.head()
@@ -80,17 +79,15 @@ async def commit_config(tool_input: dict[str, Any], ctx: ToolContext) -> dict[st
     return {"committed": True, **reference}
 
 
-register_platform_op(
-    PlatformOp(
-        name="commit_config",
-        description=(
-            "Change this agent's own template. Give a one-line summary and a patch (a "
-            "partial template merged over the current one; tools merge by identity), and "
-            "optionally remove_tools (identities like 'name:my_tool'). The user approves "
-            "the change before it is committed."
-        ),
-        input_schema=INPUT_SCHEMA,
-        func=commit_config,
-        needs_approval="ask",
-    )
+COMMIT_CONFIG = PlatformOp(
+    name="commit_config",
+    description=(
+        "Change this agent's own template. Give a one-line summary and a patch (a "
+        "partial template merged over the current one; tools merge by identity), and "
+        "optionally remove_tools (identities like 'name:my_tool'). The user approves "
+        "the change before it is committed."
+    ),
+    input_schema=INPUT_SCHEMA,
+    func=commit_config,
+    needs_approval="ask",
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from runner.tools import ToolError
+from runner.errors import ToolError
 
 __all__ = ["ConnectionUnavailableError", "Credentials", "UnavailableReason"]
 

@@ -25,6 +25,17 @@ The tree::
                                       cut short); the message names the provider and the
                                       cause and is safe to show
 
+    ToolError                         raised by a server tool's own code, never by the
+    │                                 runner: its message is the error result the model
+    │                                 sees (any other exception a tool raises becomes a
+    │                                 generic error result)
+    └── ConnectionUnavailableError    a connection cannot give a token now
+                                      (:mod:`runner.credentials`)
+
+``ToolError`` is not a ``ParkwayError``: it never leaves the tool call that raised it
+(the runner turns it into the call's result), so nothing that handles the runner's
+errors may catch it by accident.
+
 Control flow (a call parks) is not an exception: the run loop returns a parked step.
 """
 
@@ -52,6 +63,7 @@ __all__ = [
     "ShuttingDownError",
     "StateError",
     "TemplateError",
+    "ToolError",
 ]
 
 
@@ -145,3 +157,7 @@ class ModelError(ParkwayError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ToolError(Exception):
+    """Raised by a tool to report an error whose message the model may see."""

@@ -1,9 +1,9 @@
 """Following a chat's event log: the runs' events as any worker reads them.
 
-Every run appends its events to the chat's Redis Stream (see ``Run`` in
-:mod:`runner.loop`). :func:`follow` reads one run's events from its first entry, woken
-by the worker's :class:`~runner.logwatch.LogWatch` when new ones arrive, until the run
-finishes — from any worker, also after the worker that
+Every run appends its events to the chat's Redis Stream, in batches (the writer is the
+run's :class:`~runner.supervisor.RunSupervisor`). :func:`follow` reads one run's events
+from its first entry, woken by the worker's :class:`~runner.logwatch.LogWatch` when new
+ones arrive, until the run finishes — from any worker, also after the worker that
 produced them died:
 
 - a run whose worker died leaves its lease to lapse: the follower ends with a

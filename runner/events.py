@@ -2,15 +2,33 @@
 
 Each event is a small frozen dataclass with a ``kind`` tag. The transport's encoder turns
 them into protocol chunks; nothing here knows about SSE or the AI SDK.
+
+A chat's event log stores them in batches (:func:`events_to_json`), each event a JSON
+object of its fields in declaration order, ``kind`` last (first for ``call-parked``, whose
+``call`` is the parked call's record as a JSON string, see :func:`encode_call`). Logs
+outlive a deploy, so that form is fixed: tests/test_events.py reads a batch written by
+an earlier version and writes it back byte for byte. (Only the spelling of a small
+float inside a tool's input or output can differ from what Python's json module wrote,
+never its value: between 1e-9 and 1e-4, ``1e-7`` where it was ``1e-07``.)
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+)
+
+from runner.errors import IncompatibleStateError
 from runner.parking import ParkedCall, decode_call, encode_call
+from runner.validation import describe_first_error
 
 __all__ = [
     "TERMINAL_KINDS",
@@ -38,8 +56,6 @@ __all__ = [
     "ToolInputStarted",
     "ToolSucceeded",
     "coalesce",
-    "event_from_json",
-    "event_to_json",
     "events_from_json",
     "events_to_json",
 ]
@@ -146,12 +162,25 @@ class ApprovalRequested:
     kind: Literal["approval-requested"] = "approval-requested"
 
 
+def _read_stored_call(raw: object) -> ParkedCall:
+    if not isinstance(raw, str):
+        raise ValueError("the parked call must be its stored record, a JSON string")
+    return decode_call(raw)
+
+
+# A parked call inside a stored event: its record as a JSON string (what the chat's
+# parked-calls hash holds too), read back through the record's own validation.
+_StoredCall = Annotated[ParkedCall, PlainValidator(_read_stored_call), PlainSerializer(encode_call)]
+
+
 @dataclass(frozen=True)
 class CallParked:
     """A call now waits for the browser or a human; ``call`` describes it for a widget."""
 
-    call: ParkedCall
-    kind: Literal["call-parked"] = "call-parked"
+    # kw_only lets ``kind`` come first, as it always has in stored batches, while
+    # ``CallParked(call)`` still takes the call positionally.
+    kind: Literal["call-parked"] = field(default="call-parked", kw_only=True)
+    call: _StoredCall
 
 
 @dataclass(frozen=True)
@@ -234,32 +263,13 @@ Event = (
 )
 
 
-_BY_KIND: dict[str, type[Any]] = {
-    cls.kind: cls
-    for cls in (
-        MessageStarted,
-        StepStarted,
-        TextStarted,
-        TextDelta,
-        TextEnded,
-        ReasoningStarted,
-        ReasoningDelta,
-        ReasoningEnded,
-        ToolInputStarted,
-        ToolInputDelta,
-        ToolCallIssued,
-        ToolInputRejected,
-        ApprovalRequested,
-        CallParked,
-        ToolSucceeded,
-        ToolFailed,
-        ToolDenied,
-        DataPublished,
-        StepFinished,
-        MessageFinished,
-        RunFailed,
-    )
-}
+# Stored batches, one JSON array each, read by ``kind``. NaN and infinities are written
+# as the bare constants Python's json module wrote before (and reads back): a tool's
+# output keeps its value through the log, as it did.
+_BATCH: TypeAdapter[list[Event]] = TypeAdapter(
+    list[Annotated[Event, Field(discriminator="kind")]],
+    config=ConfigDict(ser_json_inf_nan="constants"),
+)
 
 TERMINAL_KINDS = frozenset({"message-finished", "run-failed"})
 
@@ -290,36 +300,20 @@ def coalesce(events: list[Event]) -> list[Event]:
     return out
 
 
-def _plain(event: Event) -> dict[str, Any]:
-    if isinstance(event, CallParked):
-        return {"kind": event.kind, "call": encode_call(event.call)}
-    return event.__dict__  # frozen dataclasses without slots: their fields, as they are
-
-
-def event_to_json(event: Event) -> str:
-    """The event as stored (JSON with its ``kind`` tag)."""
-    return json.dumps(_plain(event), separators=(",", ":"), ensure_ascii=False)
-
-
 def events_to_json(events: list[Event]) -> str:
     """A batch of events as one JSON array (one entry of a chat's event log)."""
-    return json.dumps([_plain(e) for e in events], separators=(",", ":"), ensure_ascii=False)
+    return _BATCH.dump_json(events).decode()
 
 
 def events_from_json(text: str | bytes) -> list[Event]:
-    """Read a batch written by :func:`events_to_json`."""
-    return [_from_plain(item) for item in json.loads(text)]
+    """Read a batch written by :func:`events_to_json` (by this or any earlier version).
 
-
-def event_from_json(text: str | bytes) -> Event:
-    """Read an event written by :func:`event_to_json`."""
-    return _from_plain(json.loads(text))
-
-
-def _from_plain(data: dict[str, Any]) -> Event:
-    data = dict(data)
-    kind = data.pop("kind")
-    cls = _BY_KIND[kind]
-    if cls is CallParked:
-        return CallParked(decode_call(data["call"]))
-    return cls(**data)  # type: ignore[no-any-return]
+    Raises :class:`IncompatibleStateError` naming the first problem when the batch is
+    not one this code can read (an unknown ``kind``, a missing field).
+    """
+    try:
+        return _BATCH.validate_json(text)
+    except ValidationError as exc:
+        raise IncompatibleStateError(
+            f"a stored event batch is malformed: {describe_first_error(exc)}"
+        ) from None

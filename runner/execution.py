@@ -1,25 +1,29 @@
-"""Running a run's server tools and recording what they produced.
+"""Running a run's server tools, and recording tool results.
 
 :class:`ToolExecutor` runs one server tool call of a run with the template it was made
 under (an approval granted under an older template still runs that template's tool),
 refusing a tool the template no longer has or denies by policy. :func:`record_tool_run`
-turns the outcome into the call's history entry and, when the caller is watching, its
-events.
+turns what a tool produced into the call's history entry and, when the caller is
+watching, its events; :func:`record_outcomes` does the same for the settled calls of a
+parked step that do not run now.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from runner.agents import AgentStore
 from runner.credentials import Credentials
-from runner.events import DataPublished, ToolFailed, ToolSucceeded
+from runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
 from runner.history import result_entry
-from runner.run import Run, RunState
+from runner.outcomes import SUPERSEDED, model_result
+from runner.parking import ParkedCall
+from runner.run import Emit, RunState
 from runner.template import AgentTemplate
 from runner.tools import ToolContext, ToolRun, execute_tool
 
-__all__ = ["ToolExecutor", "record_tool_run"]
+__all__ = ["ToolExecutor", "record_outcomes", "record_tool_run"]
 
 
 class ToolExecutor:
@@ -52,17 +56,46 @@ class ToolExecutor:
 
 
 def record_tool_run(
-    run: Run, state: RunState, call_id: str, name: str, tool_run: ToolRun, *, emit: bool = True
+    state: RunState, call_id: str, name: str, tool_run: ToolRun, emit: Emit | None
 ) -> None:
-    """Append the call's result entry; with ``emit``, report its output (and any data
-    parts the tool published) or its error."""
+    """Append the call's result entry; unless ``emit`` is None (nobody is watching: the
+    call finishes off-stream), report its output (and any data parts the tool published)
+    or its error."""
     if tool_run.error is None:
         state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
-        if emit:
-            run._emit(ToolSucceeded(call_id, tool_run.output))
+        if emit is not None:
+            emit(ToolSucceeded(call_id, tool_run.output))
             for part_name, data in tool_run.parts:
-                run._emit(DataPublished(part_name, data, part_id=call_id))
+                emit(DataPublished(part_name, data, part_id=call_id))
     else:
         state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
-        if emit:
-            run._emit(ToolFailed(call_id, tool_run.error))
+        if emit is not None:
+            emit(ToolFailed(call_id, tool_run.error))
+
+
+def record_outcomes(
+    state: RunState, calls: Sequence[ParkedCall], emit: Emit | None
+) -> list[tuple[ParkedCall, Any]]:
+    """Append the result entry of each settled call that does not run now (a call with
+    no outcome was superseded), reporting it unless ``emit`` is None or the caller
+    supplied the output itself; return the approved calls with the input to run them
+    with (exactly the input the human approved)."""
+    approved: list[tuple[ParkedCall, Any]] = []
+    for call in calls:
+        outcome = call.outcome or SUPERSEDED
+        if call.kind == "approval" and outcome["outcome"] == "approved":
+            approved.append((call, outcome.get("input", call.input)))
+            continue
+        res, status = model_result(call, outcome)
+        state.unsaved.append(
+            result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
+        )
+        if emit is None or (call.kind == "client" and call.tool_call_id in state.skip_echo):
+            continue  # a new message, or the caller supplied this output itself
+        if status == "denied":
+            emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
+        elif status == "error":
+            emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
+        else:
+            emit(ToolSucceeded(call.tool_call_id, res))
+    return approved

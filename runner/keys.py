@@ -1,4 +1,5 @@
-"""Every Redis key Parkway uses, in one place.
+"""Every Redis key the runner uses, in one place (widgets_api keeps its own connect flow,
+connection and demo provider keys in ``widgets_api/keys.py``).
 
 All keys of one chat share the hash tag ``{<chat id>}`` so each multi-key operation
 (every Lua script here) stays on one Redis Cluster slot. Chat ids are restricted to
@@ -118,58 +119,6 @@ def chat_keys(chat_id: str) -> ChatKeys:
     return ChatKeys(check_chat_id(chat_id))
 
 
-# -- the connect flow (widgets_api/connect/) -------------------------------------------
-
-
-def flow_key(state_digest: str) -> str:
-    """string: one OAuth flow's record (JSON: chat, call, principal, provider, issuer,
-    PKCE verifier, per-flow cookie hash, playground origin), keyed by the SHA-256 of its
-    ``state``. Written by ``start``, taken once (GETDEL) by the callback, deleted early
-    by a second ``start`` for the same call or by the user's cancel. TTL: the flow TTL
-    (10 minutes by default)."""
-    return f"pw:flow:{{{state_digest}}}"
-
-
-def flow_pointer_key(chat_id: str, tool_call_id: str) -> str:
-    """string: the state digest of the current flow of one parked call, so a second
-    ``start`` or a cancel can invalidate the earlier flow. Same TTL as the flow."""
-    return f"pw:{{{check_chat_id(chat_id)}}}:flow:{tool_call_id}"
-
-
-def start_token_key(chat_id: str, tool_call_id: str, nonce: str) -> str:
-    """string "1": a spent connect start token of one parked call, named by the random
-    nonce sealed inside it, so a token starts one flow only. Written once (SET NX) by
-    ``start``; TTL: what was left of the token's lifetime; expires only."""
-    return f"pw:{{{check_chat_id(chat_id)}}}:start:{tool_call_id}:{nonce}"
-
-
-class ConnectionKeys:
-    """The keys of one principal's connections (widgets_api/connections.py), all under
-    the tag ``{c:<digest of the principal>}``. TTL: the connection TTL (default 180
-    days), refreshed whenever a connection is stored, used or refreshed; a DELETE of the
-    connection removes its keys at once."""
-
-    __slots__ = ("by_subject", "index", "tag")
-
-    def __init__(self, principal_digest: str) -> None:
-        self.tag = f"pw:{{c:{principal_digest}}}"
-        # set of the principal's connection ids.
-        self.index = f"{self.tag}:index"
-        # hash "<provider> <subject>" -> connection id: reconnecting the same account
-        # updates its connection instead of adding another.
-        self.by_subject = f"{self.tag}:subjects"
-
-    def connection(self, connection_id: str) -> str:
-        """hash: provider, account, subject, scopes, status, times, and the tokens
-        encrypted (AES-GCM, bound to this principal and connection id)."""
-        return f"{self.tag}:conn:{connection_id}"
-
-    def refresh_lock(self, connection_id: str) -> str:
-        """string: the holder of the one refresh allowed at a time for a connection
-        (SET NX PX; released by compare-and-delete). TTL: the lock timeout."""
-        return f"{self.tag}:lock:{connection_id}"
-
-
 # -- agent revisions (runner/agents.py) -------------------------------------------------
 
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -190,29 +139,6 @@ class AgentKeys:
         self.head = f"{tag}:head"
         # hash version -> revision record JSON (template, time, author, summary).
         self.revisions = f"{tag}:revisions"
-
-
-# -- the built-in demo OAuth provider (widgets_api/demo_provider/) ---------------------
-
-# The provider's Redis keys, "pw:demo-oauth:<kind>:<id>"; <digest> is the hex SHA-256 of
-# the secret. The scripts span several keys, so the provider runs on one Redis node.
-#   consent:<digest of form id>  string, JSON of the validated authorization request;
-#                                TTL CONSENT_TTL_S; GETDEL by the form post
-#   code:<digest>                string, JSON of the code record, then "spent:<grant id>"
-#                                once redeemed, "revoked" after a replay; TTL CODE_TTL_S,
-#                                then SPENT_CODE_TTL_S; expires only
-#   grant:<grant id>             hash client_id, account, scope, refresh (digest of the
-#                                current refresh token); TTL GRANT_TTL_S from the last
-#                                rotation; deleted by revocation or refresh-token reuse
-#   refresh:<digest>             string, grant id; TTL GRANT_TTL_S; kept after rotation
-#                                (it is how reuse is detected); expires only
-#   access:<digest>              string, JSON of the access record; TTL the access token
-#                                lifetime; deleted by revocation
-DEMO_OAUTH_PREFIX = "pw:demo-oauth:"
-
-
-def demo_oauth_key(kind: str, ident: str) -> str:
-    return f"{DEMO_OAUTH_PREFIX}{kind}:{ident}"
 
 
 def owned_without_ttl(key: bytes | str) -> bool:

@@ -23,7 +23,13 @@ from runner.canonical import canonical_json, is_plain_json
 from runner.errors import InvalidOutcomeError, OutcomeNotAllowedError
 from runner.parking import ParkedCall
 
-__all__ = ["CONNECTION_RETRYABLE", "ResultStatus", "model_result", "normalize_outcome"]
+__all__ = [
+    "CONNECTION_RETRYABLE",
+    "SUPERSEDED",
+    "ResultStatus",
+    "model_result",
+    "normalize_outcome",
+]
 
 Settler = Literal["client", "server"]
 ResultStatus = Literal["ok", "error", "denied"]
@@ -46,6 +52,9 @@ CONNECTION_RETRYABLE = {
     "timeout": True,
 }
 _MAX_TEXT = 2000
+# The outcome of a call a new user message left pending (the turn's claim records it;
+# a call read without an outcome is taken as this one).
+SUPERSEDED = {"outcome": "cancelled", "reason": "superseded_by_user_message"}
 
 
 def _text(raw: Mapping[str, Any], field: str, *, required: bool) -> str | None:

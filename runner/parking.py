@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner.errors import IncompatibleStateError
+from runner.validation import describe_first_error
 
 __all__ = ["RECORD_VERSION", "CallKind", "ParkedCall", "decode_call", "encode_call"]
 
@@ -128,7 +129,7 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         rec = _Record.model_validate(data)
     except ValidationError as exc:
         raise IncompatibleStateError(
-            f"a stored parked call is malformed: {exc.errors()[0]['msg']}"
+            f"a stored parked call is malformed: {describe_first_error(exc)}"
         ) from None
     return ParkedCall(
         tool_call_id=rec.id,

@@ -1,7 +1,9 @@
 """The registry of platform ops: built-in server tools an agent template names by ``op``.
 
-Built in: ``commit_config`` (runner/commits.py). Also the registries the playground's
-build kit is made from: the sandbox permissions and the authoring skills.
+Built in: ``commit_config`` (runner/commits.py), registered by ``runner/__init__.py``:
+the op's code uses the tool context and the agent store, which load templates, so this
+registry (read by :mod:`runner.template`) cannot import it. Also the registries the
+playground's build kit is made from: the sandbox permissions and the authoring skills.
 """
 
 from __future__ import annotations
@@ -71,5 +73,3 @@ AUTHORING_SKILLS: tuple[Mapping[str, Any], ...] = (
         ),
     },
 )
-
-from runner import commits as _commits  # noqa: E402, F401  (registers commit_config)

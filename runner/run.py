@@ -1,23 +1,24 @@
 """A run and its settings: what a turn or a resume is while it executes.
 
-A :class:`Run` is handed to whoever started it; its events go to that caller (in this
-process) and, through a writer task the runner starts, to the chat's event log.
+A :class:`Run` is handed to whoever started it; its events come from the run's
+:class:`~runner.supervisor.RunSupervisor`, which also writes them to the chat's event
+log. :class:`RunState` is what the run's code reads and changes as it goes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.events import Event, MessageFinished, RunFailed
+from runner.events import Event
 from runner.keys import ChatKeys
 from runner.parking import ParkedCall
 from runner.template import AgentTemplate
 
-__all__ = ["Run", "RunState", "RunnerConfig", "Work", "new_id"]
+__all__ = ["Emit", "Run", "RunState", "RunnerConfig", "new_id"]
 
 
 @dataclass(frozen=True)
@@ -40,53 +41,23 @@ class RunnerConfig:
 
 
 class Run:
-    """A running turn or resume.
+    """A running turn or resume, as the caller that started it sees it.
 
-    Its events go two ways: to :meth:`events`, in this process, and to the chat's event
-    log in Redis (in batches, by a writer task), which HTTP responses follow. The log is
-    what any worker, or a reconnecting browser, reads; ``log_start`` resolves to the
-    id of the run's first entry there.
+    :meth:`events` yields what the run reports, in this process, from ``queue`` (its
+    supervisor's, which closes it with ``None``). The same events go to the chat's event
+    log in Redis, which HTTP responses follow and which any worker, or a reconnecting
+    browser, reads; ``log_start`` resolves to the id of the run's first entry there.
     """
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, queue: asyncio.Queue[Event | None]) -> None:
         self.message_id = message_id
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.log_start: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._unlogged: list[Event] = []
-        self._finish = ""
-        self._closed = False
-        self._wake = asyncio.Event()
-
-    def _emit(self, event: Event) -> None:
-        self._queue.put_nowait(event)
-        self._unlogged.append(event)
-        if isinstance(event, MessageFinished):
-            self._finish = event.reason
-        elif isinstance(event, RunFailed):
-            self._finish = "error"
-        self._wake.set()
-
-    def _close(self) -> None:
-        self._queue.put_nowait(None)
-        self._closed = True
-        self._wake.set()
-
-    async def wait_for_events(self) -> None:
-        """Wait until the run has emitted events the log has not taken, or closed."""
-        await self._wake.wait()
-
-    def take_batch(self) -> tuple[list[Event], str]:
-        """The events not yet logged, and the finish reason among them ("" if none)."""
-        self._wake.clear()
-        batch, self._unlogged = self._unlogged, []
-        finish, self._finish = self._finish, ""
-        return batch, finish
-
-    @property
-    def drained(self) -> bool:
-        """Closed, with every event taken for the log."""
-        return self._closed and not self._unlogged
+        # A run nobody follows through the log (a background resume, a test collecting
+        # its events) may never look at a failed log start: mark it seen, so asyncio
+        # does not report "Future exception was never retrieved".
+        self.log_start.add_done_callback(_seen)
+        self._queue = queue
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events until it parks, finishes or fails."""
@@ -138,4 +109,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(12)}"
 
 
-Work = Callable[[Run, RunState], Awaitable[None]]
+Emit = Callable[[Event], None]
+"""Reports an event of the run (to its caller and to the chat's event log)."""
+
+
+def _seen(future: asyncio.Future[str]) -> None:
+    if not future.cancelled():
+        future.exception()

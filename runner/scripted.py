@@ -73,6 +73,7 @@ from runner.model import (
     ToolResult,
     UserTurn,
 )
+from runner.validation import describe_first_error
 
 __all__ = ["END_OF_SCRIPT", "ScriptedModel"]
 
@@ -262,9 +263,7 @@ class ScriptedModel:
         try:
             script = _Script.model_validate({"turns": turns})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise TemplateError(f"scripted model: {loc}: {first['msg']}") from None
+            raise TemplateError(f"scripted model: {describe_first_error(exc)}") from None
         self._turns = script.turns
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

@@ -4,10 +4,16 @@ The first writer of a call's outcome wins, atomically in Redis (the SETTLE scrip
 identical repeat is accepted, a different one is refused with the winner's outcome.
 Answers a client sends (the AI SDK resends its whole history) are matched to pending
 calls by toolCallId, then by parkedCallKey; anything else never reaches the model.
+
+:class:`Settling` is the component the :class:`~runner.loop.Runner` settles through; it
+tells its owner when a settle leaves a chat with no call pending (``on_all_settled``).
+:class:`AutoResume` is what the runner does then: an agent with the ``auto`` resume
+policy continues without waiting for a client's request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -18,18 +24,30 @@ from runner.canonical import canonical_json, parked_call_key
 from runner.errors import (
     AnswerMismatchError,
     CallNotFoundError,
+    ChatBusyError,
     ChatNotFoundError,
+    NothingToResumeError,
     NotPlainJSONError,
     ParkwayError,
     SettleConflictError,
+    ShuttingDownError,
 )
 from runner.keys import ChatKeys, chat_keys
 from runner.outcomes import normalize_outcome
 from runner.parking import ParkedCall
-from runner.run import RunnerConfig
+from runner.run import Run
 from runner.store import ChatStore
 
-__all__ = ["Answer", "AnswerReport", "SettleListener", "SettleResult", "Settled", "Settling"]
+__all__ = [
+    "AllSettled",
+    "Answer",
+    "AnswerReport",
+    "AutoResume",
+    "SettleListener",
+    "SettleResult",
+    "Settled",
+    "Settling",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +97,32 @@ class Settled:
 
 SettleListener = Callable[[Settled], Awaitable[None]]
 
+AllSettled = Callable[[str, ParkedCall], None]
+"""``on_all_settled(chat_id, call)``: a settle this worker won left no call of the chat
+pending; ``call`` is the call it settled (its ``auto_resume`` says whether the chat's
+agent continues without a client request)."""
+
 
 class Settling:
-    """Settle and answer, as methods of :class:`runner.loop.Runner`.
+    """Settles parked calls and matches a client's answers to them, through ``store``.
 
-    ``settle_listeners`` are awaited after each settle this worker wins (for example,
-    the connect flow forgets a call's OAuth ``state`` once the user cancels it); a
-    listener's failure is logged and never undoes the settle.
+    ``listeners`` are awaited after each settle this worker wins (for example, the
+    connect flow forgets a call's OAuth ``state`` once the user cancels it); a
+    listener's failure is logged and never undoes the settle. ``max_output_bytes``
+    bounds an output or edited input (canonical JSON).
     """
 
-    store: ChatStore
-    config: RunnerConfig
-    settle_listeners: list[SettleListener]
-
-    def resume_in_background(self, chat_id: str) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        store: ChatStore,
+        *,
+        max_output_bytes: int,
+        on_all_settled: AllSettled | None = None,
+    ) -> None:
+        self.store = store
+        self.max_output_bytes = max_output_bytes
+        self.on_all_settled = on_all_settled
+        self.listeners: list[SettleListener] = []
 
     async def settle(
         self,
@@ -107,13 +136,18 @@ class Settling:
         """Record the outcome of one parked call. The first writer wins; an identical
         repeat returns the same result, a different one raises
         :class:`SettleConflictError` carrying the winner's outcome."""
-        keys = chat_keys(chat_id)
-        owner, calls = await self.store.calls(keys, [tool_call_id])
+        call = await self.call(chat_id, principal, tool_call_id)
+        return await self._settle_one(chat_keys(chat_id), call, outcome, by=by)
+
+    async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
+        """One parked call of ``principal``'s chat, with its outcome. Another principal's
+        chat reads as missing."""
+        owner, calls = await self.store.calls(chat_keys(chat_id), [tool_call_id])
         if owner is None or owner != principal:
             raise ChatNotFoundError("no such chat")
         if not calls:
             raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
-        return await self._settle_one(keys, calls[0], outcome, by=by)
+        return calls[0]
 
     async def _settle_one(
         self,
@@ -129,7 +163,7 @@ class Settling:
                 same = canonical_json(dict(outcome)) == canonical_json(dict(call.outcome))
                 if not same:
                     normalized = normalize_outcome(
-                        call, outcome, by="server", max_bytes=self.config.max_output_bytes
+                        call, outcome, by="server", max_bytes=self.max_output_bytes
                     )
                     same = canonical_json(normalized) == canonical_json(dict(call.outcome))
             except ParkwayError:
@@ -137,25 +171,22 @@ class Settling:
             if same:
                 return SettleResult(call, fresh=False)
             raise SettleConflictError("the call is already settled", dict(call.outcome))
-        normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.config.max_output_bytes)
-        text = canonical_json(normalized)
-        result = await self.store.settle(keys, call.tool_call_id, text)
-        status = result[0]
-        if status == "settled":
-            pending = int(result[1])
+        normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.max_output_bytes)
+        reply = await self.store.settle(keys, call.tool_call_id, canonical_json(normalized))
+        if reply.status == "settled":
             settled = call.with_outcome(normalized)
-            for listener in self.settle_listeners:
+            for listener in self.listeners:
                 try:
                     await listener(Settled(keys.chat_id, settled, by))
                 except Exception:
                     log.exception("settle listener failed (chat %s)", keys.chat_id)
-            if pending == 0 and call.auto_resume:
-                self.resume_in_background(keys.chat_id)
-            return SettleResult(settled, fresh=True, pending=pending)
-        if status == "same":
+            if reply.pending == 0 and self.on_all_settled is not None:
+                self.on_all_settled(keys.chat_id, settled)
+            return SettleResult(settled, fresh=True, pending=reply.pending)
+        if reply.status == "same":
             return SettleResult(call.with_outcome(normalized), fresh=False)
-        if status == "conflict":
-            raise SettleConflictError("the call is already settled", json.loads(result[1]))
+        if reply.status == "conflict":
+            raise SettleConflictError("the call is already settled", json.loads(reply.existing))
         raise CallNotFoundError(f"no parked call {call.tool_call_id!r} in this chat")
 
     async def answer(
@@ -250,3 +281,52 @@ class Settling:
             return parked_call_key(call.tool_name, call.input)
         except NotPlainJSONError:
             return call.key
+
+
+class AutoResume:
+    """Continues the chats of agents with the ``auto`` resume policy on this worker.
+
+    When a settle (a client's, or a timeout the sweeper recorded) leaves no call of such
+    a chat pending, the chat is resumed in the background with ``resume`` (the runner's)
+    as its owner. Its events go to the chat's log, where a reconnecting client finds
+    them. Losing the race to another resume is fine: someone continued the chat.
+    """
+
+    def __init__(self, store: ChatStore, resume: Callable[[str, str], Awaitable[Run]]) -> None:
+        self.store = store
+        self.resume = resume
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_all_settled(self, chat_id: str, call: ParkedCall) -> None:
+        """The ``on_all_settled`` of :class:`Settling`."""
+        if call.auto_resume:
+            self.start(chat_id)
+
+    async def on_timeout(self, chat_id: str, tool_call_id: str, pending: int) -> None:
+        """The sweeper's hook: a call timed out, leaving ``pending`` calls of its chat."""
+        if pending:
+            return
+        _, calls = await self.store.calls(chat_keys(chat_id), [tool_call_id])
+        if calls:
+            self.on_all_settled(chat_id, calls[0])
+
+    def start(self, chat_id: str) -> None:
+        """Resume the chat in a task of its own (:meth:`cancel` ends them all)."""
+        task = asyncio.create_task(self._resume(chat_id), name=f"parkway-auto-resume-{chat_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _resume(self, chat_id: str) -> None:
+        owner = await self.store.owner(chat_keys(chat_id))
+        if owner is None:
+            return
+        try:
+            run = await self.resume(chat_id, owner)
+        except (NothingToResumeError, ChatBusyError, ShuttingDownError):
+            return
+        if run.task is not None:
+            await run.task

@@ -1,12 +1,14 @@
 """One model step: streaming it, turning its events into run events, and ending a message.
 
-:func:`consume` streams one model response into a :class:`StepReader`, cancellable by a
-stop. A :class:`StepReader` takes the model's events one by one. It reports text, reasoning
-and tool-call input to the run as they arrive (a reasoning part is closed when anything
-else starts), gives each tool call the Parkway id its streamed input was announced
-under, and collects what the step stores: its text, its calls and the model's closing
-:class:`~runner.model.ModelStepEnd`. The ``end_*`` functions end a message that did not
-end with a model's answer: a notice, a stop, a model failure.
+:func:`stream_step` asks the model for one step of a run and ends the run instead when
+it is stopped or the model fails. :func:`consume` streams one model response into a
+:class:`StepReader`, cancellable by a stop. A :class:`StepReader` takes the model's
+events one by one. It reports text, reasoning and tool-call input to the run as they
+arrive (a reasoning part is closed when anything else starts), gives each tool call the
+Parkway id its streamed input was announced under, and collects what the step stores:
+its text, its calls and the model's closing :class:`~runner.model.ModelStepEnd`. The
+``end_*`` functions end a message that did not end with a model's answer: a notice, a
+stop, a model failure.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from runner.events import (
     ToolInputDelta,
     ToolInputStarted,
 )
-from runner.history import assistant_entry, message_metadata
+from runner.history import assistant_entry, call_entry, message_metadata, to_model_messages
 from runner.model import (
     Model,
     ModelEvent,
@@ -44,9 +46,10 @@ from runner.model import (
     ModelToolCall,
     ModelToolInputDelta,
     ModelToolInputStart,
+    ToolDescription,
 )
 from runner.parking import ParkedCall
-from runner.run import Run, RunState, new_id
+from runner.run import Emit, RunState, new_id
 
 __all__ = [
     "Commit",
@@ -56,15 +59,15 @@ __all__ = [
     "end_stopped",
     "end_with_notice",
     "finish_message",
+    "stream_step",
 ]
 
 
 class Commit(Protocol):
-    """The runner's commit of a run's unsaved entries (``Runner._commit``)."""
+    """The commit of a run's unsaved entries (:meth:`runner.supervisor.RunSupervisor.commit`)."""
 
     def __call__(
         self,
-        state: RunState,
         next_state: Any,
         *,
         calls: Sequence[ParkedCall] = (),
@@ -131,6 +134,13 @@ class StepReader:
         if self.text:
             self.emit(TextEnded(self.text_id))
 
+    def entry(self, message_id: str, calls: Sequence[ModelToolCall] = ()) -> dict[str, Any]:
+        """The step's history entry: its text, ``calls`` (its final calls, or none when
+        they are dropped) and the model's closing event."""
+        return assistant_entry(
+            message_id, "".join(self.text), [call_entry(c) for c in calls], end=self.end
+        )
+
     def final_calls(self) -> list[ModelToolCall]:
         """The step's calls with their Parkway ids (the streamed one, the model's, or new)."""
         out = []
@@ -179,43 +189,77 @@ async def consume(state: RunState, request: ModelRequest, model: Model, step: St
         state.consumer = None
 
 
-def finish_message(run: Run, state: RunState, reason: FinishReason) -> None:
+async def stream_step(
+    emit: Emit,
+    state: RunState,
+    model: Model,
+    tools: Sequence[ToolDescription],
+    commit: Commit,
+) -> StepReader | None:
+    """Ask the model for the run's next step, reporting it as it streams. None when the
+    run ended instead: a stop before or during the step (the partial answer is kept), or
+    the model failing."""
+    if state.stop.is_set():
+        await end_stopped(emit, state, None, commit)
+        return None
+    emit(StepStarted())
+    request = ModelRequest(
+        chat_id=state.chat_id,
+        call_index=state.model_calls,
+        instructions=state.template.instructions,
+        messages=to_model_messages([*state.entries, *state.unsaved]),
+        tools=tuple(tools),
+    )
+    step = StepReader(emit, f"t{state.model_calls}")
+    try:
+        await consume(state, request, model, step)
+    except ModelError as exc:
+        step.finish()
+        await end_failed(emit, state, step, exc, commit)
+        return None
+    step.finish()
+    state.model_calls += 1
+    if state.stop.is_set():
+        await end_stopped(emit, state, step, commit)
+        return None
+    return step
+
+
+def finish_message(emit: Emit, state: RunState, reason: FinishReason) -> None:
     """The message's end, with its model and token use when the model reported them."""
     metadata = message_metadata([*state.entries, *state.unsaved], state.message_id)
-    run._emit(MessageFinished(reason, metadata))
+    emit(MessageFinished(reason, metadata))
 
 
 async def end_with_notice(
-    run: Run, state: RunState, notice: str, reason: FinishReason, commit: Commit
+    emit: Emit, state: RunState, notice: str, reason: FinishReason, commit: Commit
 ) -> None:
     """End the message with a text-only step saying why (an AI SDK client must not see
     the message end on a step whose tool calls are all answered: it would resend)."""
-    run._emit(StepStarted())
+    emit(StepStarted())
     text_id = f"t{state.model_calls}-notice"
-    run._emit(TextStarted(text_id))
-    run._emit(TextDelta(text_id, notice))
-    run._emit(TextEnded(text_id))
+    emit(TextStarted(text_id))
+    emit(TextDelta(text_id, notice))
+    emit(TextEnded(text_id))
     state.unsaved.append(assistant_entry(state.message_id, notice, []))
-    await commit(state, "idle", parked_ids=[])
-    run._emit(StepFinished())
-    finish_message(run, state, reason)
+    await commit("idle", parked_ids=[])
+    emit(StepFinished())
+    finish_message(emit, state, reason)
 
 
-async def end_stopped(run: Run, state: RunState, step: StepReader | None, commit: Commit) -> None:
+async def end_stopped(emit: Emit, state: RunState, step: StepReader | None, commit: Commit) -> None:
     """End a run someone asked to stop: keep the partial answer of the step that was
     streaming (if any), drop the tool calls the model had not finished, finish cleanly."""
     if step is not None:
-        state.unsaved.append(
-            assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
-        )
-    await commit(state, "idle")
+        state.unsaved.append(step.entry(state.message_id))
+    await commit("idle")
     if step is not None:
-        run._emit(StepFinished())
-    finish_message(run, state, "stop")
+        emit(StepFinished())
+    finish_message(emit, state, "stop")
 
 
 async def end_failed(
-    run: Run, state: RunState, step: StepReader | None, exc: ModelError, commit: Commit
+    emit: Emit, state: RunState, step: StepReader | None, exc: ModelError, commit: Commit
 ) -> None:
     """The model could not answer: keep what it streamed, leave the chat idle for the
     next message, and end the run with the error's message.
@@ -227,11 +271,9 @@ async def end_failed(
     if step is not None:
         if said:
             state.model_calls += 1
-            state.unsaved.append(
-                assistant_entry(state.message_id, "".join(step.text), [], end=step.end)
-            )
-        run._emit(StepFinished())
+            state.unsaved.append(step.entry(state.message_id))
+        emit(StepFinished())
     if not said and not any(e["t"] == "assistant" for e in state.unsaved):
         state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
-    await commit(state, "idle", parked_ids=[])
-    run._emit(RunFailed(str(exc)))
+    await commit("idle", parked_ids=[])
+    emit(RunFailed(str(exc)))

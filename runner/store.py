@@ -11,7 +11,7 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
@@ -29,7 +29,15 @@ from runner.history import decode_entries
 from runner.keys import DEADLINES, ChatKeys, deadline_member
 from runner.parking import ParkedCall, decode_call, encode_call
 
-__all__ = ["SCHEMA_VERSION", "ChatRecord", "ChatStore", "ResumeClaim", "TurnClaim"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ChatRecord",
+    "ChatStore",
+    "ResumeClaim",
+    "SettleReply",
+    "SettleStatus",
+    "TurnClaim",
+]
 
 SCHEMA_VERSION = "1"
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
@@ -88,6 +96,38 @@ class ResumeClaim:
     template_json: str
     calls: list[ParkedCall]
     entries: list[dict[str, Any]]
+
+
+SettleStatus = Literal["settled", "same", "conflict", "missing", "error"]
+
+
+@dataclass(frozen=True)
+class SettleReply:
+    """What SETTLE answered for one call.
+
+    ``settled``: this write recorded the outcome, and ``pending`` calls of the chat still
+    wait; ``same``: the identical outcome was already there; ``conflict``: another
+    outcome was (``existing``, its JSON); ``missing``: no such call. ``error`` (only from
+    :meth:`ChatStore.settle_many`): the script failed inside Redis, ``error`` says how.
+    """
+
+    status: SettleStatus
+    pending: int = 0
+    existing: str = ""
+    error: str = ""
+
+
+def _settle_reply(raw: Sequence[Any]) -> SettleReply:
+    status = _s(raw[0])
+    if status == "settled":
+        return SettleReply("settled", pending=int(raw[1]))
+    if status == "same":
+        return SettleReply("same", existing=_s(raw[1]))
+    if status == "conflict":
+        return SettleReply("conflict", existing=_s(raw[1]))
+    if status == "missing":
+        return SettleReply("missing")
+    return SettleReply("error", error=f"unexpected SETTLE reply {status!r}")
 
 
 class ChatStore:
@@ -285,7 +325,7 @@ class ChatStore:
         )
         return bool(results[-1])
 
-    async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> list[str]:
+    async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> SettleReply:
         """Run SETTLE and drop the call's deadline (one round trip): once a call has an
         outcome, settled now or earlier, it has nothing left to time out."""
         results = await self._pipeline_with(
@@ -302,7 +342,7 @@ class ChatStore:
             [("ZREM", DEADLINES, deadline_member(keys.chat_id, tool_call_id))],
             script_last=False,
         )
-        return [_s(x) for x in results[0]]
+        return _settle_reply(results[0])
 
     # -- the deadline sweep (runner/sweeper.py) ---------------------------------------
 
@@ -321,7 +361,7 @@ class ChatStore:
         outcome_json: str,
         *,
         drop: Sequence[str] = (),
-    ) -> list[list[str]]:
+    ) -> list[SettleReply]:
         """Run SETTLE with one outcome for many calls and drop their deadlines (plus the
         members named by ``drop``), in one round trip.
 
@@ -330,15 +370,15 @@ class ChatStore:
         to be atomic together, because each settle is decided by its own script and
         the members are dropped after them, whatever they answered.
 
-        Returns one SETTLE reply per call, in order (``settled``/``same``/``conflict``/
-        ``missing``); a call whose script raised gets ``['error', message]``. On
+        Returns one :class:`SettleReply` per call, in order; a call whose script raised
+        gets one with status ``error``. On
         NOSCRIPT (the first use after Redis started) the script is loaded and only the
         calls it did not run are sent again.
         """
         members = [*drop, *(deadline_member(k.chat_id, call_id) for k, call_id in calls)]
         if not members:
             return []
-        replies: list[list[str] | None] = [None] * len(calls)
+        replies: list[SettleReply | None] = [None] * len(calls)
         nonces = [secrets.token_hex(8) for _ in calls]
         todo = list(range(len(calls)))
         for attempt in range(2):
@@ -374,9 +414,9 @@ class ChatStore:
                 ):
                     again.append(i)
                 elif isinstance(reply, Exception):
-                    replies[i] = ["error", str(reply)]
+                    replies[i] = SettleReply("error", error=str(reply))
                 else:
-                    replies[i] = [_s(x) for x in reply]
+                    replies[i] = _settle_reply(reply)
             if not again or attempt == 1:
                 break
             await self.redis.script_load(self._settle.script)
@@ -384,7 +424,7 @@ class ChatStore:
                 again,
                 [deadline_member(calls[i][0].chat_id, calls[i][1]) for i in again],
             )
-        return [reply or ["error", "NOSCRIPT"] for reply in replies]
+        return [reply or SettleReply("error", error="NOSCRIPT") for reply in replies]
 
     # -- end of the deadline sweep --------------------------------------------------
 

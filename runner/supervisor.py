@@ -1,80 +1,80 @@
-"""What watches a run while it executes: its lease, stop requests and its event log.
+"""What a run has besides its logic: its events, its lease, its commits, its event log.
 
-A :class:`RunSupervisor` runs beside each run (two tasks the runner starts with it):
+A :class:`RunSupervisor` is made for each run (the runner's ``_start``). It owns the
+run's events: :meth:`RunSupervisor.emit` hands each one to the caller (the queue behind
+:meth:`Run.events <runner.run.Run.events>`) and to the batch the log writer takes next.
+It persists the run's steps under the run's lease (:meth:`RunSupervisor.commit`). While
+the run's work executes (:meth:`RunSupervisor.supervise`), two tasks run beside it:
 
-- :meth:`RunSupervisor.watch` renews the run's lease (a long tool must not let it lapse,
-  or another worker would take the chat over); one poller per runner notices stop
-  requests (``POST .../stop``, from any worker) for all its runs in one round trip,
-  cancelling the model stream at once;
-- :meth:`RunSupervisor.write_log` writes the run's events to the chat's event log in
-  batches, which every HTTP response and every reconnecting browser follows.
+- the lease keeper renews the run's lease (a long tool must not let it lapse, or another
+  worker would take the chat over), and enrols the run with the runner's
+  :class:`StopWatch`, which notices stop requests (``POST .../stop``, from any worker)
+  for all the runner's runs in one round trip, cancelling the model stream at once;
+- the log writer appends the run's events to the chat's event log in batches, which
+  every HTTP response and every reconnecting browser follows (the reader is
+  :func:`runner.eventlog.follow`).
+
+A run that fails or is cancelled is ended here too: its chat is handed over, its
+followers told.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import secrets
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Literal
 
 from runner.errors import ChatBusyError
 from runner.eventlog import cancel_requested
-from runner.events import coalesce, events_to_json
+from runner.events import (
+    Event,
+    MessageFinished,
+    MessageStarted,
+    RunFailed,
+    coalesce,
+    events_to_json,
+)
+from runner.parking import ParkedCall
 from runner.run import Run, RunnerConfig, RunState
 from runner.store import ChatStore
 
-__all__ = ["RunSupervisor"]
+__all__ = ["RunSupervisor", "StopWatch", "Work"]
 
 log = logging.getLogger(__name__)
 
 STOP_POLL_S = 0.2  # how often a running run checks for a stop request
 WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
+LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
+FAILED_HINT = "Send your message again, or resume the chat."
 
 
-class RunSupervisor:
-    """Lease renewal, the stop watch and the batched log writer of the runs of a runner."""
+class StopWatch:
+    """Notices stop requests for all the running runs of one runner.
 
-    def __init__(self, store: ChatStore, config: RunnerConfig, clock: Callable[[], float]):
+    Stop requests are read together, in one pipelined round trip every ``STOP_POLL_S``,
+    not one read per run; the poll ends when no run is left to watch.
+    """
+
+    def __init__(self, store: ChatStore) -> None:
         self.store = store
-        self.config = config
-        self.clock = clock
         self._watched: dict[str, RunState] = {}  # by lease token
         self._poller: asyncio.Task[None] | None = None
 
-    def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
-
-    async def watch(self, state: RunState) -> None:
-        """Renew the lease and watch for a stop until cancelled or the lease is lost.
-
-        Stop requests of all the runs of this runner are read together, in one pipelined
-        round trip every ``STOP_POLL_S`` (:meth:`_poll_stops`), not one read per run."""
+    @contextlib.contextmanager
+    def watching(self, state: RunState) -> Iterator[None]:
+        """Watch ``state``'s run for a stop request while the block runs."""
         self._watched[state.token] = state
         if self._poller is None or self._poller.done():
-            self._poller = asyncio.create_task(self._poll_stops(), name="parkway-stop-poll")
-        renew_every = self.config.lease_s / 3
+            self._poller = asyncio.create_task(self._poll(), name="parkway-stop-poll")
         try:
-            while not cancel_requested():
-                await asyncio.sleep(renew_every)
-                try:
-                    held = await self.store.renew(
-                        state.keys,
-                        token=state.token,
-                        now_ms=self._now_ms(),
-                        lease_ms=int(self.config.lease_s * 1000),
-                    )
-                except Exception:
-                    # Try again next period; commits stay fenced by the token.
-                    log.warning("could not renew the lease of chat %s", state.chat_id)
-                    continue
-                if not held:
-                    log.warning("run of chat %s lost its lease", state.chat_id)
-                    return
+            yield
         finally:
             self._watched.pop(state.token, None)
 
-    async def _poll_stops(self) -> None:
-        """Every ``STOP_POLL_S``, whether any watched run was asked to stop (from any
-        worker); ends when no run is left to watch."""
+    async def _poll(self) -> None:
         while self._watched and not cancel_requested():
             await asyncio.sleep(STOP_POLL_S)
             states = [s for s in self._watched.values() if not s.stop.is_set()]
@@ -91,11 +91,174 @@ class RunSupervisor:
                     if state.consumer is not None:
                         state.consumer.cancel()
 
-    async def write_log(self, run: Run, state: RunState) -> None:
+
+class RunSupervisor:
+    """One run's events, commits, lease renewal, stop watch and batched log writer.
+
+    ``run`` is the handle for the run's caller. Events go to its queue at once, and to
+    the log in batches: each batch is what was emitted since the writer last took one,
+    with the finish reason among it (``""`` if none).
+    """
+
+    def __init__(
+        self,
+        state: RunState,
+        *,
+        store: ChatStore,
+        config: RunnerConfig,
+        clock: Callable[[], float],
+        stops: StopWatch,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.stops = stops
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.run = Run(state.message_id, self._queue)
+        self._batch: list[Event] = []
+        self._finish = ""
+        self._closed = False
+        self._wake = asyncio.Event()  # set when there is a batch to take, or on close
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    @property
+    def _lease_ms(self) -> int:
+        return int(self.config.lease_s * 1000)
+
+    # -- the run's events --------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Report ``event`` to the run's caller and queue it for the log."""
+        self._queue.put_nowait(event)
+        self._batch.append(event)
+        if isinstance(event, MessageFinished):
+            self._finish = event.reason
+        elif isinstance(event, RunFailed):
+            self._finish = "error"
+        self._wake.set()
+
+    def close(self) -> None:
+        """The run emits nothing more: end the caller's events and the log writer."""
+        self._queue.put_nowait(None)
+        self._closed = True
+        self._wake.set()
+
+    def _take_batch(self) -> tuple[list[Event], str]:
+        self._wake.clear()
+        batch, self._batch = self._batch, []
+        finish, self._finish = self._finish, ""
+        return batch, finish
+
+    # -- the run's steps ---------------------------------------------------------------
+
+    async def commit(
+        self,
+        next_state: Literal["running", "parked", "idle"],
+        *,
+        calls: Sequence[ParkedCall] = (),
+        parked_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Persist the run's unsaved entries (and ``calls``, a step's parked calls) and
+        set the chat's state, if the run still holds the lease; the log writer waits
+        meanwhile (``state.quiet``). Raises :class:`ChatBusyError` if the lease was lost."""
+        state = self.state
+        if parked_ids is None and state.clear_parked:
+            parked_ids = []
+        state.quiet.clear()
+        state.commits += 1
+        try:
+            ok = await self.store.commit(
+                state.keys,
+                token=state.token,
+                seq=state.commits,
+                state=next_state,
+                model_calls=state.model_calls,
+                now_ms=self._now_ms(),
+                lease_ms=self._lease_ms,
+                entries=state.unsaved,
+                calls=calls,
+                parked_ids=parked_ids,
+                # The duplicate guard is written with the user message itself, never before.
+                last_uid=state.user_message_id
+                if any(e["t"] == "user" for e in state.unsaved)
+                else None,
+            )
+        finally:
+            state.quiet.set()
+        if not ok:
+            raise ChatBusyError("this run lost the chat's lease to another worker")
+        state.entries.extend(state.unsaved)
+        state.unsaved = []
+        state.clear_parked = False
+
+    # -- the run's life ----------------------------------------------------------------
+
+    async def supervise(self, work: Work) -> None:
+        """Execute ``work`` with the lease kept and the log written, then close the run.
+
+        A run cancelled (the worker shutting down) hands its chat over at once instead
+        of at lease expiry; a run that raised is ended as failed, with a reference its
+        caller sees and the log has the traceback under. Either way its followers are
+        told, and the run waits (up to ``LOG_FLUSH_S``) for its last events to be logged.
+        """
+        state = self.state
+        keeper = asyncio.create_task(self._keep_lease())
+        writer = asyncio.create_task(self._write_log())
+        try:
+            self.emit(MessageStarted(state.message_id))
+            await work(self)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release(state.keys, token=state.token))
+            self.emit(RunFailed("The run was interrupted; it can be resumed."))
+            raise
+        except Exception:
+            ref = secrets.token_hex(4)
+            log.exception("run failed (chat %s, ref %s)", state.chat_id, ref)
+            # Nothing the run did not commit is written now: a step whose commit
+            # failed (its parked calls included) is dropped whole, never stored as
+            # calls without records. If even this fails, the lease lapses instead.
+            with contextlib.suppress(Exception):
+                await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
+            self.emit(RunFailed(f"The run failed (reference {ref}). {FAILED_HINT}"))
+        finally:
+            keeper.cancel()
+            self.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(writer), LOG_FLUSH_S)
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease, with the run watched for a stop, until cancelled or the lease
+        is lost."""
+        state = self.state
+        renew_every = self.config.lease_s / 3
+        with self.stops.watching(state):
+            while not cancel_requested():
+                await asyncio.sleep(renew_every)
+                try:
+                    held = await self.store.renew(
+                        state.keys,
+                        token=state.token,
+                        now_ms=self._now_ms(),
+                        lease_ms=self._lease_ms,
+                    )
+                except Exception:
+                    # Try again next period; commits stay fenced by the token.
+                    log.warning("could not renew the lease of chat %s", state.chat_id)
+                    continue
+                if not held:
+                    log.warning("run of chat %s lost its lease", state.chat_id)
+                    return
+
+    async def _write_log(self) -> None:
         """Append the run's events to the chat's log, a batch at a time, until the run is
         closed and everything it emitted is written; resolve ``run.log_start``."""
+        state, log_start = self.state, self.run.log_start
         while True:
-            await run.wait_for_events()
+            await self._wake.wait()
             # The run goes first: its next step (the model call, a commit) is not held
             # up by the log, a commit never queues behind the log in Redis, and more
             # events gather into this batch meanwhile.
@@ -103,25 +266,34 @@ class RunSupervisor:
                 await asyncio.sleep(0)
             await state.quiet.wait()
             await asyncio.sleep(0)
-            batch, finish = run.take_batch()
+            batch, finish = self._take_batch()
             if batch:
-                state.log_batches += 1
-                try:
-                    first = await self.store.append_events(
-                        state.keys,
-                        token=state.token,
-                        batch=events_to_json(coalesce(batch)),
-                        finish=finish,
-                        now_ms=self._now_ms(),
-                        seq=state.log_batches,
-                    )
-                except Exception:
-                    log.exception("could not append events of chat %s", state.chat_id)
-                    first = ""
-                if not run.log_start.done():
+                first = await self._append(batch, finish)
+                if not log_start.done():
                     if first:
-                        run.log_start.set_result(first)
+                        log_start.set_result(first)
                     else:
-                        run.log_start.set_exception(ChatBusyError("no event log"))
-            if run.drained:
+                        log_start.set_exception(ChatBusyError("no event log"))
+            if self._closed and not self._batch:
                 return
+
+    async def _append(self, batch: list[Event], finish: str) -> str:
+        """Append one batch; the entry's id, '' if it could not be written."""
+        state = self.state
+        state.log_batches += 1
+        try:
+            return await self.store.append_events(
+                state.keys,
+                token=state.token,
+                batch=events_to_json(coalesce(batch)),
+                finish=finish,
+                now_ms=self._now_ms(),
+                seq=state.log_batches,
+            )
+        except Exception:
+            log.exception("could not append events of chat %s", state.chat_id)
+            return ""
+
+
+Work = Callable[[RunSupervisor], Awaitable[None]]
+"""What a run does (a turn, a resume), given its supervisor (its state, events, commits)."""

@@ -132,12 +132,11 @@ class Sweeper:
         already = failed = 0
         missing = len(malformed)
         for (keys, tool_call_id), reply in zip(calls, replies, strict=True):
-            status = reply[0]
-            if status == "settled":
-                timed_out.append((keys.chat_id, tool_call_id, int(reply[1])))
-            elif status in {"same", "conflict"}:
+            if reply.status == "settled":
+                timed_out.append((keys.chat_id, tool_call_id, reply.pending))
+            elif reply.status in {"same", "conflict"}:
                 already += 1
-            elif status == "missing":
+            elif reply.status == "missing":
                 missing += 1
             else:
                 failed += 1
@@ -145,7 +144,7 @@ class Sweeper:
                     "could not time out call %s of chat %s: %s",
                     tool_call_id,
                     keys.chat_id,
-                    reply[1] if len(reply) > 1 else status,
+                    reply.error,
                 )
         if timed_out:
             log.info("timed out %d parked call(s)", len(timed_out))

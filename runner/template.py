@@ -29,6 +29,7 @@ from runner.canonical import canonical_json
 from runner.errors import NotPlainJSONError, TemplateError
 from runner.llm.spec import ModelSpec, parse_model_spec
 from runner.platform import PLATFORM_OPS
+from runner.validation import describe_first_error
 from runner.workflows import RESERVED_WORKFLOWS
 
 __all__ = ["AgentTemplate", "ToolSpec", "load_template"]
@@ -287,9 +288,7 @@ def _load_cached(text: str) -> AgentTemplate:
     try:
         doc = _Document.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise TemplateError(f"agent template: {loc}: {first['msg']}") from None
+        raise TemplateError(f"agent template: {describe_first_error(exc)}") from None
     tools: dict[str, ToolSpec] = {}
     for index, entry in enumerate(doc.tools):
         where = _describe(index, entry)
@@ -299,9 +298,7 @@ def _load_cached(text: str) -> AgentTemplate:
             resolved = _resolve_embed(entry) if "@ag.embed" in entry else entry
             spec = _spec_from_entry(resolved, where)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "entry"
-            raise TemplateError(f"{where}: {loc}: {first['msg']}") from None
+            raise TemplateError(f"{where}: {describe_first_error(exc, root='entry')}") from None
         except ValueError as exc:
             raise TemplateError(f"{where}: {exc}") from None
         if not TOOL_NAME.match(spec.name):

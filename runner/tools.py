@@ -13,24 +13,21 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from runner.agents import AgentStore
 from runner.canonical import canonical_json
+from runner.credentials import ConnectionUnavailableError, Credentials
+from runner.errors import ToolError
 from runner.template import ToolSpec
 
-if TYPE_CHECKING:
-    from runner.agents import AgentStore
-    from runner.credentials import Credentials
-
+# ToolError lives with the runner's other errors (runner/errors.py); it is named here
+# too because a tool's author reaches for it beside ToolContext.
 __all__ = ["ToolContext", "ToolError", "ToolRun", "execute_tool", "input_problem"]
 
 log = logging.getLogger(__name__)
-
-
-class ToolError(Exception):
-    """Raised by a tool to report an error whose message the model may see."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +50,6 @@ class ToolContext:
         ``request_connection`` result names it). Raises
         :class:`runner.credentials.ConnectionUnavailableError`, whose message tells the
         model what to do; a tool normally lets it propagate."""
-        from runner.credentials import ConnectionUnavailableError  # noqa: PLC0415
-
         if self.credentials is None:
             raise ConnectionUnavailableError(
                 "this server has no connection store configured",

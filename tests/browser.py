@@ -170,6 +170,12 @@ class Tab:
     def expect_ready(self) -> None:
         expect(self.page.get_by_test_id("chat-status")).to_have_attribute("data-status", "ready")
 
+    def expect_waiting(self) -> None:
+        """Idle, with a card waiting for the user: the pill says "Waiting for you"."""
+        status = self.page.get_by_test_id("chat-status")
+        expect(status).to_have_attribute("data-status", "waiting")
+        expect(status).to_have_text("Waiting for you")
+
     def widget(self, kind: str, nth: int = -1) -> Locator:
         """The ``nth`` widget of a kind (``approval``, ``choice``, ``connect``,
         ``client``, ``unsupported``), waiting until it exists. The locator is pinned to
@@ -201,7 +207,7 @@ class Tab:
         widget.locator(f'[data-action="{action}"]').first.click()
 
     def session_token(self) -> str:
-        cookie = next(c for c in self.context.cookies() if c["name"] == "parkway_session")
+        cookie = next(c for c in self.context.cookies() if c["name"].startswith("parkway_session"))
         return cookie["value"]
 
 

@@ -75,3 +75,14 @@ def serve(redis: Redis, redis_url: str) -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def browser(redis: Redis) -> Iterator[Any]:
+    """One chromium per test (the playground's browser tests). It depends on ``redis``
+    so that it closes before the ``redis`` fixture's async teardown (sync Playwright
+    holds the thread's loop)."""
+    from tests.browser import chromium  # Playwright only where a browser is asked for
+
+    with chromium() as launched:
+        yield launched

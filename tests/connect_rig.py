@@ -1,10 +1,12 @@
 """A connect-flow test rig: a real Parkway (uvicorn) configured with OAuth providers
 against a real oidc-provider on loopback, a broken token endpoint on loopback, and a
-"browser" (an httpx client keeping cookies for every host, never following redirects).
+"browser" (an httpx client keeping cookies for every host, never following redirects);
+with the steps and checks the connect tests share.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -18,14 +20,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
+from redis.asyncio import Redis
 
 from runner.canonical import canonical_json
-from runner.keys import ConnectionKeys
 from runner.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
 from runner.scripted import last_tool_results, last_user_text
-from tests.oidc_peer import OidcPeer
+from tests.oidc_peer import OidcPeer, login_and_consent
 from tests.support import CONNECT_EMBED, ServerThread, free_port, sse_chunks, user_message
 from transport.settings import Secret
+from widgets_api.keys import ConnectionKeys
 from widgets_api.tokens import TokenCipher, generate_token_key
 
 TOKEN_KEY = generate_token_key()
@@ -332,3 +335,45 @@ def start_rig(redis_url: str, peer_factory: Any, **settings: Any) -> Iterator[Ri
         finally:
             server.stop()
             broken.stop()
+
+
+def signed_in(rig: Rig) -> Iterator[Browser]:
+    """A signed-in browser for one test, the provider's and the broken server's counters
+    reset first (what each connect test module's ``browser`` fixture yields)."""
+    rig.peer.reset_stats()
+    rig.broken.mode = "error_json"
+    rig.broken.token_requests = 0
+    user = rig.browser()
+    try:
+        yield user
+    finally:
+        user.close()
+
+
+def code_requests(rig: Rig) -> int:
+    """How many authorization codes the provider was asked to redeem."""
+    return int(rig.peer.stats()["token_requests"].get("authorization_code", 0))
+
+
+def authorize(browser: Browser, start: Any, decision: str = "allow") -> str:
+    """Sign in and decide at the provider a start redirected to: the callback URL."""
+    assert start.status_code == 303, start.text
+    return login_and_consent(browser.http, start.headers["location"], decision=decision)  # type: ignore[arg-type]
+
+
+def outcome_of(browser: Browser, chat: str, call: str) -> dict[str, Any] | None:
+    found = browser.call(chat, call).get("outcome")
+    return None if found is None else dict(found)
+
+
+def on_redis(rig: Rig, work: Any) -> Any:
+    """Run ``work(client)`` with a client of its own (sync tests have no loop)."""
+
+    async def run() -> Any:
+        client = Redis.from_url(rig.server.settings.redis_url or "")
+        try:
+            return await work(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())

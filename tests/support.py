@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import inspect
 import json
 import os
 import shutil
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ import pytest
 import uvicorn
 
 from runner.agentfile import AgentFile, parse_agent_file
-from transport._cassette_diff import parse_sse
 from transport.app import create_app
 from transport.settings import Secret, Settings
+from transport.sse import sse_chunks
 
 TEST_SECRET = "parkway-test-secret-" + "x" * 32
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,13 +37,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def sse_chunks(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of an SSE body (``[DONE]`` and comments dropped)."""
-    return parse_sse(text)
-
-
 def types(chunks: Sequence[Mapping[str, Any]]) -> list[str]:
     return [c["type"] for c in chunks]
+
+
+async def eventually(
+    check: Callable[[], Any], *, within_s: float = 20, every_s: float = 0.01, what: str = ""
+) -> Any:
+    """Poll ``check`` (sync, or async) until it returns something other than None or
+    False, and return that; fail the test after ``within_s`` seconds.
+
+    For waiting on what another task or process does (a model reached its gate, a chat
+    went idle): the wait is bounded, and a condition never reached fails, naming
+    ``what``, instead of letting the test go on (or time out) somewhere else.
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value is not None and value is not False:
+            return value
+        assert time.monotonic() < deadline, f"not reached within {within_s:g} s: {what or check}"
+        await asyncio.sleep(every_s)
 
 
 # -- agents ---------------------------------------------------------------------------
@@ -194,7 +210,7 @@ class ServerThread:
         )
         parsed = parse_agent_file(agent)
         if isinstance(model, str):  # a model name: the server's --model
-            self.settings = dataclasses.replace(self.settings, model=model)
+            self.settings = self.settings.model_copy(update={"model": model})
         elif model is not None:
             parsed = AgentFile(parsed.template, model)
         self.app = create_app(self.settings, agent=parsed)

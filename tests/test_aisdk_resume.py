@@ -33,8 +33,18 @@ from typing import Any
 import pytest
 
 from tests import test_aisdk as aisdk
-from tests.support import PICK_TOOL, Api, agent_doc, call, server_thread, sse_chunks, text, types
-from tests.test_eventlog import GatedModel, wait_until
+from tests.support import (
+    PICK_TOOL,
+    Api,
+    agent_doc,
+    call,
+    eventually,
+    server_thread,
+    sse_chunks,
+    text,
+    types,
+)
+from tests.test_eventlog import GatedModel
 
 pytestmark = [pytest.mark.node, pytest.mark.usefixtures("redis")]
 
@@ -111,11 +121,8 @@ async def wait_for_file(path: Path, driving: asyncio.Task[Any]) -> None:
         await asyncio.sleep(0.01)
 
 
-async def wait_for_state(api: Api, chat_id: str, state: str) -> None:
-    deadline = time.monotonic() + HANDSHAKE_S
-    while (await api.state(chat_id))["state"] != state:
-        assert time.monotonic() < deadline, f"chat {chat_id} never became {state}"
-        await asyncio.sleep(0.02)
+async def is_idle(api: Api, chat_id: str) -> bool:
+    return (await api.state(chat_id))["state"] == "idle"
 
 
 def gets(report: aisdk.Report) -> list[dict[str, Any]]:
@@ -197,9 +204,11 @@ async def test_dropped_continuation_is_rebuilt_whole_by_resume_stream(
                 else:
                     await wait_for_file(dropped, driving)
                     paused_while_resuming = False
-                    await wait_until(model.started.is_set, HANDSHAKE_S)
+                    await eventually(model.started.is_set, within_s=HANDSHAKE_S)
                     model.gate.set()
-                    await wait_for_state(api, chat_id, "idle")
+                    await eventually(
+                        lambda: is_idle(api, chat_id), within_s=HANDSHAKE_S, what="idle chat"
+                    )
                     go.write_text("go")
             finally:
                 model.gate.set()  # never leave the server's run waiting

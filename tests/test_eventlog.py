@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from runner import (
+    ChatRecord,
     Runner,
     RunnerConfig,
     ScriptedModel,
@@ -35,6 +35,7 @@ from tests.support import (
     agent_doc,
     answered,
     call,
+    eventually,
     server_thread,
     sse_chunks,
     text,
@@ -65,15 +66,14 @@ class GatedModel:
                     await asyncio.sleep(0.005)
 
 
-async def wait_until(predicate: Any, limit_s: float = 20) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 def said(chunks: list[dict[str, Any]]) -> str:
     return "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+
+
+async def idle(runner: Runner, chat_id: str) -> ChatRecord | None:
+    """The chat's record once it is idle (its run finished), else None."""
+    record = await runner.chat(chat_id, "alice")
+    return record if record.meta["state"] == "idle" else None
 
 
 TURNS = [
@@ -97,7 +97,7 @@ async def test_a_reconnect_on_another_worker_rebuilds_the_message_and_follows_it
         api_b = api_a.same_user(b.base_url)
         first = await api_a.say("rc", "hi")
         continuing = asyncio.create_task(api_a.chat("rc", answered(first, {"choice": "red"})))
-        await wait_until(model.started.is_set)
+        await eventually(model.started.is_set)
         lines: list[str] = []
         async with api_b.http.stream("GET", "/api/chat/rc/stream") as response:
             assert response.status_code == 200
@@ -134,7 +134,7 @@ async def test_stop_keeps_the_partial_answer_and_finishes_cleanly(
     with server_thread(redis_url, agent_doc(turns), model=model) as srv:
         api = await Api(srv.base_url).login()
         streaming = asyncio.create_task(api.chat("st", [user_message("go", "u1")]))
-        await wait_until(model.started.is_set)
+        await eventually(model.started.is_set)
         stop = await api.http.post("/api/chats/st/stop")
         assert stop.status_code == 202
         response = await streaming
@@ -206,11 +206,7 @@ async def test_auto_resume_policy_continues_a_settled_chat_without_the_client(re
     parked = [e async for e in run.events()]
     call_id = next(e.tool_call_id for e in parked if e.kind == "tool-call-issued")
     await runner.settle("auto", "alice", call_id, {"outcome": "output", "output": {"choice": "z"}})
-    record = None
-    deadline = time.monotonic() + 20
-    while (record := await runner.chat("auto", "alice")).meta["state"] != "idle":
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    record = await eventually(lambda: idle(runner, "auto"), what="the chat resumed itself")
     assert (
         record.entries[-1]["text"]
         == 'Thanks for [{"result":{"choice":"z"},"tool":"pick"}] and goodbye.'
@@ -226,7 +222,7 @@ async def test_shutdown_refuses_new_runs_and_hands_running_chats_over_at_once(re
     model = GatedModel(turns, gated={0})
     leaving = Runner(redis, model, agent.template)
     run = await leaving.start_turn("sd", "alice", "hi", user_message_id="u1")
-    await wait_until(model.started.is_set)
+    await eventually(model.started.is_set)
     await leaving.aclose(grace_s=0.05)
     events = [e async for e in run.events()]
     assert isinstance(events[-1], RunFailed)
@@ -279,10 +275,7 @@ async def test_a_timeout_resumes_an_auto_policy_chat(redis: Redis) -> None:
     clock.now += 16 * 60  # past the 15-minute client default
     report = await Sweeper(runner, on_timeout=runner.on_timeout).sweep_once()
     assert report.settled == 1
-    deadline = time.monotonic() + 20
-    while (record := await runner.chat("ta", "alice")).meta["state"] != "idle":
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    record = await eventually(lambda: idle(runner, "ta"), what="the resume after the timeout")
     assert (
         record.entries[-1]["text"]
         == 'Thanks for [{"result":{"status":"timeout"},"tool":"pick"}] and goodbye.'

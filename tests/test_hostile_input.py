@@ -504,11 +504,11 @@ def test_parkway_serve_runs_uvicorn_with_the_header_timeout(
     from transport import cli
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(cli, "_serve", lambda app, config, *_: seen.update(config=config))
     monkeypatch.setenv("PARKWAY_SECRET_KEY", TEST_SECRET)
     monkeypatch.setenv("PARKWAY_HEADER_READ_TIMEOUT_S", "3.5")
     monkeypatch.setenv("PARKWAY_DEMO_OAUTH", "0")
-    assert cli.main(["serve", "--redis-url", redis_url]) == 0
-    protocol = seen["http"]
+    assert cli.main(["serve", "--redis-url", redis_url, "--port", "0"]) == 0
+    protocol = seen["config"].http
     assert issubclass(protocol, HeaderTimeoutProtocol)
     assert protocol.header_read_timeout_s == 3.5

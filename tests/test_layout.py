@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -51,15 +52,45 @@ def test_each_package_declares_its_public_names(package: str) -> None:
     assert not missing, f"{package}.__all__ names what it does not define: {missing}"
 
 
-def test_redis_key_names_come_from_one_module() -> None:
-    """Only runner/keys.py spells Redis key prefixes."""
+# The modules that may spell Redis key names: the runner's keys and widgets_api's own.
+KEY_MODULES = ("runner/keys.py", "widgets_api/keys.py")
+# A string literal of any kind (plain, f-, b-, r-) that starts with Parkway's key prefix.
+_KEY_LITERAL = re.compile(r"""["']pw:""")
+
+
+def spells_key_names(source: str) -> bool:
+    return _KEY_LITERAL.search(source) is not None
+
+
+def test_redis_key_names_come_from_the_two_key_modules() -> None:
+    """Only runner/keys.py and widgets_api/keys.py spell Redis key prefixes, so every key
+    is documented (type, contents, lifetime) in one of two places."""
     offenders = [
-        str(path.relative_to(ROOT))
-        for package in PACKAGES
+        relative
+        for package in [*PACKAGES, "bench"]
         for path in (ROOT / package).rglob("*.py")
-        if path.name != "keys.py" and '"pw:' in path.read_text()
+        if (relative := path.relative_to(ROOT).as_posix()) not in KEY_MODULES
+        and spells_key_names(path.read_text())
     ]
     assert not offenders, offenders
+    assert all(spells_key_names((ROOT / module).read_text()) for module in KEY_MODULES)
+
+
+@pytest.mark.parametrize(
+    ("source", "spells"),
+    [
+        ('KEY = "pw:deadlines"', True),
+        ("KEY = 'pw:deadlines'", True),
+        ('key = f"pw:{{{chat}}}:meta"', True),
+        ('key = b"pw:flow:x"', True),
+        ('help = "keys pw:{bench-*} are deleted"', False),
+        ("key = chat_keys(chat).meta  # the pw: prefix comes from runner/keys.py", False),
+    ],
+)
+def test_the_key_name_rule_tells_a_key_literal_from_a_mention(source: str, spells: bool) -> None:
+    """Control for the rule above: it must catch a key spelled in any quoting, or a
+    module outside the two would slip through unnoticed."""
+    assert spells_key_names(source) is spells
 
 
 def test_every_package_is_installed_with_the_distribution() -> None:

@@ -13,10 +13,9 @@ import concurrent.futures
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from playwright.sync_api import Browser, Page, Request, expect
 from redis.asyncio import Redis
 
@@ -26,7 +25,6 @@ from runner.sweeper import Sweeper
 from tests.browser import (
     ServerView,
     Tab,
-    chromium,
     provider_rig,
     screenshot,
     sign_in_at_provider,
@@ -59,13 +57,6 @@ class ToolNamesModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         yield ModelTextDelta(",".join(t.name for t in request.tools))
-
-
-@pytest.fixture
-def browser(redis: Redis) -> Iterator[Browser]:
-    """One chromium per test, closed before the ``redis`` fixture's async teardown."""
-    with chromium() as launched:
-        yield launched
 
 
 class Posts:
@@ -293,7 +284,7 @@ def test_commit_config_approval_shows_the_diff_and_the_new_revision_refreshes_th
         diff = widget.get_by_test_id("commit-diff")
         expect(diff.locator(".diff-del")).to_have_text(['-  "instructions": "test agent",'])
         expect(diff.locator(".diff-add")).to_have_text(['+  "instructions": "Say hello first.",'])
-        tab.expect_ready()
+        tab.expect_waiting()
         screenshot(tab.page, "commit-diff")
         assert agent_now(tab)["version"] == 1
 
@@ -378,7 +369,7 @@ def test_retry_after_a_timeout_is_confirmed_by_the_servers_connection_list(
         tab.send("connect me to acme")
         widget = tab.widget("connect")
         tab.expect_state(widget, "pending")
-        tab.expect_ready()
+        tab.expect_waiting()
         call_id = Tab.call_id(widget)
         assert sweep_later(redis_url, CONNECT_AGENT["template"]) == 1
         tab.expect_state(widget, "failed")
@@ -410,7 +401,11 @@ def test_retry_after_a_timeout_is_confirmed_by_the_servers_connection_list(
         sign_in_at_provider(popup)
         tab.expect_state(widget, "reconnected")
         expect(widget.get_by_test_id("connect-reconnected")).to_have_text(
-            "Acme connected ✓ (alice) — ask the agent to continue"
+            "Acme connected ✓ (alice) after this request ended."
+        )
+        # the card keeps saying what the agent was told: the stored outcome
+        expect(widget.get_by_test_id("connect-told")).to_have_text(
+            "The agent was told: not connected (timeout)."
         )
         tab.expect_ready()
         screenshot(tab.page, "connect-retry")
@@ -448,7 +443,7 @@ def test_a_new_request_offers_the_existing_connection_and_use_settles_it(
         tab.expect_state(second, "pending")
         use = second.get_by_role("button", name="Use alice")
         expect(use).to_have_attribute("data-connection", existing["id"])
-        tab.expect_ready()
+        tab.expect_waiting()
         screenshot(tab.page, "connect-use")
         use.click()
         tab.expect_state(second, "connected")
@@ -477,7 +472,7 @@ def test_a_blocked_popup_offers_a_tab_link_and_the_timeout_still_ends_the_call(
         tab.send("connect me to acme")
         widget = tab.widget("connect")
         tab.expect_state(widget, "pending")
-        tab.expect_ready()
+        tab.expect_waiting()
         tab.act(widget, "connect")
         link = widget.locator('[data-action="open-tab"]')
         expect(link).to_be_visible()

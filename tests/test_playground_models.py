@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-import pytest
 from playwright.sync_api import Browser, Locator, expect
-from redis.asyncio import Redis
 
 from runner.errors import ModelError
 from runner.model import (
@@ -34,7 +32,7 @@ from runner.model import (
     ModelUsage,
     UserTurn,
 )
-from tests.browser import Tab, chromium, screenshot, wait_until
+from tests.browser import Tab, screenshot, wait_until
 from tests.support import CONFIRM_TOOL, agent_doc, server_thread
 
 MODEL_NAME = "double:test-model"
@@ -106,14 +104,6 @@ def step_end(reason: str, usage: ModelUsage, *, reasoning: str = "") -> ModelSte
         ({"type": "reasoning", "text": reasoning, "sig": "double-signature"},) if reasoning else ()
     )
     return ModelStepEnd(finish_reason=reason, usage=usage, model=MODEL_NAME, parts=parts)
-
-
-@pytest.fixture
-def browser(redis: Redis) -> Iterator[Browser]:
-    """One chromium per test. It depends on ``redis`` so that it closes before the
-    ``redis`` fixture's async teardown (sync Playwright holds the thread's loop)."""
-    with chromium() as launched:
-        yield launched
 
 
 def reasoning(tab: Tab) -> Locator:
@@ -232,7 +222,7 @@ def test_a_tool_call_being_written_shows_a_placeholder_until_its_widget_can_answ
             tab.expect_state(widget, "pending")
             expect(tab.messages.locator(".tool-preparing")).to_have_count(0)
             expect(widget.locator('[aria-label="Input"]')).to_contain_text('"question": "Proceed?"')
-            tab.expect_ready()
+            tab.expect_waiting()
             expect(footer(tab)).to_have_text(f"{MODEL_NAME} · 120 in · 45 out · 12 reasoning")
 
             widget.get_by_label("Your answer (JSON)").fill('{"ok": true}')

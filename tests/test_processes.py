@@ -25,6 +25,7 @@ from tests.support import (
     agent_doc,
     answered,
     call,
+    eventually,
     free_port,
     sse_chunks,
     text,
@@ -108,7 +109,7 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
     api = await Api(first.base_url).login()
     try:
         sending = asyncio.create_task(api.say("crash", "go", "u1"))
-        await _until(lambda: marker.exists() and marker.read_text() == "started\n")
+        await eventually(lambda: marker.exists() and marker.read_text() == "started\n", within_s=30)
         first.kill()
         with contextlib.suppress(httpx.HTTPError):
             await sending
@@ -124,7 +125,8 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
             response = await other.chat("crash", [user_message("again", "u2")])
             return None if response.status_code == 409 else response
 
-        response = await _until_value(next_turn)  # the dead worker's lease lapses first
+        # the dead worker's lease lapses first
+        response = await eventually(next_turn, within_s=30, every_s=0.05)
         await other.aclose()
     finally:
         second.stop()
@@ -134,21 +136,6 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
     assert result["tool"] == "hang"
     assert result["result"]["error"].startswith("result unknown")
     assert marker.read_text() == "started\n"  # executed exactly once
-
-
-async def _until(predicate: Any, limit_s: float = 30) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
-async def _until_value(produce: Any, limit_s: float = 30) -> Any:
-    deadline = time.monotonic() + limit_s
-    while (value := await produce()) is None:
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-    return value
 
 
 def _serve_embedded(data_dir: Path, agent: Path, port: int) -> subprocess.Popen[bytes]:
@@ -293,7 +280,7 @@ async def test_a_worker_killed_during_a_resume_is_taken_over_by_another(
         settled = await api.settle("rk", call_id, {"outcome": "output", "output": {"x": 1}})
         assert settled.status_code == 200
         resuming = asyncio.create_task(api.resume("rk"))
-        await _until(lambda: marker.exists() and marker.read_text() == "started\n")
+        await eventually(lambda: marker.exists() and marker.read_text() == "started\n", within_s=30)
         first.kill()
         with contextlib.suppress(httpx.HTTPError):
             await resuming
@@ -309,7 +296,8 @@ async def test_a_worker_killed_during_a_resume_is_taken_over_by_another(
             response = await other.resume("rk")
             return None if response.status_code == 409 else response
 
-        response = await _until_value(take_over)  # busy until A's lease lapses
+        # busy until A's lease lapses
+        response = await eventually(take_over, within_s=30, every_s=0.05)
         await other.aclose()
     finally:
         second.stop()

@@ -33,6 +33,7 @@ from tests.support import (
     ServerThread,
     agent_doc,
     call,
+    eventually,
     held_agent_doc,
     sse_chunks,
     text,
@@ -410,10 +411,8 @@ async def test_followers_survive_their_watch_connection_dying(
     await asyncio.sleep(0.5)
     proxy.down()
     proxy.up()
-    for _ in range(200):  # the watch notices, reconnects and subscribes again
-        await asyncio.sleep(0.05)
-        if runner.logwatch.reconnects:
-            break
+    # the watch notices, reconnects and subscribes again
+    await eventually(lambda: runner.logwatch.reconnects > 0, within_s=10, every_s=0.05)
     assert runner.logwatch.reconnects == 1
     await asyncio.sleep(0.5)  # the wake-up of the reconnect has come and gone
     release.write_text("go")

@@ -21,18 +21,15 @@ from runner import (
     Runner,
     RunnerConfig,
     SettleConflictError,
-    chat_keys,
     parse_agent_file,
 )
 from runner.events import (
     ApprovalRequested,
     CallParked,
     Event,
-    MessageFinished,
     MessageStarted,
     StepFinished,
     StepStarted,
-    TextDelta,
     ToolCallIssued,
     ToolDenied,
     ToolFailed,
@@ -40,34 +37,9 @@ from runner.events import (
     ToolSucceeded,
 )
 from tests import tools as test_tools
+from tests.runner_rig import finish, make_runner, parked, said, turn
 from tests.support import PICK_TOOL as PICK
 from tests.support import agent_doc, call, text
-
-
-def make_runner(redis: Redis, turns: list[list[dict[str, Any]]], **kwargs: Any) -> Runner:
-    agent = parse_agent_file(agent_doc(turns, **kwargs))
-    return Runner(redis, agent.model, agent.template)
-
-
-def said(events: list[Event]) -> str:
-    return "".join(e.delta for e in events if isinstance(e, TextDelta))
-
-
-def parked(events: list[Event]) -> list[Any]:
-    return [e.call for e in events if isinstance(e, CallParked)]
-
-
-def finish(events: list[Event]) -> str:
-    last = events[-1]
-    assert isinstance(last, MessageFinished), last
-    return last.reason
-
-
-async def turn(
-    runner: Runner, chat: str, message: str = "hi", uid: str | None = None
-) -> list[Event]:
-    run = await runner.start_turn(chat, "alice", message, user_message_id=uid)
-    return await run.collect()
 
 
 async def test_client_tool_round_trip_parks_then_resumes_the_same_message(redis: Redis) -> None:
@@ -422,25 +394,6 @@ async def test_another_principal_cannot_see_settle_or_resume_a_chat(redis: Redis
     assert (await runner.call("p1", "alice", pending.tool_call_id)).outcome is None
 
 
-async def test_a_turn_while_a_run_holds_the_lease_is_refused(redis: Redis) -> None:
-    """Two turns of one chat never run at once."""
-    gate = asyncio.Event()
-    runner = make_runner(redis, [[text("slow")]])
-
-    async def slow_stream(request: Any) -> Any:
-        await gate.wait()
-        async for item in original(request):
-            yield item
-
-    original = runner.model.stream
-    runner.model = type("M", (), {"stream": staticmethod(slow_stream)})()
-    run = await runner.start_turn("l1", "alice", "first")
-    with pytest.raises(ChatBusyError):
-        await runner.start_turn("l1", "alice", "second")
-    gate.set()
-    assert said(await run.collect()) == "slow"
-
-
 async def test_a_record_with_an_unknown_schema_version_fails_closed(redis: Redis) -> None:
     """Parked state is versioned: a chat written by a newer Parkway is refused with a
     clear error, never half-read."""
@@ -501,7 +454,42 @@ async def meet(tool_input: dict[str, Any]) -> dict[str, int]:
     return {"met": len(BARRIER)}
 
 
-def test_tool_call_events_precede_widgets() -> None:
+@pytest.mark.parametrize("with_server_call", [False, True], ids=["parks-only", "with-server-call"])
+async def test_tool_call_events_precede_widgets(redis: Redis, with_server_call: bool) -> None:
+    """A parked call's widget (``CallParked``, and ``ApprovalRequested`` for an approval)
+    comes after the call itself (``ToolCallIssued``): an AI SDK client attaches a widget
+    or an approval request to a tool part it must already have. Both orders of a step
+    are checked: one that only parks, and one that also runs a server tool first."""
+    calls = [call("pick", {"q": "colour"}), call("publish", {"title": "T"})]
+    if with_server_call:
+        calls.append(call("get_weather", {"city": "Oslo"}))
+    runner = make_runner(redis, [calls, [text("unused")]])
+    events = await turn(runner, f"widgets-{with_server_call}")
+    position = {(e.kind, call_of(e)): i for i, e in enumerate(events)}
+    widgets = parked(events)
+    assert sorted(c.tool_name for c in widgets) == ["pick", "publish"]
+    for parked_call in widgets:
+        call_id = parked_call.tool_call_id
+        issued = position[("tool-call-issued", call_id)]
+        assert issued < position[("call-parked", call_id)]
+        if parked_call.kind == "approval":
+            assert issued < position[("approval-requested", call_id)]
+    if with_server_call:
+        [ran] = [e for e in events if isinstance(e, ToolSucceeded)]
+        assert (
+            position[("tool-call-issued", ran.tool_call_id)]
+            < position[("tool-succeeded", ran.tool_call_id)]
+        )
+
+
+def call_of(event: Event) -> str | None:
+    """The id of the tool call an event is about (None for a text or step event)."""
+    if isinstance(event, CallParked):
+        return event.call.tool_call_id
+    return getattr(event, "tool_call_id", None)
+
+
+def test_events_are_frozen_dataclasses_with_a_kind_tag() -> None:
     """Event classes are plain frozen dataclasses with a kind tag."""
     event = ToolCallIssued("c", "t", {})
     assert event.kind == "tool-call-issued"
@@ -524,23 +512,6 @@ async def test_resume_uses_the_template_snapshot_the_run_started_with(redis: Red
     assert [e["chat"] for e in test_tools.EXECUTIONS] == ["snap"]
 
 
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def clocked_runner(
-    redis: Redis, turns: list[list[dict[str, Any]]], clock: Clock, **kwargs: Any
-) -> Runner:
-    agent = parse_agent_file(agent_doc(turns, **kwargs))
-    return Runner(redis, agent.model, agent.template, clock=clock)
-
-
 async def test_an_approval_granted_before_a_new_message_still_runs(redis: Redis) -> None:
     """The human approved; a new message arriving before the resume must not turn that
     approval into a denial: the tool runs, with the approved input, before the new turn."""
@@ -560,88 +531,6 @@ async def test_an_approval_granted_before_a_new_message_still_runs(redis: Redis)
         {"tool": "publish", "result": {"published": "P"}},
         {"tool": "pick", "result": {"status": "cancelled", "reason": "superseded_by_user_message"}},
     ]
-
-
-async def test_a_resume_whose_worker_died_is_taken_over_once_the_lease_lapses(redis: Redis) -> None:
-    """Resume vs crash: a worker that claimed the resume and died holds the chat only
-    until its lease lapses; then another worker resumes with every stored outcome."""
-    clock = Clock()
-    runner = clocked_runner(
-        redis, [[call("pick", {"q": "a"})], [text("{{last_tool_results}}")]], clock
-    )
-    [pending] = parked(await turn(runner, "to"))
-    await runner.settle(
-        "to", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "k"}}
-    )
-    # A worker claims the resume and dies before it commits anything.
-    dead = await runner.store.claim_resume(
-        chat_keys("to"),
-        principal="alice",
-        token="dead-worker",
-        now_ms=runner._now_ms(),
-        lease_ms=60_000,
-    )
-    assert [c.tool_call_id for c in dead.calls] == [pending.tool_call_id]
-    with pytest.raises(ChatBusyError):
-        await runner.resume("to", "alice")
-    clock.now += 61
-    events = await (await runner.resume("to", "alice")).collect()
-    assert json.loads(said(events)) == [{"tool": "pick", "result": {"choice": "k"}}]
-
-
-async def test_a_turn_whose_worker_died_after_its_claim_loses_no_outcome(redis: Redis) -> None:
-    """Turn vs crash: a new message's claim superseded the pending call, then its worker
-    died before writing; the next turn still gives the model every result."""
-    clock = Clock()
-    runner = clocked_runner(
-        redis,
-        [[call("pick", {"q": "a"}), call("confirm", {})], [text("{{last_tool_results}}")]],
-        clock,
-    )
-    pick, confirm = parked(await turn(runner, "tc", uid="u1"))
-    await runner.settle(
-        "tc", "alice", pick.tool_call_id, {"outcome": "output", "output": {"choice": "z"}}
-    )
-    template = runner.template
-    dead = await runner.store.claim_turn(
-        chat_keys("tc"), principal="alice", token="dead", now_ms=runner._now_ms(), lease_ms=60_000,
-        user_message_id="u2", supersede_outcome='{"outcome":"cancelled","reason":"superseded_by_user_message"}',
-        message_id="msg_dead", template_digest=template.digest, template_json=template.canonical,
-    )  # fmt: skip
-    assert dead.parked_ids == [pick.tool_call_id, confirm.tool_call_id]
-    clock.now += 61
-    events = await turn(runner, "tc", "again", uid="u2")  # the dead turn never stored u2
-    assert json.loads(said(events)) == [
-        {"tool": "pick", "result": {"choice": "z"}},
-        {
-            "tool": "confirm",
-            "result": {"status": "cancelled", "reason": "superseded_by_user_message"},
-        },
-    ]
-
-
-async def test_a_parked_call_exists_before_anyone_hears_of_it(redis: Redis) -> None:
-    """A client that answers the instant it sees a widget must find the call: call
-    events are emitted only after the step is persisted, even while server tools run."""
-    test_tools.GATE.clear()
-    gated = {"type": "function", "name": "gated", "ref": "tests.tools:gated"}
-    runner = make_runner(
-        redis, [[call("gated"), call("pick", {"q": "a"})], [text("ok")]], tools=[gated, PICK]
-    )
-    run = await runner.start_turn("early", "alice", "go")
-    async for event in run.events():
-        if isinstance(event, CallParked):
-            result = await runner.settle(
-                "early",
-                "alice",
-                event.call.tool_call_id,
-                {"outcome": "output", "output": {"choice": "fast"}},
-            )
-            assert result.fresh
-            test_tools.GATE.set()
-    state = (await runner.chat("early", "alice")).meta["state"]
-    assert state == "parked"
-    assert said(await (await runner.resume("early", "alice")).collect()) == "ok"
 
 
 async def test_settles_are_judged_by_the_schema_the_call_was_parked_with(redis: Redis) -> None:
@@ -682,44 +571,6 @@ async def test_a_run_out_of_steps_ends_on_a_text_step(redis: Redis) -> None:
     assert isinstance(events[-2], StepFinished)
 
 
-async def test_a_dead_turn_that_stored_nothing_is_not_resumed_and_its_message_can_be_resent(
-    redis: Redis,
-) -> None:
-    """A turn whose worker died before storing its message has nothing to continue: a
-    resume is refused, and the same message may be sent again."""
-    clock = Clock()
-    runner = clocked_runner(redis, [[text("one")], [text("two {{last_user_text}}")]], clock)
-    await turn(runner, "dt", "first", uid="u1")
-    template = runner.template
-    await runner.store.claim_turn(
-        chat_keys("dt"), principal="alice", token="dead", now_ms=runner._now_ms(), lease_ms=60_000,
-        user_message_id="u2", supersede_outcome="{}", message_id="msg_dead",
-        template_digest=template.digest, template_json=template.canonical,
-    )  # fmt: skip
-    clock.now += 61
-    with pytest.raises(NothingToResumeError, match="interrupted"):
-        await runner.resume("dt", "alice")
-    assert said(await turn(runner, "dt", "second", uid="u2")) == "two second"
-
-
-async def test_a_new_chat_never_sees_leftovers_of_an_expired_one(redis: Redis) -> None:
-    """Keys of a chat live and die together; a chat created under a reused id starts
-    empty even if stray keys of an old one remain."""
-    runner = make_runner(redis, [[call("pick", {"q": "secret input"})]])
-    [pending] = parked(await turn(runner, "reuse"))
-    await runner.settle("reuse", "alice", pending.tool_call_id, {"outcome": "declined"})
-    ttls = {
-        key: await redis.ttl(key) for key in chat_keys("reuse").all() if await redis.exists(key)
-    }
-    assert len(ttls) == 5 and all(t > 0 for t in ttls.values())  # pending is empty, so absent
-    await redis.delete(chat_keys("reuse").meta)  # as if only the meta key had expired
-    fresh = make_runner(redis, [[text("hello")]])
-    await (await fresh.start_turn("reuse", "bob", "hi")).collect()
-    record = await fresh.chat("reuse", "bob")
-    assert record.calls == []
-    assert [e["t"] for e in record.entries] == ["user", "assistant"]
-
-
 async def test_approvals_finished_by_a_new_turn_use_the_template_they_were_made_under(
     redis: Redis,
 ) -> None:
@@ -732,21 +583,3 @@ async def test_approvals_finished_by_a_new_turn_use_the_template_they_were_made_
     new = make_runner(redis, [[text("x")], [text("{{last_tool_results}}")]], tools=[])
     events = await turn(new, "tpl", "next", uid="u2")
     assert json.loads(said(events)) == [{"tool": "publish", "result": {"published": "old"}}]
-
-
-async def test_server_tool_results_are_stored_as_soon_as_the_tools_finish(redis: Redis) -> None:
-    """Results of a step that does not park are persisted before the next model step, so
-    a worker dying during that step loses nothing the client already saw."""
-    runner = make_runner(redis, [[call("get_weather", {"city": "Oslo"})], [text("next")]])
-    original = runner.model.stream
-    seen: list[list[str]] = []
-
-    async def observing(request: Any) -> Any:
-        history = await redis.lrange(chat_keys("early-r").history, 0, -1)
-        seen.append([json.loads(h)["t"] for h in history])
-        async for item in original(request):
-            yield item
-
-    runner.model = type("M", (), {"stream": staticmethod(observing)})()
-    await turn(runner, "early-r")
-    assert seen[1] == ["user", "assistant", "result"]

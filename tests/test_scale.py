@@ -17,6 +17,7 @@ from tests.support import (
     agent_doc,
     answered,
     call,
+    eventually,
     sse_chunks,
     text,
     types,
@@ -59,12 +60,13 @@ async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
         )
         assert settled.status_code == 200
         resuming = asyncio.create_task(on_c.resume("abcd"))
-        for _ in range(2000):  # until C's run is waiting in the tool
+
+        async def c_waits_in_the_tool() -> bool:
             info = await redis.hget(chat_keys("abcd").meta, "run_start")
             entries = await redis.xrange(chat_keys("abcd").events, min=info or "-") if info else []
-            if any(b'"tool_name":"wait_for_file"' in e[1][b"b"] for e in entries):
-                break
-            await asyncio.sleep(0.01)
+            return any(b'"tool_name":"wait_for_file"' in e[1][b"b"] for e in entries)
+
+        await eventually(c_waits_in_the_tool, within_s=30, what="C's run waiting in the tool")
         lines: list[str] = []
         async with on_d.http.stream("GET", "/api/chat/abcd/stream") as response:
             assert response.status_code == 200

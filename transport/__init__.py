@@ -2,7 +2,7 @@
 
 from transport.app import create_app
 from transport.chunks import Chunk
-from transport.encoder import WIDGET_PART, encode_event, encode_events
+from transport.encoder import WIDGET_PART, encode_event
 from transport.errors import HTTPError
 from transport.sessions import Authenticator, SessionAuthenticator
 from transport.settings import Secret, Settings, SettingsError
@@ -18,5 +18,4 @@ __all__ = [
     "SettingsError",
     "create_app",
     "encode_event",
-    "encode_events",
 ]

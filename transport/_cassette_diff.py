@@ -25,7 +25,6 @@ __all__ = [
     "diff_chunks",
     "diff_json",
     "merge_deltas",
-    "parse_sse",
     "translate",
 ]
 
@@ -42,23 +41,6 @@ _DELTAS = {
     "reasoning-delta": ("id", "delta"),
     "tool-input-delta": ("toolCallId", "inputTextDelta"),
 }
-
-
-def parse_sse(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of an SSE body; ``[DONE]`` and comment lines are dropped."""
-    chunks: list[dict[str, Any]] = []
-    for event in text.replace("\r\n", "\n").split("\n\n"):
-        data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
-        if not data:
-            continue
-        payload = "\n".join(data)
-        if payload == "[DONE]":
-            continue
-        value = json.loads(payload)
-        if not isinstance(value, dict):
-            raise ValueError(f"an SSE chunk is not a JSON object: {payload[:80]!r}")
-        chunks.append(value)
-    return chunks
 
 
 def _walk(value: Any, key: str | None = None) -> Iterator[tuple[str | None, Any]]:

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from runner.agents import AgentStore
-from runner.connection import connect, is_redis_outage
+from runner.connection import RedisClient, connect, is_redis_outage
 from runner.demo import DEMO_AGENT
 from runner.embedded import EmbeddedRedis
 from runner.errors import ParkwayError, SettleConflictError
@@ -40,7 +40,7 @@ from transport.errors import HTTPError, redis_unavailable, status_for
 from transport.requests import BodyReader
 from transport.routes import api_routes
 from transport.sessions import Authenticator, SessionAuthenticator
-from transport.settings import Settings, SettingsError
+from transport.settings import Settings, SettingsError, flag_and_variable
 from widgets_api import describe_call, widget_routes
 from widgets_api.oauth import DEMO_MOUNT, DemoDispatch, OAuthRuntime, OAuthSettings, start_oauth
 from widgets_api.providers import parse_provider_specs
@@ -208,6 +208,106 @@ def model_catalog(settings: Settings, agent: AgentFile) -> ModelCatalog:
     return models
 
 
+async def _reach(redis: RedisClient, settings: Settings) -> None:
+    """Ping Redis once at startup: an unreachable one stops the server with one line
+    naming the setting (``parkway serve`` prints it and exits 2), not a traceback."""
+    try:
+        await redis.ping()
+    except Exception as exc:
+        if not is_redis_outage(exc):
+            raise
+        raise SettingsError(
+            f"redis_url ({flag_and_variable('redis_url')}): cannot reach Redis at "
+            f"{settings.redacted_redis_url()}: {exc}"
+        ) from None
+
+
+def _oauth_settings(settings: Settings) -> OAuthSettings:
+    """The OAuth part of the settings: providers, the demo provider, keys and TTLs."""
+    specs = tuple(parse_provider_specs(settings.oauth_providers))
+    return OAuthSettings(
+        specs=specs,
+        demo=settings.demo_oauth_enabled,
+        base_url=settings.base_url,
+        # the demo provider's client secret derives from the session key; nothing else
+        # here needs it (a custom authenticator may run without one)
+        secret=(
+            settings.resolve_secret().get_secret_value() if settings.demo_oauth_enabled else ""
+        ),
+        token_key=(
+            settings.resolve_token_key().get_secret_value()
+            if specs or settings.demo_oauth_enabled
+            else None
+        ),
+        allowed_origins=settings.allowed_origins,
+        cookie_secure=settings.cookie_secure,
+        flow_ttl_s=settings.connect_flow_ttl_s,
+        connection_ttl_s=settings.connection_ttl_s,
+        http_timeout_s=settings.oauth_http_timeout_s,
+    )
+
+
+async def _start_serving(
+    app: Starlette,
+    redis: RedisClient,
+    *,
+    url: str,
+    settings: Settings,
+    agent: AgentFile,
+    agent_id: str,
+    models: ModelCatalog,
+    oauth_settings: OAuthSettings,
+) -> asyncio.Task[None]:
+    """Everything a serving app holds, on ``app.state``: the agent's revisions, the
+    runner, OAuth, the widget describer; returns the running deadline sweeper."""
+    app.state.redis = redis
+    agents = AgentStore(
+        redis,
+        agent_id,
+        dict(agent.template.raw),
+        editable=settings.agent_editing_enabled,
+        editors=editors_of(settings),
+    )
+    await agents.ensure_seeded()
+    await warn_of_drift(agents)
+    app.state.agents = agents
+    app.state.runner = Runner(
+        redis,
+        agent.model,
+        agent.template,
+        agents=agents,
+        models=models,
+        config=RunnerConfig(
+            chat_ttl_s=settings.chat_ttl_s,
+            lease_s=settings.lease_s,
+            max_output_bytes=settings.max_output_bytes,
+            # half the pool for followers' reads, the rest kept for the runs
+            follower_reads=max(1, settings.redis_max_connections // 2),
+        ),
+    )
+    # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
+    oauth: OAuthRuntime | None = await start_oauth(
+        oauth_settings,
+        runner=app.state.runner,
+        redis=redis,
+        redis_url=url,
+        environ=os.environ,
+    )
+    app.state.oauth = oauth
+    app.state.connect = None if oauth is None else oauth.flow
+    names = {} if oauth is None else oauth.providers.names()
+    start = None if oauth is None else oauth.flow.start_token  # one-time start links
+    app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start)
+    if oauth is not None and oauth.demo is not None:
+        app.state.demo_router = Router(routes=oauth.demo.routes())
+    # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
+    # a timeout that settles a step resumes "auto"-policy chats.
+    app.state.sweeper = Sweeper(app.state.runner, on_timeout=app.state.runner.on_timeout)
+    return asyncio.create_task(
+        app.state.sweeper.run(settings.sweep_interval_s), name="parkway-sweeper"
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -227,26 +327,10 @@ def create_app(
             else parse_agent_file(DEMO_AGENT)
         )
     if authenticator is None:
-        authenticator = SessionAuthenticator(settings.resolve_secret().get())
+        authenticator = SessionAuthenticator(settings.resolve_secret().get_secret_value())
     agent_id = agent_id_for(settings, agent)
     models = model_catalog(settings, agent)
-    specs = tuple(parse_provider_specs(settings.oauth_providers))
-    oauth_settings = OAuthSettings(
-        specs=specs,
-        demo=settings.demo_oauth_enabled,
-        base_url=settings.base_url,
-        # the demo provider's client secret derives from the session key; nothing else
-        # here needs it (a custom authenticator may run without one)
-        secret=settings.resolve_secret().get() if settings.demo_oauth_enabled else "",
-        token_key=(
-            settings.resolve_token_key().get() if specs or settings.demo_oauth_enabled else None
-        ),
-        allowed_origins=settings.allowed_origins,
-        cookie_secure=settings.cookie_secure,
-        flow_ttl_s=settings.connect_flow_ttl_s,
-        connection_ttl_s=settings.connection_ttl_s,
-        http_timeout_s=settings.oauth_http_timeout_s,
-    )
+    oauth_settings = _oauth_settings(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -262,52 +346,16 @@ def create_app(
         )
         sweeping: asyncio.Task[None] | None = None
         try:
-            await redis.ping()
-            app.state.redis = redis
-            agents = AgentStore(
+            await _reach(redis, settings)
+            sweeping = await _start_serving(
+                app,
                 redis,
-                agent_id,
-                dict(agent.template.raw),
-                editable=settings.agent_editing_enabled,
-                editors=editors_of(settings),
-            )
-            await agents.ensure_seeded()
-            await warn_of_drift(agents)
-            app.state.agents = agents
-            app.state.runner = Runner(
-                redis,
-                agent.model,
-                agent.template,
-                agents=agents,
+                url=url,
+                settings=settings,
+                agent=agent,
+                agent_id=agent_id,
                 models=models,
-                config=RunnerConfig(
-                    chat_ttl_s=settings.chat_ttl_s,
-                    lease_s=settings.lease_s,
-                    max_output_bytes=settings.max_output_bytes,
-                    # half the pool for followers' reads, the rest kept for the runs
-                    follower_reads=max(1, settings.redis_max_connections // 2),
-                ),
-            )
-            # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
-            oauth: OAuthRuntime | None = await start_oauth(
-                oauth_settings,
-                runner=app.state.runner,
-                redis=redis,
-                redis_url=url,
-                environ=os.environ,
-            )
-            app.state.oauth = oauth
-            app.state.connect = None if oauth is None else oauth.flow
-            names = {} if oauth is None else oauth.providers.names()
-            start = None if oauth is None else oauth.flow.start_token  # one-time start links
-            app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start)
-            if oauth is not None and oauth.demo is not None:
-                app.state.demo_router = Router(routes=oauth.demo.routes())
-            # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
-            # a timeout that settles a step resumes "auto"-policy chats.
-            app.state.sweeper = Sweeper(app.state.runner, on_timeout=app.state.runner.on_timeout)
-            sweeping = asyncio.create_task(
-                app.state.sweeper.run(settings.sweep_interval_s), name="parkway-sweeper"
+                oauth_settings=oauth_settings,
             )
             # -- end deadline sweeper
             yield

@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runner.agentfile import parse_agent_file
 from runner.errors import ParkwayError
 from runner.keys import CHAT_ID
+from runner.validation import describe_first_error
 from transport._cassette_diff import (
     Difference,
     IdTable,
@@ -64,7 +65,6 @@ from transport._cassette_diff import (
     diff_chunks,
     diff_json,
     merge_deltas,
-    parse_sse,
     translate,
 )
 from transport._replay_process import (
@@ -74,6 +74,7 @@ from transport._replay_process import (
     http_request,
     scratch_server,
 )
+from transport.sse import sse_chunks
 
 if TYPE_CHECKING:
     import httpx
@@ -197,9 +198,7 @@ def parse_cassette(document: Any) -> Cassette:
     try:
         return Cassette.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "cassette"
-        raise CassetteError(f"{where}: {first['msg']}") from None
+        raise CassetteError(describe_first_error(exc, root="cassette")) from None
 
 
 def load_cassette(path: str | Path) -> Cassette:
@@ -257,7 +256,7 @@ def _response_record(status: int, content_type: str, raw: bytes) -> ResponseReco
     text = raw.decode("utf-8", errors="replace")
     if kind == "text/event-stream":
         with contextlib.suppress(ValueError):  # a malformed stream is kept as text
-            return ResponseRecord(status=status, chunks=parse_sse(text))
+            return ResponseRecord(status=status, chunks=sse_chunks(text))
     if not raw:
         return ResponseRecord(status=status)
     if kind == "application/json" or kind.endswith("+json"):

@@ -1,15 +1,18 @@
 """Wire models of the AI SDK UI message stream, one per chunk type.
 
-Two rules of the real client's schema (``uiMessageChunkSchema``) shape :meth:`to_dict`:
-optional fields are left out, never ``null``; the ``unknown``-typed fields (``input``,
-``output``, ``data``) are required keys and are always present, ``null`` included.
+Field names are snake_case here and camelCase on the wire (the models' alias
+generator). Two rules of the real client's schema (``uiMessageChunkSchema``) shape
+:meth:`Chunk.to_dict`: an optional field is left out when it is ``None``, never sent as
+``null``; the ``unknown``-typed fields (``input``, ``output``, ``data``) are required
+keys and are always present, ``null`` included.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 __all__ = [
     "Chunk",
@@ -35,171 +38,151 @@ __all__ = [
     "ToolOutputErrorChunk",
 ]
 
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    TYPE: ClassVar[str] = ""
-    ALWAYS: ClassVar[frozenset[str]] = frozenset()
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+# An optional field of the client's schema: absent from the chunk when it is None.
+_Omitted = Annotated[_T | None, Field(exclude_if=_is_none)]
+
+
+class Chunk(BaseModel):
+    """One chunk of the stream; ``type`` comes first on the wire, then the fields in the
+    order they are declared."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+    type: str
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.chunk_type()}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.name not in self.ALWAYS:
-                continue
-            out[_camel(f.name)] = value
-        return out
-
-    def chunk_type(self) -> str:
-        return self.TYPE
+        """The chunk as a JSON-ready dict, as the client's schema wants it."""
+        return self.model_dump()
 
 
-@dataclass(frozen=True)
 class StartChunk(Chunk):
-    TYPE = "start"
-    message_id: str | None = None
+    type: Literal["start"] = "start"
+    message_id: _Omitted[str] = None
 
 
-@dataclass(frozen=True)
 class StartStepChunk(Chunk):
-    TYPE = "start-step"
+    type: Literal["start-step"] = "start-step"
 
 
-@dataclass(frozen=True)
 class FinishStepChunk(Chunk):
-    TYPE = "finish-step"
+    type: Literal["finish-step"] = "finish-step"
 
 
-@dataclass(frozen=True)
 class FinishChunk(Chunk):
-    TYPE = "finish"
-    finish_reason: str | None = None
-    message_metadata: dict[str, Any] | None = None
+    type: Literal["finish"] = "finish"
+    finish_reason: _Omitted[str] = None
+    message_metadata: _Omitted[dict[str, Any]] = None
 
 
-@dataclass(frozen=True)
 class TextStartChunk(Chunk):
-    TYPE = "text-start"
+    type: Literal["text-start"] = "text-start"
     id: str
 
 
-@dataclass(frozen=True)
 class TextDeltaChunk(Chunk):
-    TYPE = "text-delta"
+    type: Literal["text-delta"] = "text-delta"
     id: str
     delta: str
 
 
-@dataclass(frozen=True)
 class TextEndChunk(Chunk):
-    TYPE = "text-end"
+    type: Literal["text-end"] = "text-end"
     id: str
 
 
-@dataclass(frozen=True)
 class ReasoningStartChunk(Chunk):
-    TYPE = "reasoning-start"
+    type: Literal["reasoning-start"] = "reasoning-start"
     id: str
 
 
-@dataclass(frozen=True)
 class ReasoningDeltaChunk(Chunk):
-    TYPE = "reasoning-delta"
+    type: Literal["reasoning-delta"] = "reasoning-delta"
     id: str
     delta: str
 
 
-@dataclass(frozen=True)
 class ReasoningEndChunk(Chunk):
-    TYPE = "reasoning-end"
+    type: Literal["reasoning-end"] = "reasoning-end"
     id: str
 
 
-@dataclass(frozen=True)
 class ToolInputStartChunk(Chunk):
-    TYPE = "tool-input-start"
+    type: Literal["tool-input-start"] = "tool-input-start"
     tool_call_id: str
     tool_name: str
 
 
-@dataclass(frozen=True)
 class ToolInputDeltaChunk(Chunk):
-    TYPE = "tool-input-delta"
+    type: Literal["tool-input-delta"] = "tool-input-delta"
     tool_call_id: str
     input_text_delta: str
 
 
-@dataclass(frozen=True)
 class ToolInputAvailableChunk(Chunk):
-    TYPE = "tool-input-available"
-    ALWAYS = frozenset({"input"})
+    type: Literal["tool-input-available"] = "tool-input-available"
     tool_call_id: str
     tool_name: str
     input: Any
 
 
-@dataclass(frozen=True)
 class ToolInputErrorChunk(Chunk):
-    TYPE = "tool-input-error"
-    ALWAYS = frozenset({"input"})
+    type: Literal["tool-input-error"] = "tool-input-error"
     tool_call_id: str
     tool_name: str
     input: Any
     error_text: str
 
 
-@dataclass(frozen=True)
 class ToolApprovalRequestChunk(Chunk):
-    TYPE = "tool-approval-request"
+    type: Literal["tool-approval-request"] = "tool-approval-request"
     approval_id: str
     tool_call_id: str
 
 
-@dataclass(frozen=True)
 class ToolOutputAvailableChunk(Chunk):
-    TYPE = "tool-output-available"
-    ALWAYS = frozenset({"output"})
+    type: Literal["tool-output-available"] = "tool-output-available"
     tool_call_id: str
     output: Any
 
 
-@dataclass(frozen=True)
 class ToolOutputErrorChunk(Chunk):
-    TYPE = "tool-output-error"
+    type: Literal["tool-output-error"] = "tool-output-error"
     tool_call_id: str
     error_text: str
 
 
-@dataclass(frozen=True)
 class ToolOutputDeniedChunk(Chunk):
-    TYPE = "tool-output-denied"
+    type: Literal["tool-output-denied"] = "tool-output-denied"
     tool_call_id: str
 
 
-@dataclass(frozen=True)
 class DataChunk(Chunk):
     """A ``data-<name>`` chunk; parts with the same name and id update in place."""
 
-    ALWAYS = frozenset({"data"})
-    name: str
+    type: str = Field(pattern=r"^data-.")
     data: Any
-    id: str | None = None
+    id: _Omitted[str] = None
 
-    def chunk_type(self) -> str:
-        return f"data-{self.name}"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        del out["name"]
-        return out
+    def __init__(self, *, name: str, data: Any, id: str | None = None) -> None:
+        # BaseModel.__init__ itself: type checkers give Chunk's an argument list of
+        # Chunk's own fields only, and the fields are validated the same either way.
+        BaseModel.__init__(self, type=f"data-{name}", data=data, id=id)
 
 
-@dataclass(frozen=True)
 class ErrorChunk(Chunk):
-    TYPE = "error"
+    type: Literal["error"] = "error"
     error_text: str

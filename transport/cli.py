@@ -6,16 +6,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from transport.settings import Settings
 
 __all__ = ["main"]
 
+# What `parkway --help` says (the module docstring is for readers of the code).
+DESCRIPTION = (
+    "Parkway: human-in-the-loop tool calls for AI agents. 'parkway serve' runs the "
+    "server; 'parkway replay FILE' replays a recorded chat (a cassette) against a fresh "
+    "server; 'parkway agent reset' commits the agent file's version of the agent again. "
+    "Settings come from these flags and from PARKWAY_* environment variables (see "
+    "docs/operations.md)."
+)
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
+    parser = argparse.ArgumentParser(prog="parkway", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the Parkway server")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -147,24 +165,96 @@ def _agent_reset(flags: dict[str, str | None]) -> int:
 # -- parkway agent (end) --
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "replay":  # -- parkway replay --
-        return _replay(args.file, cold=args.cold, redis_url=args.redis_url)
-    if args.command == "agent":  # -- parkway agent --
-        flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
-        return _agent_reset(flags)
-    if args.command != "serve":  # pragma: no cover - argparse enforces the choice
-        return 2
+# -- parkway serve (begin) --
+def _bind(settings: Settings) -> socket.socket:
+    """The server's socket, bound before anything starts (as uvicorn binds for its
+    workers), so a port in use stops ``parkway serve`` at once with one line."""
+    from transport.settings import SettingsError, flag_and_variable
+
+    host, port = settings.host, settings.port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise SettingsError(
+                f"port ({flag_and_variable('port')}): {host}:{port} is already in use; stop "
+                "what listens there or choose another port"
+            ) from None
+        raise SettingsError(
+            f"host ({flag_and_variable('host')}), port ({flag_and_variable('port')}): "
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
+def _uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
     import uvicorn
 
-    from runner.errors import TemplateError
+    from transport.serving import header_timeout_protocol
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=15,
+        # h11 with a header read timeout (docs/operations.md, "Slow clients")
+        http=header_timeout_protocol(settings.header_read_timeout_s),
+        # The app's lifespan runs around uvicorn (see _serve), not inside it.
+        lifespan="off",
+    )
+
+
+def _serve(
+    app: Starlette, config: uvicorn.Config, sock: socket.socket, announce: Callable[[], None]
+) -> None:
+    """Run the app's lifespan (Redis, the agent, the sweeper), then uvicorn on ``sock``
+    until SIGINT or SIGTERM, then the lifespan's shutdown.
+
+    The lifespan runs here rather than inside uvicorn so that an error starting it (an
+    unreachable Redis) leaves as the exception it is, for a one-line message, where
+    uvicorn would log a traceback and exit 3. ``announce`` is called once uvicorn
+    listens. uvicorn's signal capture is held around the whole run: a signal during the
+    lifespan's startup stops the server as soon as it is up, and the signal uvicorn
+    raises again after its shutdown reaches the process's handler only after the
+    lifespan's shutdown has run (running turns finish, the embedded Redis stops).
+    """
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and not self.should_exit:
+                announce()
+
+    server = Server(config)
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            await server.serve(sockets=[sock])
+
+    try:
+        with (
+            server.capture_signals(),
+            asyncio.Runner(loop_factory=config.get_loop_factory()) as runner,
+        ):
+            runner.run(run())
+    except KeyboardInterrupt:  # SIGINT, raised again once everything has stopped
+        pass
+
+
+def _run_server(flags: dict[str, str | None]) -> int:
+    """``parkway serve``: a startup error is one line on stderr and exit code 2."""
+    from runner.errors import ParkwayError
     from transport.app import create_app
     from transport.settings import Settings, SettingsError
     from widgets_api.oauth import check_providers
     from widgets_api.providers import ProviderConfigError, parse_provider_specs
 
-    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    startup_errors = (SettingsError, ParkwayError, ProviderConfigError)
     try:
         settings = Settings.from_sources(flags)
         app = create_app(settings)
@@ -173,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(
                 check_providers(specs, environ=os.environ, timeout_s=settings.oauth_http_timeout_s)
             )
-    except (SettingsError, TemplateError, ProviderConfigError) as exc:
+        sock = _bind(settings)
+    except startup_errors as exc:
         print(f"parkway: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -183,23 +274,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = settings.agent_file or "the built-in demo agent"
     if settings.model is not None:
         agent = f"{agent} on {settings.model}"
-    print(
-        f"Parkway is serving {agent} at {settings.base_url}/ "
-        f"(Redis: {settings.redacted_redis_url()})",
-        flush=True,
-    )
-    from transport.serving import header_timeout_protocol
 
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=15,
-        # h11 with a header read timeout (docs/operations.md, "Slow clients")
-        http=header_timeout_protocol(settings.header_read_timeout_s),
-    )
+    def announce() -> None:
+        print(
+            f"Parkway is serving {agent} at {settings.base_url}/ "
+            f"(Redis: {settings.redacted_redis_url()})",
+            flush=True,
+        )
+
+    try:
+        with sock:
+            _serve(app, _uvicorn_config(app, settings), sock, announce)
+    except startup_errors as exc:  # raised by the lifespan's startup: nothing served
+        print(f"parkway: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+# -- parkway serve (end) --
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "replay":  # -- parkway replay --
+        return _replay(args.file, cold=args.cold, redis_url=args.redis_url)
+    if args.command == "agent":  # -- parkway agent --
+        flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
+        return _agent_reset(flags)
+    if args.command != "serve":  # pragma: no cover - argparse enforces the choice
+        return 2
+    return _run_server({k: v for k, v in vars(args).items() if k != "command"})
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,7 @@ the encoder can be rebuilt long after the request that produced the events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runner.events import (
@@ -59,7 +59,7 @@ from transport.chunks import (
     ToolOutputErrorChunk,
 )
 
-__all__ = ["WIDGET_PART", "Describe", "encode_event", "encode_events"]
+__all__ = ["WIDGET_PART", "Describe", "encode_event"]
 
 WIDGET_PART = "parkway-widget"
 
@@ -114,9 +114,3 @@ def encode_event(event: Event, describe: Describe) -> Chunk:
         case RunFailed(message=message):
             return ErrorChunk(error_text=message)
     raise TypeError(f"not a runner event: {event!r}")
-
-
-def encode_events(events: Iterable[Event], describe: Describe) -> Iterator[dict[str, Any]]:
-    """Chunks as JSON-ready dicts, in order."""
-    for event in events:
-        yield encode_event(event, describe).to_dict()

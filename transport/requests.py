@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from runner.validation import describe_first_error
 from transport.errors import HTTPError
 from transport.settings import Settings
 
@@ -46,8 +47,6 @@ _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 # An escape that may decode to a surrogate (a valid pair decodes to one code point).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Where a refused body's own text (a key, a value) could appear in a message: cut short.
-_ECHO_MAX = 64
 
 
 def principal_of(request: Request) -> str:
@@ -188,10 +187,4 @@ async def read_json(request: Request, *, limit: int | None = None) -> Any:
 def invalid_body(exc: ValidationError) -> HTTPError:
     """A 422 naming the first problem of a body that failed its model. Field names come
     from the body, so each is cut short: an unknown 1 MB key is not sent back."""
-    first = exc.errors()[0]
-    where = ".".join(_short(str(p)) for p in first["loc"]) or "body"
-    return HTTPError(422, "invalid_body", f"{where}: {first['msg']}")
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _ECHO_MAX else f"{text[:_ECHO_MAX]}..."
+    return HTTPError(422, "invalid_body", describe_first_error(exc, root="body"))

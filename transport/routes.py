@@ -28,7 +28,7 @@ from transport.chunks import ErrorChunk
 from transport.errors import HTTPError
 from transport.replay import replay_message
 from transport.requests import invalid_body, principal_of, read_json
-from transport.sessions import COOKIE_NAME, SessionAuthenticator
+from transport.sessions import SessionAuthenticator
 from transport.settings import Settings
 from transport.streaming import Describer, follow_response, replay_response, stream_response
 from transport.uimessages import ChatPost, chat_messages, parse_chat_post
@@ -364,7 +364,7 @@ async def create_session(request: Request) -> Response:
         status_code=201,
     )
     response.set_cookie(
-        COOKIE_NAME,
+        authenticator.cookie_name,
         token,
         max_age=authenticator.max_age_s,
         httponly=True,

@@ -6,6 +6,13 @@ accepts them as a cookie (browsers) or a bearer token (other clients). Tokens ar
 HMAC-signed with the settings' secret key and expire after ``max_age_s``; no server-side
 session state is kept.
 
+The cookie's name is scoped to the server's key (``parkway_session_<tag>``, the tag a
+keyed digest of a fixed label): browsers share a host's cookies across its ports, so
+with one name a second server on the same host (another key) would replace the first
+one's cookie with its own, and the first server's chats would seem lost. Servers that
+share a key accept each other's tokens, so they may share the cookie too. The unscoped
+name older servers set is still read when the scoped one is absent.
+
 Threat answered: a chat is visible only to its owner, so a principal must not be
 forgeable. A token is a random principal id signed with the server's key; guessing one
 means forging the HMAC. A token is accepted only in the exact form it was issued in:
@@ -16,6 +23,7 @@ token altered in any byte would still verify (docs/security.md, "Session tokens"
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import secrets
@@ -26,6 +34,7 @@ from starlette.requests import HTTPConnection
 
 __all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator"]
 
+#: The unscoped name (older servers set it; still read) and the scoped names' prefix.
 COOKIE_NAME = "parkway_session"
 
 # payload.timestamp.signature, each part unpadded base64url (a compressed payload
@@ -45,6 +54,10 @@ class SessionAuthenticator:
     def __init__(self, secret: str, *, max_age_s: int = 30 * 24 * 3600) -> None:
         self._serializer = URLSafeTimedSerializer(secret, salt="parkway.session.v1")
         self.max_age_s = max_age_s
+        # 32 bits of a keyed digest: enough to tell a host's servers apart, and nothing
+        # about the key (it is an HMAC of a fixed label).
+        tag = hmac.new(secret.encode(), b"parkway.session.cookie-name", hashlib.sha256)
+        self.cookie_name = f"{COOKIE_NAME}_{tag.hexdigest()[:8]}"
 
     def issue(self, principal: str | None = None) -> tuple[str, str]:
         """A (principal, token) pair; a new principal unless one is given."""
@@ -74,5 +87,5 @@ class SessionAuthenticator:
         header = conn.headers.get("authorization", "")
         if header[:7].lower() == "bearer ":
             return self.verify(header[7:].strip())
-        cookie = conn.cookies.get(COOKIE_NAME)
+        cookie = conn.cookies.get(self.cookie_name) or conn.cookies.get(COOKIE_NAME)
         return self.verify(cookie) if cookie else None

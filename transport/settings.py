@@ -1,20 +1,43 @@
 """Settings: one object, read from command-line flags and ``PARKWAY_*`` variables.
 
-Flags win over the environment. Everything is validated at startup; the secret key is
-redacted in the repr. Nothing reads the environment at import time.
+A pydantic-settings model: each field is a setting, its environment variable is
+``PARKWAY_<NAME>``, and its range is a field constraint. Flags win over the environment.
+Everything is validated when the object is built (at startup), and an invalid value is a
+:class:`SettingsError` naming the setting, its flag and variable, and what is wrong.
+Secrets are :class:`pydantic.SecretStr` values, and the repr hides them, the Redis
+password and inline OAuth provider JSON.
+
+Nothing reads the environment at import time, nor when ``Settings(...)`` is called with
+keyword values: only :meth:`Settings.from_sources` reads variables, from the mapping it
+is given (``os.environ`` by default).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import secrets
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings import SettingsError as SourceError
+from pydantic_settings.sources.utils import parse_env_vars
 
 from runner.connection import parse_redis_url
 from runner.errors import CallerError, TemplateError
@@ -23,242 +46,267 @@ from widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 
 __all__ = ["Secret", "Settings", "SettingsError"]
 
+ENV_PREFIX = "PARKWAY_"
+
+# The command-line flag of each setting that has one (the others come only from the
+# environment: secrets never go in a flag, where the process list would show them).
+_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "redis_url": "--redis-url",
+    "data_dir": "--data-dir",
+    "agent_file": "--agent",
+    "model": "--model",
+    "log_level": "--log-level",
+    "public_url": "--public-url",
+    "oauth_providers": "--oauth-providers",
+    "editors": "--editors",
+}
+# Settings whose value an error message never repeats: secrets, a Redis URL (it may
+# carry a password) and provider JSON (it may carry client secrets).
+_NOT_ECHOED = {"secret_key", "token_key", "editor_token", "redis_url", "oauth_providers"}
+
 
 class SettingsError(ValueError):
     """A setting is missing or invalid; the message names it and the fix."""
 
 
-class Secret:
-    """A string that never shows itself in a repr or a log line."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
+class Secret(SecretStr):
+    """A string that never shows itself in a repr or a log line: pydantic's
+    :class:`~pydantic.SecretStr`, whose ``get_secret_value()`` reads it. ``get()`` is the
+    same, kept for the callers written before settings moved to pydantic."""
 
     def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('**********')"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and secrets.compare_digest(self._value, other._value)
-
-    def __hash__(self) -> int:
-        return hash(Secret)
+        return self.get_secret_value()
 
 
-def _origin(value: str, what: str) -> str:
+def flag_and_variable(name: str) -> str:
+    """How an operator sets ``name``: its flag, if any, and its environment variable."""
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    return f"{_FLAGS[name]}, {variable}" if name in _FLAGS else variable
+
+
+def _origin(value: str) -> str:
     parts = urlsplit(value.strip())
     if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
-        raise SettingsError(f"{what}: {value!r} is not an origin like https://app.example.com")
+        raise ValueError(f"{value!r} is not an origin like https://app.example.com")
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
-@dataclass(frozen=True, repr=False)
-class Settings:
+def _unwrap(value: Any) -> Any:
+    """A secret given as any ``SecretStr`` (or a plain string) becomes a :class:`Secret`."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+def _comma_separated(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",")]
+    return value
+
+
+def _switch(value: Any) -> Any:
+    """The words a boolean setting takes, in any case; anything else is refused.
+    Checked here because pydantic's own bool also takes t, f, y and n, which
+    docs/operations.md does not promise."""
+    if isinstance(value, bool) or value is None:
+        return value
+    word = str(value).strip().lower()
+    if word in {"1", "true", "yes", "on"}:
+        return True
+    if word in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
+
+
+def _token_key(value: Secret) -> Secret:
+    try:
+        TokenCipher.from_setting(value.get_secret_value())
+    except TokenKeyError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+SecretSetting = Annotated[Secret, BeforeValidator(_unwrap), Field(min_length=32)]
+TokenKey = Annotated[Secret, BeforeValidator(_unwrap), AfterValidator(_token_key)]
+Switch = Annotated[bool, BeforeValidator(_switch)]
+Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_separated)]
+Timeout = Annotated[float, Field(gt=0, le=120)]
+LongWait = Annotated[float, Field(gt=0, le=3600)]
+Count = Annotated[int, Field(ge=1)]
+
+
+class _Environ(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of
+    ``os.environ`` (its ``.env`` source overrides the same hook), reading only
+    upper-case ``PARKWAY_*`` names, as documented."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = {k: v for k, v in environ.items() if k == k.upper()}
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+
+def _describe(error: ValidationError) -> str:
+    """One line per invalid setting: the setting, how to set it, and what is wrong."""
+    problems = []
+    for detail in error.errors():
+        name = str(detail["loc"][0]) if detail["loc"] else "settings"
+        if detail["type"] == "value_error":  # our own checks: their message says it all
+            reason = str(detail.get("ctx", {}).get("error", detail["msg"]))
+        elif detail["type"] == "extra_forbidden":
+            reason = "there is no such setting"
+        elif detail["type"] == "too_short":
+            reason = f"must be at least {detail.get('ctx', {}).get('min_length')} characters"
+        else:
+            reason = detail["msg"][0].lower() + detail["msg"][1:]
+            if name not in _NOT_ECHOED and "input" in detail:
+                reason = f"{detail['input']!r} is invalid: {reason}"
+        if name in Settings.model_fields:
+            problems.append(f"{name} ({flag_and_variable(name)}): {reason}")
+        else:  # a keyword that is no setting
+            problems.append(f"{name}: {reason}")
+    return "; ".join(problems)
+
+
+class Settings(BaseSettings):
     """Everything Parkway can be configured with. See docs/operations.md."""
 
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(8000, ge=0, le=65535)
     redis_url: str | None = None
     data_dir: Path = Path(".parkway")
     agent_file: Path | None = None
-    secret_key: Secret | None = None
-    allowed_origins: tuple[str, ...] = ()
+    secret_key: SecretSetting | None = None
+    allowed_origins: Names = ()
     public_url: str | None = None
-    max_body_bytes: int = 1024 * 1024
-    max_output_bytes: int = 256 * 1024
-    chat_ttl_s: int = 7 * 24 * 3600
-    lease_s: float = 60.0
-    sweep_interval_s: float = 0.25
-    stream_grace_s: float = 300.0
-    cookie_secure: bool = False
-    log_level: str = "info"
+    max_body_bytes: Count = 1024 * 1024
+    max_output_bytes: Count = 256 * 1024
+    chat_ttl_s: Count = 7 * 24 * 3600
+    lease_s: float = Field(60.0, ge=1, le=3600)
+    sweep_interval_s: float = Field(0.25, gt=0, allow_inf_nan=False)
+    stream_grace_s: float = Field(300.0, ge=0, le=86400)
+    cookie_secure: Switch = False
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
     oauth_providers: str | None = None
-    token_key: Secret | None = None
-    demo_oauth: bool | None = None
-    agent_editing: bool | None = None
-    connect_flow_ttl_s: int = 600
-    connection_ttl_s: int = 180 * 24 * 3600
-    oauth_http_timeout_s: float = 10.0
+    token_key: TokenKey | None = None
+    demo_oauth: Switch | None = None
+    agent_editing: Switch | None = None
+    connect_flow_ttl_s: Count = 600
+    connection_ttl_s: Count = 180 * 24 * 3600
+    oauth_http_timeout_s: Timeout = 10.0
     model: str | None = None
-    model_connect_timeout_s: float = 10.0
-    model_read_timeout_s: float = 120.0
-    model_retries: int = 2
-    model_retry_max_wait_s: float = 20.0
+    model_connect_timeout_s: Timeout = 10.0
+    model_read_timeout_s: LongWait = 120.0
+    model_retries: int = Field(2, ge=0, le=10)
+    model_retry_max_wait_s: LongWait = 20.0
     # -- Redis connection budget (docs/operations.md, "Limits")
-    redis_max_connections: int = 32
-    redis_pool_timeout_s: float = 5.0
+    redis_max_connections: Count = 32
+    redis_pool_timeout_s: Timeout = 5.0
     # -- admission control: concurrent runs and streams, per principal and per worker
-    max_runs_per_principal: int = 8
-    max_streams_per_principal: int = 32
-    max_runs_per_worker: int = 256
-    max_streams_per_worker: int = 12000
+    max_runs_per_principal: Count = 8
+    max_streams_per_principal: Count = 32
+    max_runs_per_worker: Count = 256
+    max_streams_per_worker: Count = 12000
     # -- request reading: nesting depth of JSON bodies, slow-client timeouts
-    max_json_depth: int = 64
-    header_read_timeout_s: float = 10.0
-    body_read_timeout_s: float = 30.0
+    max_json_depth: Count = 64
+    header_read_timeout_s: Timeout = 10.0
+    body_read_timeout_s: Timeout = 30.0
     # -- agent editors: principals named by the operator, or holders of the editor token
-    editors: tuple[str, ...] = ()
-    editor_token: Secret | None = None
+    editors: Names = ()
+    editor_token: SecretSetting | None = None
+
+    def __init__(self, **values: Any) -> None:
+        """Settings from keyword values only (no environment: see :meth:`from_sources`);
+        an invalid value raises :class:`SettingsError`."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(_describe(exc)) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword values only: tests and embedders build settings without the process
+        # environment leaking in; `from_sources` reads the environment it is given.
+        return (init_settings,)
 
     @classmethod
     def from_sources(
         cls, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
     ) -> Settings:
         """Build settings from flags (``None`` values ignored) over ``PARKWAY_*`` vars."""
-        env = dict(os.environ if environ is None else environ)
-        given = {k: v for k, v in (flags or {}).items() if v is not None}
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in given:
-                values[f.name] = given[f.name]
-            elif f"PARKWAY_{f.name.upper()}" in env:
-                values[f.name] = env[f"PARKWAY_{f.name.upper()}"]
-        return cls.validated(values)
-
-    @classmethod
-    def validated(cls, values: Mapping[str, Any]) -> Settings:
-        out: dict[str, Any] = {}
-        for name, raw in values.items():
-            out[name] = cls._convert(name, raw)
-        settings = cls(**out)
-        if settings.public_url is not None:
-            _origin(settings.public_url, "public_url")
-        return settings
-
-    @staticmethod
-    def _convert(name: str, raw: Any) -> Any:
         try:
-            if name in {
-                "port",
-                "max_body_bytes",
-                "max_output_bytes",
-                "chat_ttl_s",
-                "connect_flow_ttl_s",
-                "connection_ttl_s",
-                "redis_max_connections",
-                "max_runs_per_principal",
-                "max_streams_per_principal",
-                "max_runs_per_worker",
-                "max_streams_per_worker",
-                "max_json_depth",
-            }:
-                value = int(raw)
-                low = 0 if name == "port" else 1
-                if value < low or (name == "port" and value > 65535):
-                    raise ValueError
-                return value
-            if name == "stream_grace_s":
-                grace = float(raw)
-                if not 0 <= grace <= 86400:
-                    raise ValueError
-                return grace
-            if name == "sweep_interval_s":
-                interval = float(raw)
-                if not 0 < interval < math.inf:
-                    raise ValueError
-                return interval
-            if name == "lease_s":
-                lease = float(raw)
-                if not 1 <= lease <= 3600:
-                    raise ValueError
-                return lease
-            if name in {
-                "oauth_http_timeout_s",
-                "model_connect_timeout_s",
-                "redis_pool_timeout_s",
-                "header_read_timeout_s",
-                "body_read_timeout_s",
-            }:
-                timeout = float(raw)
-                if not 0 < timeout <= 120:
-                    raise ValueError
-                return timeout
-            if name in {"model_read_timeout_s", "model_retry_max_wait_s"}:
-                seconds = float(raw)
-                if not 0 < seconds <= 3600:
-                    raise ValueError
-                return seconds
-            if name == "model_retries":
-                retries = int(raw)
-                if not 0 <= retries <= 10:
-                    raise ValueError
-                return retries
-            if name == "model":
-                try:
-                    parse_model_spec(str(raw), "--model")
-                except TemplateError as exc:
-                    raise SettingsError(f"model (--model, PARKWAY_MODEL): {exc}") from None
-                return str(raw).strip()
-            if name in {"cookie_secure", "demo_oauth", "agent_editing"}:
-                if isinstance(raw, bool):
-                    return raw
-                text_value = str(raw).lower()
-                if text_value not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
-                    raise ValueError
-                return text_value in {"1", "true", "yes", "on"}
-            if name == "token_key":
-                key_text = raw.get() if isinstance(raw, Secret) else str(raw)
-                try:
-                    TokenCipher.from_setting(key_text)
-                except TokenKeyError as exc:
-                    raise SettingsError(f"token_key (PARKWAY_TOKEN_KEY): {exc}") from None
-                return Secret(key_text)
-            if name == "oauth_providers":
-                return None if raw is None else str(raw)
-            if name in {"data_dir", "agent_file"}:
-                return Path(raw)
-            if name == "editors":
-                names = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-                return tuple(str(n).strip() for n in names if str(n).strip())
-            if name == "editor_token":
-                token_text = raw.get() if isinstance(raw, Secret) else str(raw)
-                if len(token_text) < 32:
-                    raise SettingsError(
-                        "editor_token (PARKWAY_EDITOR_TOKEN) must be at least 32 characters"
-                    )
-                return Secret(token_text)
-            if name == "secret_key":
-                text = raw.get() if isinstance(raw, Secret) else str(raw)
-                if len(text) < 32:
-                    raise SettingsError(
-                        "secret_key (PARKWAY_SECRET_KEY) must be at least 32 characters"
-                    )
-                return Secret(text)
-            if name == "allowed_origins":
-                items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-                return tuple(_origin(o, "allowed_origins") for o in items if str(o).strip())
-            if name == "redis_url":
-                url = str(raw)
-                try:  # one server, Sentinel or Cluster: runner.connection reads the URL
-                    parse_redis_url(url)
-                except CallerError as exc:
-                    raise SettingsError(
-                        f"redis_url (--redis-url, PARKWAY_REDIS_URL): {exc}"
-                    ) from None
-                return url
-            if name == "log_level":
-                level = str(raw).lower()
-                if level not in {"debug", "info", "warning", "error"}:
-                    raise ValueError
-                return level
-            return raw
-        except SettingsError:
-            raise
-        except (TypeError, ValueError):
-            raise SettingsError(
-                f"setting {name} (PARKWAY_{name.upper()}) has an invalid value {raw!r}"
-            ) from None
+            env = _Environ(cls, os.environ if environ is None else environ)()
+        except SourceError as exc:
+            raise SettingsError(str(exc)) from None
+        given = {k: v for k, v in (flags or {}).items() if v is not None}
+        return cls(**{**env, **given})
+
+    # -- checks that a field constraint cannot say
+
+    @field_validator("redis_url")
+    @classmethod
+    def _known_redis_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            try:  # one server, Sentinel or Cluster: runner.connection reads the URL
+                parse_redis_url(url)
+            except CallerError as exc:
+                raise ValueError(str(exc)) from None
+        return url
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_is_an_origin(cls, url: str | None) -> str | None:
+        if url is not None:
+            _origin(url)
+        return url
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_origin(origin) for origin in origins if origin.strip())
+
+    @field_validator("editors")
+    @classmethod
+    def _editor_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(name.strip() for name in names if name.strip())
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, level: Any) -> Any:
+        return level.lower() if isinstance(level, str) else level
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str | None) -> str | None:
+        if model is None:
+            return None
+        try:
+            parse_model_spec(model, "--model")
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
+        return model.strip()
+
+    # -- derived values
 
     @property
     def base_url(self) -> str:
         """Where browsers reach this server: ``public_url``, else ``http://host:port``.
         OAuth redirect URIs are built from it, never from a request's Host header."""
         if self.public_url is not None:
-            return _origin(self.public_url, "public_url")
+            return _origin(self.public_url)
         host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host  # noqa: S104
         if ":" in host:
             host = f"[{host}]"
@@ -281,6 +329,11 @@ class Settings:
         every user, and with the default authenticator anyone can get a session)."""
         return self.embedded if self.agent_editing is None else self.agent_editing
 
+    @property
+    def embedded(self) -> bool:
+        """True when Parkway runs its own Redis (no ``redis_url`` given)."""
+        return self.redis_url is None
+
     def resolve_token_key(self) -> Secret:
         """The key that encrypts OAuth tokens at rest: the configured one; for the
         embedded default a generated key persisted in the data folder. With an external
@@ -296,6 +349,24 @@ class Settings:
                 "print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())'`)"
             )
         return Secret(self._persisted_key("token.key", generate_token_key))
+
+    def resolve_secret(self) -> Secret:
+        """The session-signing key: the configured one; for the embedded default a
+        generated key persisted in the data folder. An external Redis means several
+        workers, which must share one key, so there it is required."""
+        if self.secret_key is not None:
+            return self.secret_key
+        if not self.embedded:
+            raise SettingsError(
+                "PARKWAY_SECRET_KEY is required with an external Redis: every worker must "
+                "sign sessions with the same key (at least 32 random characters)"
+            )
+        key = self._persisted_key("secret.key", lambda: secrets.token_urlsafe(48))
+        if len(key) < 32:
+            raise SettingsError(
+                f"{self.data_dir / 'secret.key'} holds no usable key; delete it to make a new one"
+            )
+        return Secret(key)
 
     def _persisted_key(self, name: str, make: Callable[[], str]) -> str:
         path = self.data_dir / name
@@ -316,39 +387,18 @@ class Settings:
                 tmp.unlink()
         return path.read_text().strip()
 
-    @property
-    def embedded(self) -> bool:
-        """True when Parkway runs its own Redis (no ``redis_url`` given)."""
-        return self.redis_url is None
+    # -- what may be shown
 
-    def resolve_secret(self) -> Secret:
-        """The session-signing key: the configured one; for the embedded default a
-        generated key persisted in the data folder. An external Redis means several
-        workers, which must share one key, so there it is required."""
-        if self.secret_key is not None:
-            return self.secret_key
-        if not self.embedded:
-            raise SettingsError(
-                "PARKWAY_SECRET_KEY is required with an external Redis: every worker must "
-                "sign sessions with the same key (at least 32 random characters)"
-            )
-        key = self._persisted_key("secret.key", lambda: secrets.token_urlsafe(48))
-        if len(key) < 32:
-            raise SettingsError(
-                f"{self.data_dir / 'secret.key'} holds no usable key; delete it to make a new one"
-            )
-        return Secret(key)
-
-    def __repr__(self) -> str:
-        shown = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "redis_url" and value is not None:
-                value = self.redacted_redis_url()
-            if f.name == "oauth_providers" and value and not value.startswith("@"):
-                value = "<inline JSON, not shown: it may hold client secrets>"
-            shown.append(f"{f.name}={value!r}")
-        return f"Settings({', '.join(shown)})"
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """What ``repr`` and ``str`` show: secrets masked (``SecretStr``), the Redis URL's
+        passwords hidden, inline provider JSON (it may hold client secrets) left out."""
+        for name, value in super().__repr_args__():
+            if name == "redis_url" and value is not None:
+                yield name, self.redacted_redis_url()
+            elif name == "oauth_providers" and value and not value.startswith("@"):
+                yield name, "<inline JSON, not shown: it may hold client secrets>"
+            else:
+                yield name, value
 
     def redacted_redis_url(self) -> str:
         if self.redis_url is None:

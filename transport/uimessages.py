@@ -11,9 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic.alias_generators import to_camel
 
 from runner.history import UNKNOWN_RESULT, messages_metadata
 from runner.loop import Answer
@@ -26,23 +40,119 @@ __all__ = ["ChatPost", "chat_messages", "parse_chat_post"]
 
 MAX_MESSAGES = 5000
 MAX_TEXT = 100_000
+MAX_ANSWER_TEXT = 2000  # an error text or a denial reason, as the runner stores it
+
+_T = TypeVar("_T")
+
+
+def _or_none(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except ValidationError:
+        return None
+
+
+# A field of a part that only counts when it has its documented type. The history is the
+# client's claim and the real client sends fields this server never reads, so a part
+# with an odd field is not refused: the field is taken as absent (None).
+_IfValid = Annotated[_T | None, WrapValidator(_or_none)]
+# A flag that counts when it is truthy, whatever its JSON type.
+_Truthy = Annotated[bool, BeforeValidator(bool)]
+
+
+def _error_text(value: Any) -> str:
+    return str(value or "error")[:MAX_ANSWER_TEXT]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel)
+
+
+class _TextPart(_Part):
+    type: Literal["text"]
+    text: _IfValid[StrictStr] = None
+
+
+class _StepStartPart(_Part):
+    type: Literal["step-start"]
+
+
+class _Approval(_Part):
+    """A tool part's ``approval`` once the human decided: ``approved`` is a bool."""
+
+    approved: StrictBool
+    id: _IfValid[StrictStr] = None
+    reason: _IfValid[StrictStr] = None
+
+
+class _ToolPart(_Part):
+    """A static (``tool-<name>``) or dynamic (``dynamic-tool`` with ``toolName``) tool part."""
+
+    type: StrictStr
+    tool_name: _IfValid[StrictStr] = None
+    tool_call_id: _IfValid[StrictStr] = None
+    state: _IfValid[StrictStr] = None
+    input: Any = None
+    output: Any = None
+    preliminary: _Truthy = False
+    error_text: Annotated[str, BeforeValidator(_error_text)] = "error"
+    approval: _IfValid[_Approval] = None
+    provider_executed: _Truthy = False
+
+    @property
+    def name(self) -> str | None:
+        if self.type == "dynamic-tool":
+            return self.tool_name
+        return self.type.removeprefix("tool-")
+
+
+class _OtherPart(_Part):
+    """Any other part (reasoning, files, sources, data parts...): kept in place, unread."""
+
+
+def _part_kind(part: Any) -> str:
+    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+    if kind in ("text", "step-start"):
+        return str(kind)
+    if isinstance(kind, str) and (kind == "dynamic-tool" or kind.startswith("tool-")):
+        return "tool"
+    return "other"
+
+
+_UIPart = Annotated[
+    Annotated[_TextPart, Tag("text")]
+    | Annotated[_StepStartPart, Tag("step-start")]
+    | Annotated[_ToolPart, Tag("tool")]
+    | Annotated[_OtherPart, Tag("other")],
+    Discriminator(_part_kind),
+]
+_PARTS: TypeAdapter[list[_UIPart]] = TypeAdapter(list[_UIPart])
 
 
 class _UIMessage(BaseModel):
+    # Metadata and whatever else a UI message carries are allowed (and ignored).
     model_config = ConfigDict(extra="allow")
     id: str = Field(default="", max_length=256)
     role: Literal["user", "assistant", "system"]
+    # Every part must be a JSON object; what is in it is read by :meth:`read_parts`, and
+    # only for the two messages the server reads (the new user message, the last
+    # assistant message). Typing every part of a long history costs more than the rest
+    # of reading the body, for parts nobody reads.
     parts: list[dict[str, Any]] = Field(default_factory=list)
+
+    def read_parts(self) -> list[_UIPart]:
+        """The message's parts as typed parts (never fails: odd fields read as absent)."""
+        return _PARTS.validate_python(self.parts)
 
 
 class _ChatBody(BaseModel):
     # The AI SDK adds the transport's ``body`` keys at the top level, so extra keys are
     # allowed here (and ignored).
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel)
     id: str = Field(min_length=1, max_length=128)
     messages: list[_UIMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     trigger: str | None = None
-    messageId: str | None = None
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,59 +165,48 @@ class ChatPost:
     answers: tuple[Answer, ...]
 
 
-def _tool_name(part: Mapping[str, Any]) -> str | None:
-    kind = part.get("type")
-    if kind == "dynamic-tool":
-        name = part.get("toolName")
-        return name if isinstance(name, str) else None
-    if isinstance(kind, str) and kind.startswith("tool-"):
-        return kind[len("tool-") :]
-    return None
-
-
-def _answer(part: Mapping[str, Any], in_last_step: bool) -> Answer | None:
-    name = _tool_name(part)
-    call_id = part.get("toolCallId")
-    if name is None or not isinstance(call_id, str) or part.get("providerExecuted"):
+def _answer(part: _ToolPart, in_last_step: bool) -> Answer | None:
+    name = part.name
+    if name is None or part.tool_call_id is None or part.provider_executed:
         return None
-    state = part.get("state")
     outcome: dict[str, Any]
     approval_id = None
-    if state == "output-available" and not part.get("preliminary"):
-        outcome = {"outcome": "output", "output": part.get("output")}
-    elif state == "output-error":
-        outcome = {"outcome": "error", "message": str(part.get("errorText") or "error")[:2000]}
-    elif state in {"approval-responded", "output-denied"}:
-        approval = part.get("approval")
-        if not isinstance(approval, Mapping) or not isinstance(approval.get("approved"), bool):
+    if part.state == "output-available" and not part.preliminary:
+        outcome = {"outcome": "output", "output": part.output}
+    elif part.state == "output-error":
+        outcome = {"outcome": "error", "message": part.error_text}
+    elif part.state in {"approval-responded", "output-denied"}:
+        approval = part.approval
+        if approval is None:
             return None
-        approval_id = approval.get("id") if isinstance(approval.get("id"), str) else None
-        outcome = {"outcome": "approved" if approval["approved"] else "denied"}
-        reason = approval.get("reason")
-        if not approval["approved"] and isinstance(reason, str) and reason:
-            outcome["reason"] = reason[:2000]
+        approval_id = approval.id
+        outcome = {"outcome": "approved" if approval.approved else "denied"}
+        if not approval.approved and approval.reason:
+            outcome["reason"] = approval.reason[:MAX_ANSWER_TEXT]
     else:
         return None
     return Answer(
-        tool_call_id=call_id,
+        tool_call_id=part.tool_call_id,
         tool_name=name,
-        tool_input=part.get("input"),
+        tool_input=part.input,
         outcome=outcome,
         approval_id=approval_id,
-        has_input="input" in part,
+        has_input="input" in part.model_fields_set,
         match_by_key=in_last_step,
     )
 
 
 def _answers(message: _UIMessage) -> list[Answer]:
-    last_step = max(
-        (i for i, p in enumerate(message.parts) if p.get("type") == "step-start"), default=-1
-    )
+    """The answers in a message's tool parts; those after its last ``step-start`` may
+    also match a pending call by parkedCallKey (see :class:`Answer`)."""
+    parts = message.read_parts()
+    last_step = max((i for i, p in enumerate(parts) if isinstance(p, _StepStartPart)), default=-1)
     found = []
-    for index, part in enumerate(message.parts):
-        answer = _answer(part, in_last_step=index > last_step)
-        if answer is not None:
-            found.append(answer)
+    for index, part in enumerate(parts):
+        if isinstance(part, _ToolPart):
+            answer = _answer(part, in_last_step=index > last_step)
+            if answer is not None:
+                found.append(answer)
     return found
 
 
@@ -121,8 +220,8 @@ def parse_chat_post(body: Any) -> ChatPost:
     user_text = None
     user_id = None
     if last.role == "user":
-        texts = [p.get("text") for p in last.parts if p.get("type") == "text"]
-        user_text = "\n".join(t for t in texts if isinstance(t, str))
+        texts = [p.text for p in last.read_parts() if isinstance(p, _TextPart)]
+        user_text = "\n".join(t for t in texts if t is not None)
         if len(user_text) > MAX_TEXT:
             raise HTTPError(
                 413, "message_too_large", f"the user message exceeds {MAX_TEXT} characters"

@@ -7,16 +7,17 @@ token handed to a server tool's code (:meth:`ConnectionStore.access_token`, the
 provider are allowed; reconnecting the same account (same provider subject) updates its
 connection in place.
 
-Refresh: one refresh at a time per connection across every worker (a Redis lock), the
-new refresh token persisted before the new access token is used, the old refresh token
-kept when the provider does not rotate, and never more scope than was granted. A
-refresh answered ``invalid_grant`` marks the connection ``needs_reconnect``: the tool
-asks the model for a new connection instead of retrying.
+Refresh: one refresh at a time per connection across every worker (redis-py's
+``Lock``), the new refresh token persisted before the new access token is used, the old
+refresh token kept when the provider does not rotate, and never more scope than was
+granted. A refresh answered ``invalid_grant`` marks the connection ``needs_reconnect``:
+the tool asks the model for a new connection instead of retrying.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,10 +30,11 @@ from typing import Any, Literal
 import httpx2
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
+from redis.exceptions import LockNotOwnedError
 
 from runner.connection import RedisClient, as_text
 from runner.credentials import ConnectionUnavailableError
-from runner.keys import ConnectionKeys
+from widgets_api.keys import ConnectionKeys
 from widgets_api.providers import Provider, ProviderRegistry
 from widgets_api.tokens import TokenCipher, TokenKeyError
 
@@ -42,13 +44,8 @@ log = logging.getLogger(__name__)
 
 Status = Literal["active", "needs_reconnect"]
 EXPIRY_LEEWAY_S = 60.0
-
-# Compare-and-delete: release the refresh lock only if this worker still holds it.
-# KEYS: 1 lock. ARGV: 1 holder. Returns 1 if released.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+# How often a caller waiting for another worker's refresh looks for its result.
+_LOCK_POLL_S = 0.05
 
 # Store refreshed tokens only into a connection that still exists (a delete may have
 # happened while the refresh was in flight), and keep all the principal's keys alive.
@@ -153,7 +150,7 @@ _text = as_text
 
 
 class ConnectionStore:
-    """Connections in Redis (keys in :class:`runner.keys.ConnectionKeys`)."""
+    """Connections in Redis (keys in :class:`widgets_api.keys.ConnectionKeys`)."""
 
     def __init__(
         self,
@@ -173,7 +170,6 @@ class ConnectionStore:
         self.http_timeout_s = http_timeout_s
         self.lock_s = lock_s
         self.clock = clock
-        self._release = redis.register_script(_RELEASE)
         self._update = redis.register_script(_UPDATE)
 
     # -- records ---------------------------------------------------------------------
@@ -407,12 +403,15 @@ class ConnectionStore:
         """Refresh under the per-connection lock; whoever waits finds the new token."""
         keys = self._keys(principal)
         key = keys.connection(connection.id)
-        lock = keys.refresh_lock(connection.id)
-        holder = secrets.token_hex(8)
+        # One Lock object per refresh attempt, so its token is this attempt's alone. The
+        # wait is not the Lock's own blocking acquire: between tries a waiter reads the
+        # record and takes the holder's new token as soon as it is stored, instead of
+        # queueing for the lock only to find the work done.
+        lock = self.redis.lock(keys.refresh_lock(connection.id), timeout=self.lock_s)
         waited = 0.0
-        while not await self.redis.set(lock, holder, nx=True, px=int(self.lock_s * 1000)):
-            await asyncio.sleep(0.05)
-            waited += 0.05
+        while not await lock.acquire(blocking=False):
+            await asyncio.sleep(_LOCK_POLL_S)
+            waited += _LOCK_POLL_S
             raw = await self.redis.hgetall(key)
             if raw:
                 current = self._decode(connection.id, raw)
@@ -437,7 +436,10 @@ class ConnectionStore:
                 return str(token["access_token"])
             return await self._refresh(principal, current, token)
         finally:
-            await self._release(keys=[lock], args=[holder])
+            # Not owned any more: the connection was deleted (its lock with it) or the
+            # refresh outlived the lock's timeout. Either way nothing is left to release.
+            with contextlib.suppress(LockNotOwnedError):
+                await lock.release()
 
     async def _refresh(self, principal: str, connection: Connection, token: dict[str, Any]) -> str:
         keys = self._keys(principal)

@@ -19,6 +19,10 @@ from runner.workflows import REQUEST_CONNECTION
 
 __all__ = ["StartToken", "describe_call"]
 
+# The platform op by which an agent changes its own template (runner/commits.py): its
+# approval is drawn as a diff of the template, so its widget kind is ``agent_change``.
+_AGENT_CHANGE_TOOL = "commit_config"
+
 # (provider, chat id, call id) -> a one-time token for the connect widget's start link
 StartToken = Callable[[str, str, str], str]
 
@@ -34,6 +38,8 @@ def describe_call(
     ``start_token`` issues the token a configured provider's start link needs."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
+    if call.kind == "approval" and call.tool_name == _AGENT_CHANGE_TOOL:
+        kind = "agent_change"
     render.pop("kind", None)
     descriptor: dict[str, Any] = {
         "kind": kind,

@@ -1,4 +1,5 @@
-"""The reference playground page at ``/`` and its static files at ``/static/{name}``.
+"""The reference playground page at ``/``, its static files at ``/static/{name}`` and its
+icon at ``/favicon.svg`` (also ``/favicon.ico``, which browsers ask for by themselves).
 
 The page is plain HTML, CSS and JavaScript from ``widgets_api/static/`` (no build step,
 no external resources). It speaks the AI SDK UI message stream like any ``useChat``
@@ -57,18 +58,30 @@ STATIC_FILES: dict[str, str] = {
     "canonical.js": _JS,
     "ui-stream.js": _JS,
     "chat.js": _JS,
-    "page-context.js": _JS,
+    "call-outcome.js": _JS,
+    "composer.js": _JS,
     "widgets.js": _JS,
     "widget.js": _JS,
     "approval-widgets.js": _JS,
     "client-widgets.js": _JS,
     "connect-widget.js": _JS,
+    "connect-flow.js": _JS,
     "view.js": _JS,
     "agent-panel.js": _JS,
+    "agent-panel-lists.js": _JS,
     "commit-diff.js": _JS,
     "message-extras.js": _JS,
     "overlay.js": _JS,
 }
+
+#: The page's icon: Parkway's "P" on the accent blue, small enough to keep inline. Our
+#: own, so a first visit logs no 404 for it.
+_FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    b'<rect width="32" height="32" rx="7" fill="#2457d6"/>'
+    b'<path d="M12 25V7h6a5.5 5.5 0 0 1 0 11h-6" fill="none" stroke="#fff" '
+    b'stroke-width="3.5" stroke-linejoin="round"/></svg>'
+)
 
 _HEADERS = {
     "content-security-policy": CONTENT_SECURITY_POLICY,
@@ -113,9 +126,16 @@ async def static_file(request: Request) -> Response:
     return Response(content, media_type=media_type, headers=_HEADERS)
 
 
+async def favicon(request: Request) -> Response:
+    """``GET /favicon.svg`` (and ``/favicon.ico``): the page's icon, as SVG."""
+    return Response(_FAVICON, media_type="image/svg+xml", headers=_HEADERS)
+
+
 def page_routes() -> list[BaseRoute]:
-    """The page's routes: ``GET /`` and ``GET /static/{name}``."""
+    """The page's routes: ``GET /``, ``GET /static/{name}`` and the icon."""
     return [
         Route("/", playground, methods=["GET"]),
         Route("/static/{name}", static_file, methods=["GET"]),
+        Route("/favicon.svg", favicon, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
     ]

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runner.validation import describe_first_error
+
 __all__ = [
     "PRESETS",
     "Provider",
@@ -181,9 +183,8 @@ def parse_provider_specs(raw: str | None) -> list[ProviderSpec]:
         try:
             specs.append(ProviderSpec.model_validate(entry))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(entry)"
-            raise ProviderConfigError(f"oauth_providers[{index}] {where}: {first['msg']}") from None
+            problem = describe_first_error(exc, root="(entry)")
+            raise ProviderConfigError(f"oauth_providers[{index}] {problem}") from None
     return specs
 
 

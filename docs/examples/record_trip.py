@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from transport.cassettes import Cassette, Recorder, save_cassette
+from transport.sse import sse_chunks
 
 CHAT = "trip"
 DESCRIPTION = (
@@ -30,12 +31,6 @@ DESCRIPTION = (
     "a connection declined through the settle endpoint, a resume."
 )
 HELLO = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Plan my trip"}]}
-
-
-def sse(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of an SSE body."""
-    lines = (line[5:].strip() for line in text.splitlines() if line.startswith("data:"))
-    return [json.loads(line) for line in lines if line != "[DONE]"]
 
 
 def apply(message: dict[str, Any], chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,11 +83,11 @@ async def record_trip(base_url: str, agent: dict[str, Any]) -> Cassette:
 
         async def post_chat() -> None:
             body = {"id": CHAT, "messages": [HELLO, assistant], "trigger": "submit-message"}
-            apply(assistant, sse((await client.post("/api/chat", json=body)).text))
+            apply(assistant, sse_chunks((await client.post("/api/chat", json=body)).text))
 
         # 1. The first turn runs get_weather and parks choose_option.
         first = {"id": CHAT, "messages": [HELLO], "trigger": "submit-message"}
-        apply(assistant, sse((await client.post("/api/chat", json=first)).text))
+        apply(assistant, sse_chunks((await client.post("/api/chat", json=first)).text))
         # 2. The browser answers the client tool: addToolOutput, then the whole history.
         tool_part(assistant, "choose_option").update(
             state="output-available", output={"choice": "Lisbon"}

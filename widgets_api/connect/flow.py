@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from runner.connection import RedisClient
-from runner.errors import CallNotFoundError, ChatNotFoundError, ParkwayError, SettleConflictError
-from runner.keys import chat_keys
+from runner.errors import CallerError, CallNotFoundError, ChatNotFoundError, SettleConflictError
 from runner.loop import Runner
 from runner.parking import ParkedCall
 from runner.settling import Settled
@@ -98,14 +97,12 @@ class ConnectFlow:
         return None if principal is None else str(principal)
 
     async def _call(self, chat_id: str, call_id: str, principal: str) -> ParkedCall | None:
+        """The principal's parked call, or None: an invalid chat id, a chat that is not
+        theirs (:class:`ChatNotFoundError`) and an unknown call read alike."""
         try:
-            keys = chat_keys(chat_id)
-        except ParkwayError:
+            return await self.runner.call(chat_id, principal, call_id)
+        except CallerError:
             return None
-        owner, calls = await self.runner.store.calls(keys, [call_id])
-        if owner != principal or not calls:
-            return None
-        return calls[0]
 
     # -- start ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from runner.connection import RedisClient, as_text
-from runner.keys import flow_key, flow_pointer_key
+from widgets_api.keys import flow_key, flow_pointer_key
 
 __all__ = ["FlowRecord", "FlowStore", "outcome_summary"]
 

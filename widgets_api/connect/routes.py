@@ -3,9 +3,6 @@ answer 404 when the server has no OAuth providers configured."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -36,16 +33,23 @@ async def _callback(request: Request) -> Response:
     return await flow.callback(request)
 
 
-def _json_route(name: str) -> Callable[[Request], Any]:
-    async def endpoint(request: Request) -> Response:
-        flow = _flow(request)
-        if flow is None:
-            return json_error(404, "not_found", "this server has no OAuth providers configured")
-        handler: Callable[[Request], Any] = getattr(flow, name)
-        response: Response = await handler(request)
-        return response
+def _no_providers() -> Response:
+    return json_error(404, "not_found", "this server has no OAuth providers configured")
 
-    return endpoint
+
+async def _use(request: Request) -> Response:
+    flow = _flow(request)
+    return _no_providers() if flow is None else await flow.use(request)
+
+
+async def _list_connections(request: Request) -> Response:
+    flow = _flow(request)
+    return _no_providers() if flow is None else await flow.list_connections(request)
+
+
+async def _delete_connection(request: Request) -> Response:
+    flow = _flow(request)
+    return _no_providers() if flow is None else await flow.delete_connection(request)
 
 
 def connect_routes() -> list[Route]:
@@ -53,11 +57,7 @@ def connect_routes() -> list[Route]:
     return [
         Route("/connect/{provider}/start", _start, methods=["GET"]),
         Route("/connect/{provider}/callback", _callback, methods=["GET"]),
-        Route("/connect/{provider}/use", _json_route("use"), methods=["POST"]),
-        Route("/api/connections", _json_route("list_connections"), methods=["GET"]),
-        Route(
-            "/api/connections/{connection_id}",
-            _json_route("delete_connection"),
-            methods=["DELETE"],
-        ),
+        Route("/connect/{provider}/use", _use, methods=["POST"]),
+        Route("/api/connections", _list_connections, methods=["GET"]),
+        Route("/api/connections/{connection_id}", _delete_connection, methods=["DELETE"]),
     ]

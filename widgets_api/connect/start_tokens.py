@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 
 from runner.connection import RedisClient
-from runner.keys import start_token_key
+from widgets_api.keys import start_token_key
 from widgets_api.tokens import TokenCipher, TokenKeyError
 
 __all__ = ["StartTokens"]

@@ -10,11 +10,10 @@
 // never the overlay: the kit must never ship with the published agent. Where the kit
 // replaces a value the user set, an override hint says so beside the editor.
 
-import { api, canonical, errorMessage, h, pretty } from "/static/playground-base.js";
+import { isObject, kitGroups, revisionItems, short } from "/static/agent-panel-lists.js";
+import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
 
 const KIT_STORAGE_KEY = "parkway.playground.buildKit";
-const REVISIONS_SHOWN = 5;
-const SECTION_LABELS = { tools: "Tools", skills: "Skills", mcps: "MCP servers", sandbox: "Sandbox permissions" };
 
 function readKit() {
   try {
@@ -32,10 +31,6 @@ function writeKit(on) {
   }
 }
 
-function isObject(value) {
-  return value !== null && typeof value === "object" && !Array.isArray(value);
-}
-
 function copy(value) {
   return JSON.parse(JSON.stringify(value));
 }
@@ -50,46 +45,28 @@ function valueAt(value, path) {
   return current;
 }
 
-function short(value) {
-  const text = value === undefined ? "unset" : JSON.stringify(value);
-  return text.length > 60 ? `${text.slice(0, 57)}…` : text;
-}
-
-/** The leaves of an object section, as {path, value}. */
-function leaves(value, path, out = []) {
-  if (isObject(value) && Object.keys(value).length) {
-    for (const [key, inner] of Object.entries(value)) leaves(inner, [...path, key], out);
-  } else {
-    out.push({ path, value });
-  }
-  return out;
-}
-
-function committer(by, you) {
-  if (by === "agent-file") return "the agent file";
-  if (by === "user") return you ? "you" : "a user";
-  if (by === "agent") return you ? "the agent, in your chat" : "the agent";
-  return typeof by === "string" ? by : "";
-}
-
-export const agentPanel = {
-  root: null,
-  els: {},
-  head: null, // the GET /api/agent body
-  overlay: null, // additional_context.playground_build_kit.agent_template_overlay
-  working: null, // the editor's template, parsed; null while it is not a JSON object
-  problem: "", // why the editor's text is not a usable template
-  kitOn: true,
-  loadError: "",
-  newer: null, // a version committed elsewhere while this tab had uncommitted edits
-  message: null, // {tone, text, reload} after a commit attempt
-  committing: false,
-  seq: 0,
-  ready: Promise.resolve(),
-
-  init(root) {
+/** The agent panel in `root`; `api` is the API client (playground-base.js). */
+export class AgentPanel {
+  constructor(api, root) {
+    this.api = api;
     this.root = root;
+    this.els = {};
+    this.head = null; // the GET /api/agent body
+    this.overlay = null; // additional_context.playground_build_kit.agent_template_overlay
+    this.working = null; // the editor's template, parsed; null while it is not a JSON object
+    this.problem = ""; // why the editor's text is not a usable template
     this.kitOn = readKit();
+    this.loadError = "";
+    this.newer = null; // a version committed elsewhere while this tab had uncommitted edits
+    this.message = null; // {tone, text, reload} after a commit attempt
+    this.committing = false;
+    this.seq = 0;
+    this.ready = Promise.resolve();
+  }
+
+  /** Build the panel and read the agent. */
+  start() {
+    const root = this.root;
     const e = this.els;
     const reload = () => this.reload();
     e.meta = h("span", { class: "agent-meta", "data-testid": "agent-meta" });
@@ -140,7 +117,7 @@ export const agentPanel = {
     );
     root.replaceChildren(h("div", { class: "panel-head" }, h("h2", { class: "panel-title", text: "Agent" }), e.meta), e.loadError, e.notice, e.body);
     this.ready = this.load();
-  },
+  }
 
   // -- reading the agent ---------------------------------------------------------------
 
@@ -150,7 +127,7 @@ export const agentPanel = {
     const seq = ++this.seq;
     let result;
     try {
-      result = await api.json("/api/agent");
+      result = await this.api.json("/api/agent");
     } catch (error) {
       result = { ok: false, status: 0, data: null, error };
     }
@@ -180,12 +157,12 @@ export const agentPanel = {
     this.renderKit();
     this.renderRevisions();
     this.render();
-  },
+  }
 
   async reload() {
     this.message = null;
     await this.load();
-  },
+  }
 
   /** A `data-committed-revision` part: someone (the agent's commit_config, usually)
    *  committed a revision. Refresh, unless that would throw away the user's edits. */
@@ -199,7 +176,7 @@ export const agentPanel = {
       return;
     }
     this.load();
-  },
+  }
 
   // -- the working template ------------------------------------------------------------
 
@@ -216,7 +193,7 @@ export const agentPanel = {
     }
     this.message = null;
     this.render();
-  },
+  }
 
   discard() {
     if (!this.head) return;
@@ -229,24 +206,24 @@ export const agentPanel = {
       return;
     }
     this.render();
-  },
+  }
 
   edited() {
     if (!this.head) return false;
     return this.working === null || canonical(this.working) !== canonical(this.head.template);
-  },
+  }
 
   setKit(on) {
     this.kitOn = on;
     writeKit(on);
     this.render();
-  },
+  }
 
   /** The build kit laid over the working template: {template, overrides}. Throws a
    *  TypeError naming the problem when the template cannot take it. */
   merged() {
     return globalThis.ParkwayOverlay.mergeOverlay(this.working, this.overlay);
-  },
+  }
 
   /** What a new turn's POST /api/chat carries: {template} to send as `agentTemplate`,
    *  {} to send none (the server runs the committed head), or {error} to not send. */
@@ -264,13 +241,13 @@ export const agentPanel = {
       }
     }
     return this.edited() ? { template: copy(this.working) } : {};
-  },
+  }
 
   hintText(override) {
     const where = override.path.join(".");
     if (override.identity) return `Build kit overrides ${where} entry ${override.identity} (yours differs) while it is on`;
     return `Build kit overrides ${where} (yours: ${short(valueAt(this.working, override.path))}) while it is on`;
-  },
+  }
 
   // -- committing ----------------------------------------------------------------------
 
@@ -288,7 +265,7 @@ export const agentPanel = {
     const body = { template: this.working, expectedVersion: this.head.version, summary: this.els.summary.value.trim() };
     let result;
     try {
-      result = await api.json("/api/agent/commit", { method: "POST", body });
+      result = await this.api.json("/api/agent/commit", { method: "POST", body });
     } catch (error) {
       result = { ok: false, status: 0, data: null, error };
     }
@@ -305,7 +282,7 @@ export const agentPanel = {
       this.message = { tone: "bad", text: errorMessage(result.data, result.status) };
     }
     this.render();
-  },
+  }
 
   // -- drawing -------------------------------------------------------------------------
 
@@ -360,49 +337,14 @@ export const agentPanel = {
     e.message.dataset.tone = message ? message.tone : "";
     e.messageText.textContent = message ? message.text : "";
     e.message.replaceChildren(e.messageText, ...(message && message.reload ? [e.messageReload] : []));
-  },
+  }
 
   renderKit() {
-    const overlay = this.overlay;
-    if (!overlay) {
-      this.els.kitList.replaceChildren(h("p", { class: "panel-note", text: "This server offers no build kit." }));
-      return;
-    }
-    const identity = globalThis.ParkwayOverlay.entryIdentity;
-    const groups = [];
-    for (const [key, value] of Object.entries(overlay)) {
-      let items;
-      if (Array.isArray(value)) {
-        items = value.map((entry) => (key === "skills" && isObject(entry) && typeof entry.name === "string" ? entry.name : identity(entry) || "(an entry without identity)"));
-      } else {
-        // Under its section's heading, a setting is named by its path inside the section.
-        items = leaves(value, []).map(({ path, value: leaf }) => `${path.join(".") || key}: ${short(leaf)}`);
-      }
-      if (!items.length) continue;
-      groups.push(
-        h("div", { class: "kit-group" }, h("div", { class: "tool-label", text: SECTION_LABELS[key] || key })),
-        h(
-          "ul",
-          { class: "kit-items" },
-          items.map((item) => h("li", { class: "kit-item", "data-testid": "kit-item" }, h("code", { text: item }), h("span", { class: "tag-removed", text: "Removed on commit" }))),
-        ),
-      );
-    }
-    this.els.kitList.replaceChildren(...groups);
-  },
+    this.els.kitList.replaceChildren(...kitGroups(this.overlay));
+  }
 
   renderRevisions() {
-    const revisions = Array.isArray(this.head.revisions) ? this.head.revisions.slice(0, REVISIONS_SHOWN) : [];
-    this.els.revisions.replaceChildren(
-      ...revisions.map((revision) =>
-        h(
-          "li",
-          { class: "revision", "data-version": revision.version },
-          h("span", { class: "revision-version", text: `v${revision.version}` }),
-          h("span", { class: "revision-summary", text: revision.summary || "(no summary)" }),
-          h("span", { class: "revision-by", text: `by ${committer(revision.committedBy, revision.committedByYou)}` }),
-        ),
-      ),
-    );
-  },
-};
+    this.els.revisions.replaceChildren(...revisionItems(this.head.revisions));
+  }
+}
+

@@ -1,23 +1,44 @@
 // Parkway playground: the approval widgets. ApprovalWidget: Approve or Deny a call
 // (with an edited input where the descriptor allows edits). CommitApprovalWidget: the
-// same for commit_config, drawn as the change's summary and a line diff.
+// same for an agent change (commit_config), drawn as its summary and a line diff.
 //
 // An ES module imported by widgets.js; no build step.
 
 import { applyPatch, diffView } from "/static/commit-diff.js";
-import { page } from "/static/page-context.js";
-import { api, canonical, errorMessage, h, pretty } from "/static/playground-base.js";
+import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
 import { Widget } from "/static/widget.js";
 
 export class ApprovalWidget extends Widget {
-  constructor(id) {
-    super(id, "approval");
+  constructor(id, chat) {
+    super(id, "approval", chat);
     this.editor = h("textarea", { id: `edit-${id}`, "data-field": "input", spellcheck: "false", rows: 6 });
     this.reason = h("input", { type: "text", id: `reason-${id}`, "data-field": "reason", placeholder: "Optional" });
   }
 
+  /** What is approved, in the card's title: "Approve x?", then "Approved: x". */
+  subject(ctx) {
+    return ctx.toolName;
+  }
+
+  question(ctx) {
+    return `Approve ${this.subject(ctx)}?`;
+  }
+
   title(ctx) {
-    return `Approve ${ctx.toolName}?`;
+    const state = this.state(ctx);
+    if (state === "approved") return `Approved: ${this.subject(ctx)}`;
+    if (state === "denied") return `Denied: ${this.subject(ctx)}`;
+    if (state === "ended") return `Not run: ${this.subject(ctx)}`;
+    return this.question(ctx);
+  }
+
+  userLine(ctx) {
+    return `The agent wants to run ${ctx.toolName}. Check what will run, then approve or deny.`;
+  }
+
+  chip(ctx, state) {
+    if (state === "approved" && ctx.part && ctx.part.state === "output-error") return ["failed", "bad"];
+    return super.chip(ctx, state);
   }
 
   state(ctx) {
@@ -37,8 +58,8 @@ export class ApprovalWidget extends Widget {
       return [
         this.head(ctx, "Approved"),
         h("p", { class: "widget-result widget-result-ok", text: edited ? "Approved with edits ✓" : "Approved ✓" }),
-        edited ? h("pre", { class: "json", "aria-label": "Approved input", text: pretty(ctx.outcome.input) }) : null,
-        ran !== null ? h("pre", { class: "json", "aria-label": "Result", text: ran }) : null,
+        ...(edited ? this.labelled("Approved input", pretty(ctx.outcome.input)) : []),
+        ...(ran !== null ? this.labelled("Result", ran) : []),
         failed ? h("p", { class: "widget-error", text: `The tool failed: ${failed}` }) : null,
         ...this.messages(),
       ];
@@ -70,6 +91,12 @@ export class ApprovalWidget extends Widget {
         : h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
       ...this.decision(ctx),
     ];
+  }
+
+  /** A JSON block under its label. */
+  labelled(label, text) {
+    const field = label.toLowerCase().replace(/ /g, "-");
+    return [h("div", { class: "tool-label", text: label }), h("pre", { class: "json", "aria-label": label, "data-field": field, text })];
   }
 
   /** The reason field, Approve and Deny, the deadline and any messages. */
@@ -105,12 +132,12 @@ export class ApprovalWidget extends Widget {
         // settled through the call's statusUrl; the chat POST then resumes the run.
         const callView = await this.settle({ outcome: "approved", input: edited });
         if (!callView) return;
-        page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "approved", settled: true, view: callView });
+        this.answer({ state: "approval-responded", approval }, { intent: "approved", settled: true, view: callView });
         return;
       }
     }
     this.error = "";
-    page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "approved" });
+    this.answer({ state: "approval-responded", approval }, { intent: "approved" });
   }
 
   deny() {
@@ -119,24 +146,32 @@ export class ApprovalWidget extends Widget {
     const reason = this.reason.value.trim();
     if (reason) approval.reason = reason;
     this.error = "";
-    page.chat.answer(this.id, { state: "approval-responded", approval }, { intent: "denied" });
+    this.answer({ state: "approval-responded", approval }, { intent: "denied" });
   }
 }
 
-/** commit_config: the agent asks to change its own template. The card shows the
- *  summary and a line diff of the committed head against what the server would commit
- *  (runner/commits.py `apply_patch`, mirrored by commit-diff.js `applyPatch`). */
+/** The descriptor kind `agent_change` (the agent asks to change its own template).
+ *  The card shows the summary and a line diff of the committed head against what the
+ *  server would commit (runner/commits.py `apply_patch`, mirrored by commit-diff.js
+ *  `applyPatch`). */
 export class CommitApprovalWidget extends ApprovalWidget {
-  constructor(id) {
-    super(id);
-    this.root.dataset.tool = "commit_config";
+  constructor(id, chat) {
+    super(id, chat);
     this.committed = null; // {version, template}: the head the diff is drawn against
     this.committedError = "";
     this.fetching = false;
   }
 
-  title() {
+  subject() {
+    return "change to the agent";
+  }
+
+  question() {
     return "Approve this change to the agent?";
+  }
+
+  userLine() {
+    return "The agent wants to change its own template. Check the change, then approve or deny.";
   }
 
   drawKey(ctx, state) {
@@ -174,7 +209,7 @@ export class CommitApprovalWidget extends ApprovalWidget {
   async fetchCommitted() {
     this.fetching = true;
     try {
-      const result = await api.json("/api/agent");
+      const result = await this.chat.api.json("/api/agent");
       if (result.ok && result.data && result.data.template && typeof result.data.template === "object") {
         this.committed = { version: result.data.version, template: result.data.template };
       } else {

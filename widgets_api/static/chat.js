@@ -1,52 +1,104 @@
-// Parkway playground: the chat controller. It holds the chat's messages and the
+// Parkway playground: the chat controller. A Chat holds the chat's messages and the
 // server's view of its calls, sends turns and answers (POST /api/chat), reads the
 // stream, catches up with GET /api/chats/{id} (reload, another tab, the server) and
-// polls pending calls. It draws through page.view (set at boot), so view.js can
-// import it without a cycle.
+// polls pending calls. It owns the widgets of its calls (widgets.js) and draws through
+// its view (view.js), which playground.js gives it at boot.
 //
-// An ES module imported by playground.js and view.js; no build step.
+// An ES module imported by playground.js; no build step.
 
-import { agentPanel } from "/static/agent-panel.js";
-import { page } from "/static/page-context.js";
-import { api, errorMessage, newId, sameOrigin } from "/static/playground-base.js";
+import { outcomeOf } from "/static/call-outcome.js";
+import { errorMessage, newId, sameOrigin } from "/static/playground-base.js";
 import { isResolved, isToolPart, lastStep, readChunks, StreamRun, toolNameOf } from "/static/ui-stream.js";
-import { widgets } from "/static/widgets.js";
+import { WidgetRegistry } from "/static/widgets.js";
 
 const PENDING_POLL_MS = 2000;
+// Refusals that are lost races, not errors: another tab or the server answered first,
+// or a run holds the chat. The widgets show the winner's outcome after the sync.
+const RACED = ["already_settled", "chat_busy", "nothing_to_resume", "no_pending_call_answered"];
+const COUNT = new Intl.NumberFormat("en");
 
 function callPath(chatId, toolCallId) {
   return `/api/chats/${encodeURIComponent(chatId)}/calls/${encodeURIComponent(toolCallId)}`;
 }
 
-export const chat = {
-  id: null,
-  messages: [],
-  calls: new Map(), // toolCallId -> the server's call view (GET chat, statusUrl)
-  descriptors: new Map(), // toolCallId -> widget descriptor (data-parkway-widget part)
-  answers: new Map(), // toolCallId -> {patch, intent, settled}: answered here, not yet sent
-  inflight: new Set(), // toolCallIds whose answers the current POST carries
-  messageErrors: new Map(), // messageId -> the error that ended its stream
-  serverState: null, // 'idle' | 'running' | 'parked', from the last GET
-  status: "ready", // 'ready' | 'submitted' | 'streaming' | 'error'
-  abort: null,
-  refusedContinue: null,
-  syncPromise: null,
-  syncAgain: false,
-  polling: new Set(),
+/** Why a new message was not sent, in plain words; the message stays in the composer. */
+function refusalText(refusal, text) {
+  const kept = "Your message was not sent; it is still in the box below.";
+  switch (refusal.code) {
+    case "message_too_large": {
+      const limit = /(\d+) characters/.exec(refusal.text);
+      const most = limit ? ` (at most ${COUNT.format(Number(limit[1]))} characters; yours has ${COUNT.format(text.length)})` : "";
+      return `Your message is too long to send${most}. Shorten it and send it again: it is still in the box below.`;
+    }
+    case "body_too_large":
+      return "Your message, with the chat so far, is too large to send. Shorten it, or start a new chat: it is still in the box below.";
+    case "chat_busy":
+      return `The agent is still working on this chat. ${kept}`;
+    default:
+      return `${refusal.text} ${kept}`;
+  }
+}
+
+export class Chat {
+  /** `api`: the API client (playground-base.js); `panel`: the agent panel, which gives
+   *  each new turn its template and hears of committed revisions. */
+  constructor({ api, panel }) {
+    this.api = api;
+    this.panel = panel;
+    this.view = null; // the View drawing this chat (view.js), set at boot
+    this.widgets = new WidgetRegistry(this);
+    this.id = null;
+    this.messages = [];
+    this.calls = new Map(); // toolCallId -> the server's call view (GET chat, statusUrl)
+    this.descriptors = new Map(); // toolCallId -> widget descriptor (data-parkway-widget part)
+    this.answers = new Map(); // toolCallId -> {patch, intent, settled}: answered here, not yet sent
+    this.inflight = new Set(); // toolCallIds whose answers the current POST carries
+    this.messageErrors = new Map(); // messageId -> the error that ended its stream
+    this.serverState = null; // 'idle' | 'running' | 'parked', from the last GET
+    this.status = "ready"; // 'ready' | 'submitted' | 'streaming' | 'error'
+    this.abort = null;
+    this.refusedContinue = null;
+    this.syncPromise = null;
+    this.syncAgain = false;
+    this.polling = new Set();
+  }
 
   busy() {
     return this.status === "submitted" || this.status === "streaming";
-  },
+  }
 
   setStatus(status) {
     this.status = status;
-    page.view.status(status);
-  },
+    this.view.status(status);
+  }
+
+  /** Redraw the chat (widgets call this after they change what the chat holds). */
+  redraw() {
+    this.view.render();
+  }
+
+  /** Make `id` this page's chat, in the address bar too (a reload comes back to it). */
+  adopt(id) {
+    this.id = id;
+    const url = new URL(window.location.href);
+    url.searchParams.set("chat", id);
+    window.history.replaceState(null, "", url.pathname + url.search);
+    this.view.chatId(id);
+  }
+
+  /** Take back a chat id the server never made one for (its first message was refused). */
+  forget() {
+    this.id = null;
+    const url = new URL(window.location.href);
+    url.searchParams.delete("chat");
+    window.history.replaceState(null, "", url.pathname + url.search);
+    this.view.chatId(null);
+  }
 
   lastAssistant() {
     const last = this.messages.at(-1);
     return last && last.role === "assistant" ? last : null;
-  },
+  }
 
   findToolPart(toolCallId) {
     for (let m = this.messages.length - 1; m >= 0; m -= 1) {
@@ -56,7 +108,7 @@ export const chat = {
       }
     }
     return null;
-  },
+  }
 
   /** What a widget needs to know about its call. */
   callContext(toolCallId) {
@@ -75,70 +127,51 @@ export const chat = {
       input,
       statusUrl,
       answer: this.answers.get(toolCallId) || null,
-      outcome: this.outcomeOf(toolCallId, part, callView, desc),
+      outcome: outcomeOf(part, callView, desc, this.answers.has(toolCallId)),
     };
-  },
+  }
 
-  /** The call's outcome as the server knows it, or null while it is pending (or only
-   *  answered in this tab). The server's call view wins over the message parts. */
-  outcomeOf(toolCallId, part, callView, desc) {
-    if (callView && callView.status === "settled" && callView.outcome) return callView.outcome;
-    if (this.answers.has(toolCallId) || !part || !isResolved(part)) return null;
-    const approval = desc.callKind === "approval" || part.approval !== undefined;
-    switch (part.state) {
-      case "output-available": {
-        if (approval) return { outcome: "approved" };
-        const out = part.output;
-        const keys = out && typeof out === "object" && !Array.isArray(out) ? Object.keys(out) : [];
-        const statusOnly = keys.length && keys.every((k) => k === "status" || k === "reason");
-        if (statusOnly && ["declined", "cancelled", "timeout"].includes(out.status)) {
-          return out.reason ? { outcome: out.status, reason: out.reason } : { outcome: out.status };
-        }
-        return { outcome: "output", output: out };
-      }
-      case "output-error":
-        return { outcome: "error", message: part.errorText };
-      case "output-denied":
-        return part.approval && part.approval.reason
-          ? { outcome: "denied", reason: part.approval.reason }
-          : { outcome: "denied" };
-      case "approval-responded":
-        return part.approval && part.approval.approved ? { outcome: "approved" } : { outcome: "denied" };
-      default:
-        return null;
-    }
-  },
+  /** A `data-committed-revision` part: tell the agent panel. */
+  committedRevision(data) {
+    this.panel.committed(data);
+  }
 
   // -- sending ------------------------------------------------------------------------
 
   /** Start a turn with the user's message. Returns false when it was not sent (the
-   *  working template cannot be used: the banner says why). */
+   *  banner says why; the message is taken back out of the chat, and a chat the server
+   *  never made leaves the address bar). */
   async send(text) {
     if (this.busy()) return false;
     this.setStatus("submitted");
-    const turn = await agentPanel.forTurn();
+    const turn = await this.panel.forTurn();
     if (turn.error) {
       this.setStatus("ready");
-      page.view.banner(turn.error);
+      this.view.banner(turn.error);
       return false;
     }
-    if (!this.id) {
-      this.id = newId("chat");
-      const url = new URL(window.location.href);
-      url.searchParams.set("chat", this.id);
-      window.history.replaceState(null, "", url.pathname + url.search);
-      page.view.chatId(this.id);
-    }
-    // A new message supersedes the calls still pending: the server cancels them.
+    const fresh = !this.id;
+    if (fresh) this.adopt(newId("chat"));
+    // A new message supersedes the calls still pending: the server cancels them (the
+    // composer asked the user first).
+    const queued = new Map(this.answers);
     this.answers.clear();
-    this.messages.push({ id: newId("u"), role: "user", parts: [{ type: "text", text }] });
-    page.view.render();
+    const message = { id: newId("u"), role: "user", parts: [{ type: "text", text }] };
+    this.messages.push(message);
+    this.view.render();
     const body = { id: this.id, messages: this.messages, trigger: "submit-message" };
     // The build kit over the working template, or uncommitted edits: this turn only.
     if (turn.template !== undefined) body.agentTemplate = turn.template;
-    await this.post(body, []);
-    return true;
-  },
+    const result = await this.post(body, []);
+    if (result.ok) return true;
+    this.messages = this.messages.filter((m) => m !== message);
+    this.answers = queued;
+    if (fresh) this.forget();
+    this.view.banner(refusalText(result, text));
+    this.view.render();
+    if (!fresh) await this.sync();
+    return false;
+  }
 
   /** Record an answer to a parked call in its tool part, as `addToolOutput` /
    *  `addToolApprovalResponse` do, then send once the step is complete. `settled`: the
@@ -150,19 +183,19 @@ export const chat = {
     if (patch.state !== "output-error") delete part.errorText;
     this.answers.set(toolCallId, { patch, intent, settled });
     if (callView) this.calls.set(toolCallId, callView);
-    page.view.render();
+    this.view.render();
     this.continueIfReady();
-  },
+  }
 
   /** Someone else settled the call first: show their outcome, then catch up. */
   winner(toolCallId, outcome) {
     const callView = this.calls.get(toolCallId) || { toolCallId };
     this.calls.set(toolCallId, { ...callView, status: "settled", outcome });
     this.answers.delete(toolCallId);
-    widgets.noteLost(toolCallId);
-    page.view.render();
+    this.widgets.noteLost(toolCallId);
+    this.view.render();
     this.sync();
-  },
+  }
 
   /** `sendAutomaticallyWhen`: POST the history once every tool call of the last step has
    *  an answer and either this tab answered one of them or the server holds the chat
@@ -178,51 +211,54 @@ export const chat = {
     const key = `${message.id}|${tools.map((p) => `${p.toolCallId}:${p.state}`).join(",")}|${mine.length}`;
     if (this.refusedContinue === key) return; // the server said no to exactly this: don't loop
     const body = { id: this.id, messages: this.messages, trigger: "submit-message", messageId: message.id };
-    this.post(body, mine, key);
-  },
+    this.postAnswers(body, mine, key);
+  }
 
+  /** Send answers; a refusal is shown on the answered cards (or lost races noted). */
+  async postAnswers(body, sent, key) {
+    const result = await this.post(body, sent, key);
+    if (result.ok) return;
+    const raced = RACED.includes(result.code);
+    if (!raced) {
+      if (sent.length) for (const id of sent) this.widgets.fail(id, result.text);
+      else this.view.banner(result.text);
+    }
+    await this.sync();
+    this.widgets.checkAnswers(result.answers, { refused: raced });
+  }
+
+  /** POST /api/chat and read the answer. Returns {ok: true}, or {ok: false, code, text,
+   *  answers} when the server refused it or could not be reached (`code` null). */
   async post(body, sent, key = null) {
     this.setStatus("submitted");
-    page.view.banner(null);
+    this.view.banner(null);
     for (const id of sent) this.inflight.add(id);
-    page.view.render();
+    this.view.render();
+    const answers = new Map(sent.map((id) => [id, this.answers.get(id)]));
     let response;
     try {
-      response = await api.fetch("/api/chat", { method: "POST", body });
+      response = await this.api.fetch("/api/chat", { method: "POST", body });
     } catch (error) {
       this.inflight.clear();
+      for (const id of sent) this.answers.delete(id);
       this.setStatus("error");
-      page.view.banner(`Could not reach the server: ${error.message}`);
-      return;
+      return { ok: false, code: null, text: `Could not reach the server: ${error.message}`, answers };
     }
     this.inflight.clear();
+    for (const id of sent) this.answers.delete(id);
     if (response.ok) {
       this.refusedContinue = null;
-      const intents = new Map(sent.map((id) => [id, this.answers.get(id)?.intent]));
-      for (const id of sent) this.answers.delete(id);
       if (response.status === 200) await this.consume(response, { replay: false });
       else this.setStatus("ready"); // 202: answers recorded, other calls still pending
       await this.sync();
-      widgets.checkIntents(intents);
-      return;
+      this.widgets.checkAnswers(answers, { refused: false });
+      return { ok: true };
     }
     const data = await response.json().catch(() => null);
-    const code = data && data.error ? data.error.code : null;
     this.setStatus("ready");
     if (key) this.refusedContinue = key;
-    const intents = new Map(sent.map((id) => [id, this.answers.get(id)?.intent]));
-    for (const id of sent) this.answers.delete(id);
-    // Lost races (another tab or the server answered first, or a run holds the chat)
-    // are not errors: the widgets show the winner's outcome after the sync.
-    const raced = ["already_settled", "chat_busy", "nothing_to_resume", "no_pending_call_answered"];
-    if (!raced.includes(code)) {
-      const text = errorMessage(data, response.status);
-      if (sent.length) for (const id of sent) widgets.fail(id, text);
-      else page.view.banner(text);
-    }
-    await this.sync();
-    widgets.checkIntents(intents);
-  },
+    return { ok: false, code: data && data.error ? data.error.code : "", text: errorMessage(data, response.status), answers };
+  }
 
   async consume(response, { replay }) {
     this.setStatus("streaming");
@@ -233,7 +269,7 @@ export const chat = {
       for await (const chunk of readChunks(response)) {
         if (controller.signal.aborted) break;
         run.apply(chunk);
-        page.view.schedule();
+        this.view.schedule();
         if (run.error) break;
       }
     } catch (error) {
@@ -246,8 +282,8 @@ export const chat = {
       else this.messageErrors.delete(run.message.id);
     }
     this.setStatus(run.error ? "error" : "ready");
-    page.view.render();
-  },
+    this.view.render();
+  }
 
   // -- catching up with the server ----------------------------------------------------
 
@@ -264,7 +300,7 @@ export const chat = {
       this.syncPromise = null;
     });
     return this.syncPromise;
-  },
+  }
 
   async runSync({ follow = true } = {}) {
     let again = true;
@@ -275,17 +311,17 @@ export const chat = {
       if (this.busy()) return; // the stream's own end syncs
       let result;
       try {
-        result = await api.json(`/api/chats/${encodeURIComponent(this.id)}`);
+        result = await this.api.json(`/api/chats/${encodeURIComponent(this.id)}`);
       } catch (error) {
-        page.view.banner(`Could not reach the server: ${error.message}`);
+        this.view.banner(`Could not reach the server: ${error.message}`);
         return;
       }
       if (result.status === 404) {
-        if (!this.messages.length) page.view.banner("This chat does not exist, or it belongs to another session.");
+        if (!this.messages.length) this.view.banner("This chat does not exist, or it belongs to another session.");
         return;
       }
       if (!result.ok) {
-        page.view.banner(errorMessage(result.data, result.status));
+        this.view.banner(errorMessage(result.data, result.status));
         return;
       }
       this.load(result.data);
@@ -298,7 +334,7 @@ export const chat = {
       }
     }
     this.continueIfReady();
-  },
+  }
 
   load(data) {
     this.serverState = data.state;
@@ -315,30 +351,31 @@ export const chat = {
       const callView = this.calls.get(id);
       if (callView && callView.status === "settled" && !answer.settled) {
         this.answers.delete(id);
+        this.widgets.noteLost(id);
         continue;
       }
       const part = this.findToolPart(id);
       if (part) Object.assign(part, answer.patch);
     }
-    page.view.render();
-  },
+    this.view.render();
+  }
 
   /** GET /api/chat/{id}/stream: the current message from its start, then live. */
   async follow() {
     let response;
     try {
-      response = await api.fetch(`/api/chat/${encodeURIComponent(this.id)}/stream`);
+      response = await this.api.fetch(`/api/chat/${encodeURIComponent(this.id)}/stream`);
     } catch {
       return;
     }
     if (response.status !== 200) return;
     await this.consume(response, { replay: true });
-  },
+  }
 
   async stop() {
     if (!this.id) return;
-    await api.fetch(`/api/chats/${encodeURIComponent(this.id)}/stop`, { method: "POST" }).catch(() => null);
-  },
+    await this.api.fetch(`/api/chats/${encodeURIComponent(this.id)}/stop`, { method: "POST" }).catch(() => null);
+  }
 
   /** Every ~2 s, ask each pending call's statusUrl whether someone else settled it. */
   startPolling() {
@@ -347,16 +384,16 @@ export const chat = {
       for (const callView of this.calls.values()) {
         const id = callView.toolCallId;
         if (callView.status !== "pending" || this.answers.has(id) || this.polling.has(id)) continue;
-        if (widgets.pollsItself(id)) continue;
+        if (this.widgets.pollsItself(id)) continue;
         const url = this.callContext(id).statusUrl;
         if (!url) continue;
         this.polling.add(id);
-        api
+        this.api
           .json(url)
           .then((result) => {
             if (result.ok && result.data && result.data.status === "settled") {
               this.calls.set(id, result.data);
-              page.view.render();
+              this.view.render();
               this.sync();
             }
           })
@@ -365,5 +402,5 @@ export const chat = {
       }
       if (this.serverState === "running") this.sync();
     }, PENDING_POLL_MS);
-  },
-};
+  }
+}

@@ -5,13 +5,12 @@
 //
 // An ES module imported by widgets.js; no build step.
 
-import { page } from "/static/page-context.js";
 import { h, pretty } from "/static/playground-base.js";
 import { Widget } from "/static/widget.js";
 
 export class ChoiceWidget extends Widget {
-  constructor(id) {
-    super(id, "choice");
+  constructor(id, chat) {
+    super(id, "choice", chat);
   }
 
   title(ctx) {
@@ -27,7 +26,9 @@ export class ChoiceWidget extends Widget {
     if (state === "answered") {
       const output = ctx.outcome && ctx.outcome.output;
       const choice = output && typeof output.choice === "string" ? output.choice : pretty(output);
-      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `You chose “${choice}”` }), ...this.messages()];
+      // Whoever chose (this page, or another tab: the notice says so), it is the answer.
+      const who = this.answeredHere() ? "You chose" : "Chosen:";
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `${who} “${choice}”` }), ...this.messages()];
     }
     if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
     if (state === "submitting" || state === "queued") {
@@ -52,14 +53,14 @@ export class ChoiceWidget extends Widget {
 
   choose(option) {
     this.error = "";
-    page.chat.answer(this.id, { state: "output-available", output: { choice: option } }, { intent: "output" });
+    this.answer({ state: "output-available", output: { choice: option } }, { intent: "output" });
   }
 }
 
 /** The generic client-tool widget: a JSON editor for the output, and Decline. */
 export class ClientWidget extends Widget {
-  constructor(id) {
-    super(id, "client");
+  constructor(id, chat) {
+    super(id, "client", chat);
     this.editor = h("textarea", { id: `output-${id}`, "data-field": "output", spellcheck: "false", rows: 5 });
     this.editor.value = "{}";
   }
@@ -68,13 +69,17 @@ export class ClientWidget extends Widget {
     return ctx.toolName;
   }
 
+  userLine(ctx) {
+    return `The agent asks this app for an answer (the ${ctx.toolName} tool). Answer in JSON, or decline.`;
+  }
+
   state(ctx) {
     return this.localState(ctx) || this.endedState(ctx) || "pending";
   }
 
   draw(ctx, state) {
     if (state === "answered") {
-      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: "Answer sent ✓" }), h("pre", { class: "json", "aria-label": "Output", text: pretty(ctx.outcome.output) }), ...this.messages()];
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: this.answeredHere() ? "Answer sent ✓" : "Answered ✓" }), h("pre", { class: "json", "aria-label": "Output", text: pretty(ctx.outcome.output) }), ...this.messages()];
     }
     if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
     if (state === "submitting" || state === "queued") return [this.head(ctx, "Answered"), this.queuedCard(ctx, state), ...this.messages()];
@@ -105,22 +110,22 @@ export class ClientWidget extends Widget {
       return;
     }
     this.error = "";
-    page.chat.answer(this.id, { state: "output-available", output }, { intent: "output" });
+    this.answer({ state: "output-available", output }, { intent: "output" });
   }
 
   async decline() {
     // "declined" is not an AI SDK tool state: it is settled through statusUrl.
     const callView = await this.settle({ outcome: "declined" });
     if (!callView) return;
-    page.chat.answer(this.id, { state: "output-available", output: { status: "declined" } }, { intent: "declined", settled: true, view: callView });
+    this.answer({ state: "output-available", output: { status: "declined" } }, { intent: "declined", settled: true, view: callView });
   }
 }
 
 /** A call this page has no widget for (a render kind it does not know): say so, and
  *  settle it with an error so the agent is not left waiting. */
 export class UnsupportedWidget extends Widget {
-  constructor(id) {
-    super(id, "unsupported");
+  constructor(id, chat) {
+    super(id, "unsupported", chat);
     this.tried = false;
   }
 
@@ -158,6 +163,6 @@ export class UnsupportedWidget extends Widget {
     const message = `This app cannot handle '${ctx.toolName}' requests (widget kind '${ctx.desc.kind || "unknown"}').`;
     const callView = await this.settle({ outcome: "error", message });
     if (!callView) return;
-    page.chat.answer(this.id, { state: "output-error", errorText: message }, { intent: "error", settled: true, view: callView });
+    this.answer({ state: "output-error", errorText: message }, { intent: "error", settled: true, view: callView });
   }
 }

@@ -1,6 +1,8 @@
 // Parkway playground: the helpers every part of the page shares (DOM builder, ids,
-// canonical JSON, same-origin URLs) and the API client (cookie session bootstrap on 401,
-// JSON errors). An ES module imported by the page's other modules; no build step.
+// canonical JSON, same-origin URLs) and the API client (Api: the cookie session made
+// before the first request, JSON errors). An ES module imported by the page's other
+// modules; it holds no state of its own (playground.js makes the one Api and passes it
+// on). No build step.
 
 /** The API's origin. The page is served by the API, so it is the page's own origin. */
 export const API_ORIGIN = window.location.origin;
@@ -54,11 +56,24 @@ export function errorMessage(body, status) {
   return `The request failed (HTTP ${status}).`;
 }
 
-export const api = {
-  sessionPromise: null,
+/** The API client. `start()` makes sure of a session before the page's first request
+ *  (POST /api/sessions keeps the principal of a valid cookie, and makes one otherwise),
+ *  so a first visit does not begin with a 401 in the console; a request that still meets
+ *  a 401 (the session expired meanwhile) makes a new session and is retried once. */
+export class Api {
+  constructor() {
+    this.sessionPromise = null;
+    this.ready = Promise.resolve();
+  }
 
-  /** POST /api/sessions once, however many requests found themselves without one. A
-   *  request that already carries a valid cookie keeps its principal. */
+  /** Begin the session bootstrap; every request waits for it. A server that issues no
+   *  sessions (another authenticator) answers 404: the requests then go out as they are. */
+  start() {
+    this.ready = this.ensureSession().catch(() => undefined);
+    return this.ready;
+  }
+
+  /** POST /api/sessions once, however many requests found themselves without one. */
   ensureSession() {
     if (!this.sessionPromise) {
       this.sessionPromise = fetch("/api/sessions", { method: "POST", credentials: "same-origin" })
@@ -70,10 +85,11 @@ export const api = {
         });
     }
     return this.sessionPromise;
-  },
+  }
 
-  /** fetch, with a session created and the request retried once on 401. */
+  /** fetch, after the session bootstrap, with a new session and one retry on 401. */
   async fetch(url, { method = "GET", body, signal } = {}) {
+    await this.ready;
     const init = { method, credentials: "same-origin", cache: "no-store", headers: {}, signal };
     if (body !== undefined) {
       init.headers["content-type"] = "application/json";
@@ -85,12 +101,12 @@ export const api = {
       response = await fetch(url, init);
     }
     return response;
-  },
+  }
 
   /** fetch and read a JSON answer: {ok, status, data}. */
   async json(url, options) {
     const response = await this.fetch(url, options);
     const data = await response.json().catch(() => null);
     return { ok: response.ok, status: response.status, data };
-  },
-};
+  }
+}

@@ -16,59 +16,57 @@
 //   ui-stream.js         tool-part helpers; reading an SSE body into chunks; the UI message
 //                        reducer (chunks -> message parts)
 //   chat.js              the chat controller: send, continue, sync, follow, polling, answers
-//   page-context.js      the chat and the view as the widgets reach them (no import cycles)
+//   call-outcome.js      a call's outcome (the stored one wins) and the chip it gives
+//   composer.js          sending, the confirm step before ending waiting requests, suggestions
 //   widgets.js           the widget registry: one widget per parked call, chosen by kind
-//   widget.js            the widget base class (state, redraw, shared cards, settle)
-//   approval-widgets.js  approval and commit_config widgets
+//   widget.js            the widget base class (state, chip, redraw, shared cards, settle)
+//   approval-widgets.js  approval and agent-change widgets
 //   client-widgets.js    choice, generic client-tool and unsupported widgets
-//   connect-widget.js    request_connection: the OAuth popup and its state machine
-//   view.js              rendering messages, tool calls and widget cards
+//   connect-widget.js    the connect card; connect-flow.js its OAuth popup and polling
+//   view.js              rendering messages, tool calls and widget cards; the status pill
 //   message-extras.js    reasoning, tool calls still being written, the model/usage footer
 //   agent-panel.js       the agent panel: working template, build kit, commit
-//   commit-diff.js       commit_config's patch and line diff
+//   agent-panel-lists.js the panel's lists: what the kit adds, recent revisions
+//   commit-diff.js       an agent change's patch and line diff
 // and the classic script overlay.js (the build-kit merge).
 
-import { agentPanel } from "/static/agent-panel.js";
-import { chat } from "/static/chat.js";
-import { page } from "/static/page-context.js";
-import { view } from "/static/view.js";
+import { AgentPanel } from "/static/agent-panel.js";
+import { Chat } from "/static/chat.js";
+import { Composer } from "/static/composer.js";
+import { Api } from "/static/playground-base.js";
+import { View } from "/static/view.js";
 
 const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 
+/** Build the page's parts (one of each, passed to whoever needs them: nothing global)
+ *  and start them. */
 function boot() {
-  page.chat = chat;
-  page.view = view;
-  view.init();
-  agentPanel.init(document.getElementById("agent-panel"));
+  const api = new Api();
+  api.start();
+  const panel = new AgentPanel(api, document.getElementById("agent-panel"));
+  const chat = new Chat({ api, panel });
+  const view = new View(document, chat);
+  chat.view = view;
+  panel.start();
+  new Composer(document, chat).start();
   view.status("ready");
-  const composer = view.els.composer;
-  const submit = () => {
-    const text = composer.value.trim();
-    if (!text || chat.busy()) return;
-    composer.value = "";
-    chat.send(text).then((sent) => {
-      if (!sent && !composer.value) composer.value = text;
-    });
-  };
-  view.els["composer-form"].addEventListener("submit", (event) => {
-    event.preventDefault();
-    submit();
-  });
-  composer.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-      event.preventDefault();
-      submit();
-    }
-  });
   view.els.stop.addEventListener("click", () => chat.stop());
   view.els["banner-close"].addEventListener("click", () => view.banner(null));
   view.els["new-chat"].addEventListener("click", () => {
     window.location.assign(window.location.pathname);
   });
+  // Narrow screens show the chat or the agent panel, one at a time.
+  const app = document.getElementById("app");
+  const toggle = document.getElementById("toggle-agent");
+  toggle.addEventListener("click", () => {
+    const agent = app.dataset.pane !== "agent";
+    app.dataset.pane = agent ? "agent" : "chat";
+    toggle.setAttribute("aria-expanded", String(agent));
+    toggle.textContent = agent ? "Chat" : "Agent";
+  });
   const requested = new URLSearchParams(window.location.search).get("chat");
   if (requested && CHAT_ID.test(requested)) {
-    chat.id = requested;
-    view.chatId(requested);
+    chat.adopt(requested);
     chat.sync();
   } else if (requested) {
     view.banner("The chat id in the address is not valid.");

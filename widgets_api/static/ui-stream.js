@@ -4,9 +4,8 @@
 //   - readChunks: an SSE response body as the JSON chunks it carries;
 //   - StreamRun: the reducer that applies one response's chunks to the chat's messages.
 //
-// An ES module imported by chat.js, view.js and connect-widget.js; no build step.
+// An ES module imported by chat.js, view.js and the widget modules; no build step.
 
-import { agentPanel } from "/static/agent-panel.js";
 import { newId } from "/static/playground-base.js";
 
 const RESOLVED = new Set(["output-available", "output-error", "output-denied", "approval-responded"]);
@@ -74,7 +73,9 @@ export async function* readChunks(response) {
 
 /** Applies the chunks of one response to the chat's messages, the way the AI SDK's
  *  `processUIMessageStream` does. `replay`: the response rebuilds its message from the
- *  start (GET .../stream), so `start` clears the parts it already had. */
+ *  start (GET .../stream), so `start` clears the parts it already had. `chat` is the
+ *  Chat (chat.js): its messages and descriptors, and `committedRevision` for a
+ *  `data-committed-revision` part. */
 export class StreamRun {
   constructor(chat, { replay }) {
     this.chat = chat;
@@ -252,7 +253,7 @@ export class StreamRun {
           if (type === "data-parkway-widget" && chunk.data && typeof chunk.id === "string") {
             this.chat.descriptors.set(chunk.id, chunk.data);
           }
-          if (type === "data-committed-revision" && chunk.data) agentPanel.committed(chunk.data);
+          if (type === "data-committed-revision" && chunk.data) this.chat.committedRevision(chunk.data);
         }
         // Sources, files and chunk types this page does not show are left out.
         break;

@@ -1,25 +1,50 @@
-// Parkway playground: the view. It renders the chat's messages into the page, keyed
+// Parkway playground: the view. A View renders one chat's messages into the page, keyed
 // so that elements (and what is typed into widgets) survive updates: text and
 // reasoning parts, tool calls with their input and output, and each parked call's
-// widget card. Model text goes in through textContent only.
+// widget card. The status pill says "Waiting for you" while a card waits for an
+// answer. Model text goes in through textContent only.
 //
 // An ES module imported by playground.js; no build step.
 
-import { chat } from "/static/chat.js";
 import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "/static/message-extras.js";
 import { h, pretty } from "/static/playground-base.js";
 import { isToolPart, toolNameOf } from "/static/ui-stream.js";
-import { widgets } from "/static/widgets.js";
 
-export const view = {
-  pending: false,
-  els: {},
+const STATUS_LABELS = { ready: "Ready", waiting: "Waiting for you", submitted: "Sending…", streaming: "Streaming…", error: "Error" };
+const ELEMENT_IDS = ["messages", "scroller", "empty", "composer", "composer-form", "send", "stop", "banner", "banner-text", "banner-close", "chat-status", "chat-id", "new-chat"];
 
-  init() {
-    for (const id of ["messages", "scroller", "empty", "composer", "composer-form", "send", "stop", "banner", "banner-text", "banner-close", "chat-status", "chat-id", "new-chat"]) {
-      this.els[id] = document.getElementById(id);
-    }
-  },
+/** The tool chip of a call that has no card (a server tool, or one still running). */
+function toolStatus(part) {
+  switch (part.state) {
+    case "input-streaming":
+      return ["preparing", "run"];
+    case "input-available":
+      return ["running", "run"];
+    case "approval-requested":
+      return ["needs approval", "wait"];
+    case "approval-responded":
+      return [part.approval && part.approval.approved ? "approved" : "denied", "wait"];
+    case "output-available":
+      return ["done", "ok"];
+    case "output-error":
+      return ["error", "bad"];
+    case "output-denied":
+      return ["denied", "bad"];
+    default:
+      return [part.state || "unknown", "run"];
+  }
+}
+
+export class View {
+  /** `doc`: the page's document; `chat`: the Chat (chat.js) it shows. */
+  constructor(doc, chat) {
+    this.chat = chat;
+    this.widgets = chat.widgets;
+    this.pending = false;
+    this.chatStatus = "ready";
+    this.els = {};
+    for (const id of ELEMENT_IDS) this.els[id] = doc.getElementById(id);
+  }
 
   schedule() {
     if (this.pending) return;
@@ -28,27 +53,38 @@ export const view = {
       this.pending = false;
       this.render();
     });
-  },
+  }
 
+  /** The chat's status ('ready' | 'submitted' | 'streaming' | 'error'). */
   status(status) {
+    this.chatStatus = status;
+    this.drawStatus();
+  }
+
+  /** The pill: the chat's status, or "Waiting for you" while it is ready and a card
+   *  waits for an answer (nothing happens until the person answers). */
+  drawStatus() {
+    const status = this.chatStatus;
+    const shown = status === "ready" && this.widgets.waiting().length ? "waiting" : status;
     const el = this.els["chat-status"];
-    el.dataset.status = status;
-    el.textContent = { ready: "Ready", submitted: "Sending…", streaming: "Streaming…", error: "Error" }[status];
+    el.dataset.status = shown;
+    el.textContent = STATUS_LABELS[shown];
     const busy = status === "submitted" || status === "streaming";
     this.els.send.disabled = busy;
     this.els.stop.hidden = !busy;
-  },
+  }
 
   chatId(id) {
     this.els["chat-id"].textContent = id || "";
-  },
+  }
 
   banner(text) {
     this.els.banner.hidden = !text;
     this.els["banner-text"].textContent = text || "";
-  },
+  }
 
   render() {
+    const chat = this.chat;
     const list = this.els.messages;
     const scroller = this.els.scroller;
     const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
@@ -67,14 +103,10 @@ export const view = {
       if (list.children[index] !== li) list.insertBefore(li, list.children[index] || null);
     });
     while (list.children.length > wanted.length) list.lastElementChild.remove();
-    for (const [id, widget] of widgets.live) {
-      if (!widget.root.isConnected && !chat.findToolPart(id)) {
-        widget.dispose();
-        widgets.live.delete(id);
-      }
-    }
+    this.widgets.prune();
+    this.drawStatus();
     if (atBottom) scroller.scrollTop = scroller.scrollHeight;
-  },
+  }
 
   renderParts(li, message) {
     const shown = (message.parts || []).filter((p) => p.type === "text" || p.type === "reasoning" || isToolPart(p));
@@ -85,7 +117,7 @@ export const view = {
       this.updatePart(el, part);
       return el;
     });
-    const error = chat.messageErrors.get(message.id);
+    const error = this.chat.messageErrors.get(message.id);
     if (error) {
       let el = [...li.children].find((child) => child.dataset.key === "error");
       if (!el) el = h("div", { class: "message-error", role: "alert", "data-key": "error", "data-testid": "message-error" });
@@ -98,7 +130,7 @@ export const view = {
       if (li.children[index] !== el) li.insertBefore(el, li.children[index] || null);
     });
     while (li.children.length > items.length) li.lastElementChild.remove();
-  },
+  }
 
   partElement(part, key) {
     if (part.type === "reasoning") return reasoningElement(key);
@@ -111,7 +143,7 @@ export const view = {
       h("div", { class: "tool-body" }),
     );
     return h("div", { class: "tool-block", "data-key": key }, details);
-  },
+  }
 
   updatePart(el, part) {
     if (part.type === "reasoning") {
@@ -127,8 +159,10 @@ export const view = {
     // While the model still writes the input: the placeholder only, nothing answerable.
     details.hidden = updatePreparing(el, part, toolNameOf(part));
     if (details.hidden) return;
-    const widget = widgets.for(part.toolCallId, toolNameOf(part));
-    const [label, tone] = this.toolStatus(part, widget !== null);
+    const widget = this.widgets.for(part.toolCallId);
+    // A parked call's chip is drawn from its card's state, so the two always agree.
+    if (widget) widget.update();
+    const [label, tone] = widget ? widget.chip(widget.ctx(), widget.root.dataset.state) : toolStatus(part);
     details.dataset.state = part.state || "";
     const badge = details.querySelector(".badge");
     badge.textContent = label;
@@ -143,30 +177,6 @@ export const view = {
       body.dataset.signature = signature;
       body.replaceChildren(...content);
     }
-    if (widget) {
-      widget.update();
-      if (widget.root.parentElement !== el) el.append(widget.root);
-    }
-  },
-
-  toolStatus(part, parked) {
-    switch (part.state) {
-      case "input-streaming":
-        return ["preparing", "run"];
-      case "input-available":
-        return parked ? ["waiting for you", "wait"] : ["running", "run"];
-      case "approval-requested":
-        return ["needs approval", "wait"];
-      case "approval-responded":
-        return [part.approval && part.approval.approved ? "approved" : "denied", "wait"];
-      case "output-available":
-        return ["done", "ok"];
-      case "output-error":
-        return ["error", "bad"];
-      case "output-denied":
-        return ["denied", "bad"];
-      default:
-        return [part.state || "unknown", "run"];
-    }
-  },
-};
+    if (widget && widget.root.parentElement !== el) el.append(widget.root);
+  }
+}

@@ -1,40 +1,100 @@
 // Parkway playground: the widget base class. Every parked call gets one card (a
 // Widget subclass, chosen by widgets.js); this class holds what they share: the
-// `data-state` test hook, redraw only on change, the ended and queued cards, and
-// settling through the call's statusUrl.
+// `data-state` test hook, redraw only on change, the tool chip drawn from the card's
+// state, the ended and queued cards, "answered in another tab", and settling through
+// the call's statusUrl.
 //
 // An ES module imported by the widget modules; no build step.
 
-import { page } from "/static/page-context.js";
-import { api, errorMessage, h } from "/static/playground-base.js";
+import { chipFor, PERSON_OUTCOMES } from "/static/call-outcome.js";
+import { errorMessage, h } from "/static/playground-base.js";
+
+/** Card states in which the call waits for the person at this page. */
+export const WAITING = new Set(["pending", "connecting"]);
+const ANSWERED_ELSEWHERE = "Answered in another tab.";
+const LOST_RACE = "Answered in another tab first: that answer is shown, not yours.";
 
 /** A widget: one card per parked call, keyed by toolCallId. `state(ctx)` names what it
  *  shows (the `data-state` test hook); `draw(ctx, state)` builds it. It is redrawn only
- *  when what it shows changes, so text typed into it survives updates. */
+ *  when what it shows changes, so text typed into it survives updates. `chat` is the
+ *  Chat (chat.js) the call belongs to. */
 export class Widget {
-  constructor(id, kind) {
+  constructor(id, kind, chat) {
     this.id = id;
     this.kind = kind;
+    this.chat = chat;
     this.error = "";
+    this.errorShown = "";
     this.notice = "";
     this.busy = false;
     this.drawn = null;
+    this.sawWaiting = false; // this page showed the call waiting for an answer
+    this.acted = false; // the person at this page answered it (or started to)
+    this.lost = false; // ... but another tab's answer won
     this.root = h("section", { class: "widget", "data-testid": `widget-${id}`, "data-kind": kind });
   }
 
   ctx() {
-    return page.chat.callContext(this.id);
+    return this.chat.callContext(this.id);
   }
 
   update() {
     const ctx = this.ctx();
     const state = this.state(ctx);
+    this.noteElsewhere(ctx, state);
     this.root.dataset.state = state;
+    this.root.dataset.tool = ctx.toolName;
     const key = JSON.stringify([state, this.error, this.notice, this.busy, this.drawKey(ctx, state)]);
     if (key === this.drawn) return;
     this.drawn = key;
     this.root.setAttribute("aria-label", `${this.title(ctx)}`);
     this.root.replaceChildren(...this.draw(ctx, state).filter(Boolean));
+    this.revealError();
+  }
+
+  /** A call this page showed waiting, answered by a person, but not here: say where the
+   *  answer came from rather than show it as if it were this page's. */
+  noteElsewhere(ctx, state) {
+    if (WAITING.has(state)) {
+      this.sawWaiting = true;
+      return;
+    }
+    const outcome = ctx.outcome;
+    if (this.sawWaiting && !this.acted && !this.notice && outcome && PERSON_OUTCOMES.has(outcome.outcome)) {
+      this.notice = ANSWERED_ELSEWHERE;
+    }
+  }
+
+  /** A new error goes below the card's buttons, which may be at the bottom edge of the
+   *  chat (under the composer): bring it into view. */
+  revealError() {
+    if (this.error && this.error !== this.errorShown) {
+      const el = this.root.querySelector('[data-testid="widget-error"]');
+      if (el) window.requestAnimationFrame(() => el.scrollIntoView({ block: "nearest" }));
+    }
+    this.errorShown = this.error;
+  }
+
+  /** Another tab answered first: its answer is shown, and the card says so. */
+  noteLost() {
+    this.lost = true;
+    this.notice = LOST_RACE;
+  }
+
+  /** Whether the answer shown is this page's own. */
+  answeredHere() {
+    return this.acted && !this.lost;
+  }
+
+  /** Whether the call waits for the person at this page. */
+  waitsForUser() {
+    return this.root.isConnected && WAITING.has(this.root.dataset.state);
+  }
+
+  /** The tool chip's [label, tone], from the card's state: the chip and the card say
+   *  the same thing. */
+  chip(ctx, state) {
+    return chipFor(state);
   }
 
   drawKey(ctx) {
@@ -43,6 +103,18 @@ export class Widget {
 
   title(ctx) {
     return ctx.toolName;
+  }
+
+  /** The card's line for the person (never the tool's description, which is written
+   *  for the model), or null. */
+  userLine() {
+    return null;
+  }
+
+  /** Answer the call in its tool part (chat.answer), as this page's answer. */
+  answer(patch, options) {
+    this.acted = true;
+    this.chat.answer(this.id, patch, options);
   }
 
   /** The state every widget shares once its call has ended, or null. */
@@ -59,7 +131,7 @@ export class Widget {
 
   localState(ctx) {
     if (!ctx.answer) return null;
-    return page.chat.inflight.has(this.id) || page.chat.busy() ? "submitting" : "queued";
+    return this.chat.inflight.has(this.id) || this.chat.busy() ? "submitting" : "queued";
   }
 
   head(ctx, label) {
@@ -72,13 +144,14 @@ export class Widget {
   }
 
   description(ctx) {
-    return ctx.desc.description ? h("p", { class: "widget-desc", text: ctx.desc.description }) : null;
+    const line = this.userLine(ctx);
+    return line ? h("p", { class: "widget-desc", "data-testid": "widget-line", text: line }) : null;
   }
 
   messages() {
     return [
       this.notice ? h("p", { class: "widget-hint", "data-testid": "widget-notice", text: this.notice }) : null,
-      this.error ? h("p", { class: "widget-error", role: "alert", text: this.error }) : null,
+      this.error ? h("p", { class: "widget-error", role: "alert", "data-testid": "widget-error", text: this.error }) : null,
     ];
   }
 
@@ -121,15 +194,16 @@ export class Widget {
   async settle(body) {
     const url = this.ctx().statusUrl;
     if (!url) return null;
+    this.acted = true;
     this.busy = true;
     this.error = "";
     this.update();
     try {
-      const result = await api.json(url, { method: "POST", body });
+      const result = await this.chat.api.json(url, { method: "POST", body });
       if (result.ok) return result.data;
       const outcome = result.data && result.data.error ? result.data.error.outcome : null;
       if (result.status === 409 && outcome) {
-        page.chat.winner(this.id, outcome);
+        this.chat.winner(this.id, outcome);
       } else {
         this.error = errorMessage(result.data, result.status);
       }

@@ -1,65 +1,92 @@
-// Parkway playground: the widget registry. It makes one widget per parked call (by
-// the descriptor's kind, then the tool's name), keeps the live ones, and passes the
-// chat's news to them (errors, lost races).
+// Parkway playground: the widget registry. It makes one widget per parked call, chosen
+// by the descriptor's `kind` alone (never by the tool's name), keeps the live ones, and
+// passes the chat's news to them (errors, lost races).
 //
-// An ES module imported by chat.js and view.js; no build step.
+// An ES module imported by chat.js; no build step.
 
 import { ApprovalWidget, CommitApprovalWidget } from "/static/approval-widgets.js";
+import { PERSON_OUTCOMES, sameAnswer } from "/static/call-outcome.js";
 import { ChoiceWidget, ClientWidget, UnsupportedWidget } from "/static/client-widgets.js";
 import { ConnectWidget } from "/static/connect-widget.js";
-import { page } from "/static/page-context.js";
 
-/** Widget dispatch: by the descriptor's kind, then by tool name, then the generic
- *  client widget for a client tool with no render kind; anything else is unsupported. */
-const WIDGETS_BY_KIND = { approval: ApprovalWidget, connect: ConnectWidget, choice: ChoiceWidget, client: ClientWidget };
-const WIDGETS_BY_TOOL = { choose_option: ChoiceWidget, request_connection: ConnectWidget };
+/** The descriptor kinds this page has a widget for (widgets_api/descriptors.py). */
+const WIDGETS_BY_KIND = {
+  approval: ApprovalWidget,
+  agent_change: CommitApprovalWidget,
+  connect: ConnectWidget,
+  choice: ChoiceWidget,
+  client: ClientWidget,
+};
 
-export const widgets = {
-  live: new Map(),
+/** The widgets of one chat's parked calls. `chat`: the Chat (chat.js). */
+export class WidgetRegistry {
+  constructor(chat) {
+    this.chat = chat;
+    this.live = new Map();
+  }
 
-  classFor(desc, toolName) {
-    if (desc.callKind === "approval") return (desc.tool || toolName) === "commit_config" ? CommitApprovalWidget : ApprovalWidget;
-    const kind = typeof desc.kind === "string" ? desc.kind : "client";
+  /** By kind; an approval of a kind this page does not know is still an approval (its
+   *  input shown as JSON); any other unknown kind is unsupported. */
+  classFor(desc) {
+    const approval = desc.callKind === "approval";
+    const kind = typeof desc.kind === "string" ? desc.kind : approval ? "approval" : "client";
     if (Object.hasOwn(WIDGETS_BY_KIND, kind)) return WIDGETS_BY_KIND[kind];
-    if (Object.hasOwn(WIDGETS_BY_TOOL, toolName)) return WIDGETS_BY_TOOL[toolName];
-    return UnsupportedWidget;
-  },
+    return approval ? ApprovalWidget : UnsupportedWidget;
+  }
 
   /** The widget of a parked call (made once per toolCallId), or null for a call that
    *  was never parked. */
-  for(toolCallId, toolName) {
+  for(toolCallId) {
     const existing = this.live.get(toolCallId);
     if (existing) return existing;
-    const desc = page.chat.descriptors.get(toolCallId) || (page.chat.calls.get(toolCallId) || {}).widget;
+    const desc = this.chat.descriptors.get(toolCallId) || (this.chat.calls.get(toolCallId) || {}).widget;
     if (!desc) return null;
-    const Kind = this.classFor(desc, toolName);
-    const widget = new Kind(toolCallId);
+    const Kind = this.classFor(desc);
+    const widget = new Kind(toolCallId, this.chat);
     this.live.set(toolCallId, widget);
     return widget;
-  },
+  }
+
+  /** The widgets on the page whose calls wait for the person at it. */
+  waiting() {
+    return [...this.live.values()].filter((widget) => widget.waitsForUser());
+  }
 
   pollsItself(toolCallId) {
     const widget = this.live.get(toolCallId);
     return widget ? widget.pollsItself() : false;
-  },
+  }
 
   fail(toolCallId, text) {
     const widget = this.live.get(toolCallId);
     if (widget) widget.error = text;
-  },
+  }
 
   noteLost(toolCallId) {
     const widget = this.live.get(toolCallId);
-    if (widget) widget.notice = "Someone else answered this first; their answer is shown.";
-  },
+    if (widget) widget.noteLost();
+  }
 
-  /** After a POST: where the server's outcome is not what this tab answered, say so. */
-  checkIntents(intents) {
-    for (const [id, intent] of intents) {
-      if (!intent) continue;
-      const outcome = page.chat.callContext(id).outcome;
-      if (outcome && outcome.outcome !== intent) this.noteLost(id);
+  /** After a POST: an answer the server refused as a lost race, or whose call holds
+   *  another person's answer than this tab's, lost to another tab; say so. (A call the
+   *  server ended meanwhile says so on its own card.) */
+  checkAnswers(answers, { refused }) {
+    for (const [id, answer] of answers || []) {
+      if (!answer) continue;
+      const outcome = this.chat.callContext(id).outcome;
+      if (!outcome || !PERSON_OUTCOMES.has(outcome.outcome)) continue;
+      if ((refused && !answer.settled) || !sameAnswer(answer, outcome)) this.noteLost(id);
     }
-    page.view.render();
-  },
-};
+    this.chat.redraw();
+  }
+
+  /** Drop the widgets whose calls left the chat. */
+  prune() {
+    for (const [id, widget] of this.live) {
+      if (!widget.root.isConnected && !this.chat.findToolPart(id)) {
+        widget.dispose();
+        this.live.delete(id);
+      }
+    }
+  }
+}

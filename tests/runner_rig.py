@@ -1,0 +1,57 @@
+"""What the runner tests share: a runner over a scripted agent (optionally on a clock the
+test moves by hand), a turn's events, and readers of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from runner import Runner, parse_agent_file
+from runner.events import CallParked, Event, MessageFinished, TextDelta
+from tests.support import agent_doc
+
+__all__ = ["Clock", "clocked_runner", "finish", "make_runner", "parked", "said", "turn"]
+
+
+def make_runner(redis: Redis, turns: list[list[dict[str, Any]]], **kwargs: Any) -> Runner:
+    agent = parse_agent_file(agent_doc(turns, **kwargs))
+    return Runner(redis, agent.model, agent.template)
+
+
+def said(events: list[Event]) -> str:
+    return "".join(e.delta for e in events if isinstance(e, TextDelta))
+
+
+def parked(events: list[Event]) -> list[Any]:
+    return [e.call for e in events if isinstance(e, CallParked)]
+
+
+def finish(events: list[Event]) -> str:
+    last = events[-1]
+    assert isinstance(last, MessageFinished), last
+    return last.reason
+
+
+async def turn(
+    runner: Runner, chat: str, message: str = "hi", uid: str | None = None
+) -> list[Event]:
+    run = await runner.start_turn(chat, "alice", message, user_message_id=uid)
+    return await run.collect()
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def clocked_runner(
+    redis: Redis, turns: list[list[dict[str, Any]]], clock: Clock, **kwargs: Any
+) -> Runner:
+    agent = parse_agent_file(agent_doc(turns, **kwargs))
+    return Runner(redis, agent.model, agent.template, clock=clock)

@@ -1,0 +1,78 @@
+// Parkway playground: the agent panel's read-only lists (agent-panel.js): what the
+// Playground build kit adds, and the agent's recent revisions. Pure functions of the
+// GET /api/agent body; no state.
+//
+// An ES module imported by agent-panel.js; no build step.
+
+import { h } from "/static/playground-base.js";
+
+const REVISIONS_SHOWN = 5;
+const SECTION_LABELS = { tools: "Tools", skills: "Skills", mcps: "MCP servers", sandbox: "Sandbox permissions" };
+
+export function isObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+/** A JSON value in at most 60 characters ("unset" for none). */
+export function short(value) {
+  const text = value === undefined ? "unset" : JSON.stringify(value);
+  return text.length > 60 ? `${text.slice(0, 57)}…` : text;
+}
+
+/** The leaves of an object section, as {path, value}. */
+function leaves(value, path, out = []) {
+  if (isObject(value) && Object.keys(value).length) {
+    for (const [key, inner] of Object.entries(value)) leaves(inner, [...path, key], out);
+  } else {
+    out.push({ path, value });
+  }
+  return out;
+}
+
+function committer(by, you) {
+  if (by === "agent-file") return "the agent file";
+  if (by === "user") return you ? "you" : "a user";
+  if (by === "agent") return you ? "the agent, in your chat" : "the agent";
+  return typeof by === "string" ? by : "";
+}
+
+/** What the build kit `overlay` adds, section by section, each entry tagged as removed
+ *  on commit. */
+export function kitGroups(overlay) {
+  if (!overlay) return [h("p", { class: "panel-note", text: "This server offers no build kit." })];
+  const identity = globalThis.ParkwayOverlay.entryIdentity;
+  const groups = [];
+  for (const [key, value] of Object.entries(overlay)) {
+    let items;
+    if (Array.isArray(value)) {
+      items = value.map((entry) => (key === "skills" && isObject(entry) && typeof entry.name === "string" ? entry.name : identity(entry) || "(an entry without identity)"));
+    } else {
+      // Under its section's heading, a setting is named by its path inside the section.
+      items = leaves(value, []).map(({ path, value: leaf }) => `${path.join(".") || key}: ${short(leaf)}`);
+    }
+    if (!items.length) continue;
+    groups.push(
+      h("div", { class: "kit-group" }, h("div", { class: "tool-label", text: SECTION_LABELS[key] || key })),
+      h(
+        "ul",
+        { class: "kit-items" },
+        items.map((item) => h("li", { class: "kit-item", "data-testid": "kit-item" }, h("code", { text: item }), h("span", { class: "tag-removed", text: "Removed on commit" }))),
+      ),
+    );
+  }
+  return groups;
+}
+
+/** The latest revisions, newest first. */
+export function revisionItems(revisions) {
+  const shown = Array.isArray(revisions) ? revisions.slice(0, REVISIONS_SHOWN) : [];
+  return shown.map((revision) =>
+    h(
+      "li",
+      { class: "revision", "data-version": revision.version },
+      h("span", { class: "revision-version", text: `v${revision.version}` }),
+      h("span", { class: "revision-summary", text: revision.summary || "(no summary)" }),
+      h("span", { class: "revision-by", text: `by ${committer(revision.committedBy, revision.committedByYou)}` }),
+    ),
+  );
+}
