@@ -1,7 +1,7 @@
 """Redis clients: the one place that turns a Redis URL into a client.
 
-Production Redis may be one server, a Sentinel-managed primary, or a Redis Cluster
-(DESIGN §5). The URL's scheme says which:
+Production Redis may be one server, a Sentinel-managed primary, or a Redis Cluster.
+The URL's scheme says which (docs/operations.md, "Redis URLs"):
 
 - ``redis://``, ``rediss://`` (TLS), ``unix://``: one server (``Redis.from_url``).
 - ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` for TLS): a

@@ -9,8 +9,9 @@ never ship with the published agent (platform tools, the ``request_connection`` 
 tool, an authoring skill, elevated sandbox permissions). The server describes it as an
 overlay; the playground merges it into a throwaway copy of the template on each run and
 shows an override hint wherever the overlay replaced a value the user set themselves
-(DESIGN §10). The playground is vanilla JS, so the same rules live twice, here and in
-``widgets_api/static/overlay.js``, pinned by ``tests/vectors/overlay_merge.json``.
+(docs/architecture.md, "Agent revisions and the build kit"). The playground is vanilla
+JS, so the same rules live twice, here and in ``widgets_api/static/overlay.js``, pinned
+by ``tests/vectors/overlay_merge.json``.
 
 Rules:
 

@@ -1,6 +1,6 @@
 """The sweeper: settles every parked call whose deadline has passed as ``timeout``.
 
-Every parked call has a server-side deadline (DESIGN §6) so that an agent never waits
+Every parked call has a server-side deadline so that an agent never waits
 forever on a human who walked away. The commit that parks a call indexes its deadline
 in the global sorted set :data:`runner.keys.DEADLINES` (member ``"<chat> <toolCallId>"``,
 score = the deadline in epoch ms); any settle of the call drops the member. A sweeper

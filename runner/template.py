@@ -2,7 +2,7 @@
 
 A template is JSON: ``{llm, instructions, tools: [...], skills: [...], sandbox: {...}}``;
 ``llm`` names its model as an agent file's ``model`` does (:mod:`runner.llm.spec`).
-Each tool entry is one of four kinds (DESIGN §2): a function tool (server-executed
+Each tool entry is one of four kinds: a function tool (server-executed
 Python callable), a client tool (fulfilled by the browser), a platform op (built-in
 server tool), or an ``@ag.embed`` reference to a reserved workflow. :func:`load_template`
 validates the whole document up front, so a bad entry fails at load with a message that

@@ -1,4 +1,4 @@
-"""Compatibility with the real ``ai`` npm package (DESIGN §7).
+"""Compatibility with the real ``ai`` npm package.
 
 Each test starts a real Parkway (uvicorn in a thread, real Redis) and drives it with
 ``tests/aisdk/driver.mjs``: the framework-free ``AbstractChat`` and

@@ -161,7 +161,7 @@ def test_an_existing_connection_answers_a_new_request_through_use(
 def test_a_client_cannot_claim_a_connection_the_server_did_not_record(
     rig: Rig, browser: Browser
 ) -> None:
-    """DESIGN §3: the browser may report only that a connect failed."""
+    """The browser may report only that a connect failed."""
     call = browser.park("c-claim")
     forged = {"connected": True, "provider": "acme", "connection_id": "conn_x", "account": "a"}
     answer = browser.post(

@@ -1,4 +1,4 @@
-"""The agent as the playground edits it (DESIGN §8, §10).
+"""The agent as the playground edits it.
 
 ``GET /api/agent`` serves the head revision of the agent's template with its recent
 revisions and, read-only, ``additional_context.playground_build_kit

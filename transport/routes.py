@@ -1,4 +1,4 @@
-"""The HTTP routes of the chat API (DESIGN §8).
+"""The HTTP routes of the chat API.
 
 Routes validate size, shape and ownership, call the runner, and hand runner events to
 the encoder; SSE framing happens in :mod:`transport.streaming` alone.

@@ -1,7 +1,7 @@
 """The playground build kit: the agent-template overlay served with the agent.
 
 The overlay gives the assistant, while a user builds an agent, what must never ship
-with the published agent (DESIGN §10): every registered platform op, every reserved
+with the published agent: every registered platform op, every reserved
 workflow as an embed (``request_connection``), the authoring skills, and elevated
 sandbox permissions. It is built from the registries, so a new op or workflow appears in
 the kit without touching this module. The runner never applies it; the playground

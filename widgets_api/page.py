@@ -46,7 +46,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 #: The only names ``/static/{name}`` serves, with their content types. ``overlay.js``
-#: is the build-kit overlay merge shared with the server's tests (DESIGN §10); the other
+#: is the build-kit overlay merge shared with the server's tests; the other
 #: scripts are the page's ES modules (``playground.js`` is the entry point and lists
 #: what each of the others is for). A module missing here is a 404, and the page fails.
 _JS = "text/javascript; charset=utf-8"

@@ -1,4 +1,4 @@
-"""The OAuth connect flow of ``request_connection`` (DESIGN §3, §6, §9).
+"""The OAuth connect flow of ``request_connection``.
 
 ``GET /connect/{provider}/start?chat=&call=&token=`` is the popup's first page. It checks
 the caller owns the pending call and spends the one-time start token that came with the

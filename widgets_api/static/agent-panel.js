@@ -1,4 +1,4 @@
-// Parkway playground: the agent panel (DESIGN §8, §10).
+// Parkway playground: the agent panel.
 //
 // It shows the agent's head revision (GET /api/agent), keeps the user's working copy of
 // the template in a JSON editor, and commits that copy (POST /api/agent/commit) on top of
@@ -261,7 +261,7 @@ export class AgentPanel {
     this.committing = true;
     this.message = null;
     this.render();
-    // The user's own template: never the build kit (DESIGN §10).
+    // The user's own template: never the build kit.
     const body = { template: this.working, expectedVersion: this.head.version, summary: this.els.summary.value.trim() };
     let result;
     try {

@@ -20,7 +20,7 @@ function storageKey(chatId, toolCallId) {
 
 /** The sign-in flow of one ConnectWidget (connect-widget.js), which it tells when the
  *  call settles (`finish`), when a retry is confirmed or fails, and when to redraw. The
- *  server is the source of truth (DESIGN §6): a popup that reads `closed` (which a
+ *  server is the source of truth: a popup that reads `closed` (which a
  *  provider's Cross-Origin-Opener-Policy also causes) is never taken as a cancel. */
 export class ConnectFlow {
   constructor(widget) {

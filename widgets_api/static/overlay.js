@@ -1,5 +1,5 @@
 /*
- * Parkway build-kit overlay merge (DESIGN §10), for the playground.
+ * Parkway build-kit overlay merge, for the playground.
  *
  * The same rules as widgets_api/overlay.py (its docstring is the full statement), pinned by
  * tests/vectors/overlay_merge.json, which both implementations must pass. In short:
