@@ -72,6 +72,7 @@ class LogWatch:
         self._task: asyncio.Task[None] | None = None
         self._changes = asyncio.Lock()  # one subscription command at a time
         self.reconnects = 0  # how often the subscription connection came back
+        self._broken = False  # a subscribe failed: the reader starts over
         self._reads: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.healthy = False
 
@@ -111,7 +112,7 @@ class LogWatch:
                 await self._subscribe(channel)
             confirmed = self._confirmed.get(channel)
             if confirmed is not None and not confirmed.done():
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(confirmed), CONFIRM_TIMEOUT_S)
             yield event
         finally:
@@ -134,7 +135,10 @@ class LogWatch:
             async with self._changes:
                 await self._pubsub.subscribe(channel)
         except Exception:
-            log.warning("log watch: could not subscribe; followers poll until it recovers")
+            # The reader drops this connection and subscribes every chat again on a new
+            # one; the followers poll meanwhile.
+            log.warning("log watch: could not subscribe; reconnecting")
+            self._broken = True
             self._mark_unhealthy()
 
     def _ensure_running(self) -> None:
@@ -174,12 +178,15 @@ class LogWatch:
                 # (redis-py has no connection for a PubSub with no channel).
                 await pubsub.subscribe(LOGWATCH_CHANNEL, *self._waiters)
                 self._pubsub = pubsub
+                self._broken = False
                 self.healthy = True
                 if attempt:
                     self.reconnects += 1
                 self._wake_all()  # anything published while it was away: read again
                 attempt = 0
                 while not _cancelling():
+                    if self._broken:
+                        raise ConnectionError("a subscription on this connection failed")
                     message = await pubsub.get_message(timeout=_IDLE_READ_S)
                     if message is not None:
                         self._dispatch(message)
