@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 # dev tools too (pytest, ruff, mypy, playwright; every other target).
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
-PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+# setuptools warns on every editable install whose packages it maps through an import hook
+# (ours: runner/ installs as parkway.runner) that a folder named like the package could
+# shadow it; no folder is named `parkway`, so that one warning is silenced, no other.
+PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet --disable-pip-version-check
 NODE_DIR := tests/aisdk
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
 OIDC_DIR := tests/oidc
@@ -51,9 +54,15 @@ run: $(RUN_STAMP)
 test: venv node-deps
 	$(BIN)/pytest
 
+# mypy cannot follow the editable install's import hook: it checks the folders through
+# links named as they install (build/mypy-path/parkway/runner -> runner/, ...).
+MYPY_PATH := build/mypy-path/parkway
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	mkdir -p $(MYPY_PATH)
+	for package in runner transport widgets_api; do ln -sfn ../../../$$package $(MYPY_PATH)/$$package; done
 	$(BIN)/mypy
 
 fmt: venv
@@ -68,4 +77,4 @@ load: venv
 	$(BIN)/python -m bench.load
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules $(OIDC_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build $(NODE_DIR)/node_modules $(OIDC_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

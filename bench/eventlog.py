@@ -22,13 +22,13 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.stats import Latency
-from runner.events import TERMINAL_KINDS
-from runner.keys import DEADLINES, chat_keys, deadline_member
-from runner.loop import Runner
-from runner.scripted import ScriptedModel
-from runner.template import load_template
-from transport.replay import replay_message
-from transport.uimessages import chat_messages
+from parkway.runner.events import TERMINAL_KINDS
+from parkway.runner.keys import DEADLINES, chat_keys, deadline_member
+from parkway.runner.loop import Runner
+from parkway.runner.scripted import ScriptedModel
+from parkway.runner.template import load_template
+from parkway.transport.replay import replay_message
+from parkway.transport.uimessages import chat_messages
 
 __all__ = ["EventLogResult", "run_eventlog"]
 

@@ -48,8 +48,8 @@ from bench.redis_server import free_port
 from bench.serve import PROBE_PATH
 from bench.stats import Counts, Latency
 from bench.workload import CHOICE, PARK_TOOL, SeedSnapshot, Workload, measured_user_text, seed_chat
-from runner.loop import Runner
-from transport.sse import DONE, SseDecoder
+from parkway.runner.loop import Runner
+from parkway.transport.sse import DONE, SseDecoder
 
 __all__ = ["HTTP_OPERATIONS", "HTTP_REQUESTS", "HttpResult", "run_http_size"]
 

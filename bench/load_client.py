@@ -5,7 +5,7 @@ process, next to the server on a 2-CPU machine. A client per connection built on
 costs several objects, a pool and a task group per response, and would compete with the
 server for the same CPUs; here each connection is one asyncio stream pair, one
 :class:`h11.Connection` (HTTP/1.1 framing: status line, headers, chunked bodies) and one
-:class:`~transport.sse.SseDecoder` (fed bytes, it hands out each event's ``data``, what
+:class:`~parkway.transport.sse.SseDecoder` (fed bytes, it hands out each event's ``data``, what
 an AI SDK client reads), and one task reads it.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import h11
 
-from transport.sse import SseDecoder
+from parkway.transport.sse import SseDecoder
 
 __all__ = [
     "Connection",

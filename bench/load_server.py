@@ -72,7 +72,7 @@ class Worker:
         self._log = self.log_file.open("ab")
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [
-                sys.executable, "-m", "transport.cli", "serve",
+                sys.executable, "-m", "parkway.transport.cli", "serve",
                 "--host", self.endpoint.host,
                 "--port", str(self.endpoint.port),
                 "--redis-url", self.redis_url,

@@ -29,9 +29,9 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 
 from bench.http_level import _Server
 from bench.stats import Latency
-from runner.llm import parse_model_spec
-from runner.llm.adapter import ProviderModel
-from runner.model import (
+from parkway.runner.llm import parse_model_spec
+from parkway.runner.llm.adapter import ProviderModel
+from parkway.runner.model import (
     AssistantTurn,
     ModelMessage,
     ModelRequest,

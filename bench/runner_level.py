@@ -1,4 +1,4 @@
-"""Runner-level benchmark: park, settle and resume through :class:`runner.loop.Runner`.
+"""Runner-level benchmark: park, settle and resume through :class:`parkway.runner.loop.Runner`.
 
 Definitions (all wall-clock, ``time.perf_counter``, one operation at a time, the runner
 and the benchmark in one asyncio event loop, Redis on loopback TCP):
@@ -52,14 +52,14 @@ from bench.workload import (
     seed_chat,
     stored_bytes,
 )
-from runner.canonical import canonical_json
-from runner.events import CallParked, Event, MessageFinished
-from runner.history import decode_entries, to_model_messages
-from runner.keys import chat_keys
-from runner.loop import Answer, Runner
-from runner.model import Model, ModelEvent, ModelRequest
-from runner.store import ChatStore
-from runner.template import load_template
+from parkway.runner.canonical import canonical_json
+from parkway.runner.events import CallParked, Event, MessageFinished
+from parkway.runner.history import decode_entries, to_model_messages
+from parkway.runner.keys import chat_keys
+from parkway.runner.loop import Answer, Runner
+from parkway.runner.model import Model, ModelEvent, ModelRequest
+from parkway.runner.store import ChatStore
+from parkway.runner.template import load_template
 
 __all__ = ["Baseline", "SizeResult", "run_baseline", "run_size"]
 

@@ -3,7 +3,7 @@ process, plus one read-only probe.
 
 ``python -m bench.serve --port P --redis-url URL --agent FILE`` builds the settings the
 way the CLI does (flags over ``PARKWAY_*`` variables; ``PARKWAY_SECRET_KEY`` comes from
-the environment), builds the app with :func:`transport.app.create_app` and runs it with
+the environment), builds the app with :func:`parkway.transport.app.create_app` and runs it with
 ``uvicorn.run`` and the CLI's options. The only addition is ``GET /_bench/redis``,
 answered before the app sees the request and without touching Redis: the number of
 Redis round trips (and request bytes) this process has made so far, so the benchmark
@@ -21,8 +21,8 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bench.roundtrips import RoundTrips, install
-from transport.app import create_app
-from transport.settings import Settings
+from parkway.transport.app import create_app
+from parkway.transport.settings import Settings
 
 __all__ = ["PROBE_PATH", "main"]
 

@@ -10,7 +10,7 @@ the client tool ``choose_option`` with an output schema) and a scripted model. A
 - then ``(N % 4) // 2`` plain turns: a user question and an assistant answer.
 
 So 2 messages is one plain turn, 20 is five tool cycles and 200 is fifty, each history
-built by really running the turns through a :class:`runner.loop.Runner` (start, park,
+built by really running the turns through a :class:`parkway.runner.loop.Runner` (start, park,
 settle, resume). Messages are of realistic size (user ~150 B, assistant ~300-450 B,
 tool result ~50 B), about 64 KB of history at 200 messages.
 
@@ -33,12 +33,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from runner.demo import DEMO_AGENT
-from runner.events import CallParked, Event, MessageFinished, RunFailed
-from runner.keys import ChatKeys, chat_keys
-from runner.loop import Runner
-from runner.scripted import ScriptedModel
-from runner.template import AgentTemplate, load_template
+from parkway.runner.demo import DEMO_AGENT
+from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
+from parkway.runner.keys import ChatKeys, chat_keys
+from parkway.runner.loop import Runner
+from parkway.runner.scripted import ScriptedModel
+from parkway.runner.template import AgentTemplate, load_template
 
 __all__ = [
     "CHOICE",

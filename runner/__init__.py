@@ -4,13 +4,13 @@ It knows nothing of HTTP, SSE or any wire protocol; ``transport`` and ``widgets_
 build on it.
 """
 
-from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
-from runner.canonical import canonical_json, is_plain_json, parked_call_key
-from runner.commits import COMMIT_CONFIG
-from runner.connection import RedisClient, connect
-from runner.credentials import ConnectionUnavailableError, Credentials
-from runner.embedded import EmbeddedRedis
-from runner.errors import (
+from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from parkway.runner.canonical import canonical_json, is_plain_json, parked_call_key
+from parkway.runner.commits import COMMIT_CONFIG
+from parkway.runner.connection import RedisClient, connect
+from parkway.runner.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.errors import (
     AnswerMismatchError,
     CallerError,
     CallNotFoundError,
@@ -30,7 +30,7 @@ from runner.errors import (
     TemplateError,
     ToolError,
 )
-from runner.events import (
+from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
     Event,
@@ -48,10 +48,10 @@ from runner.events import (
     ToolInputRejected,
     ToolSucceeded,
 )
-from runner.history import UNKNOWN_RESULT
-from runner.keys import ChatKeys, chat_keys, check_chat_id
-from runner.loop import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
-from runner.model import (
+from parkway.runner.history import UNKNOWN_RESULT
+from parkway.runner.keys import ChatKeys, chat_keys, check_chat_id
+from parkway.runner.loop import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
+from parkway.runner.model import (
     AssistantTurn,
     Model,
     ModelEvent,
@@ -63,15 +63,15 @@ from runner.model import (
     ToolResult,
     UserTurn,
 )
-from runner.outcomes import model_result, normalize_outcome
-from runner.parking import ParkedCall
-from runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
-from runner.scripted import END_OF_SCRIPT, ScriptedModel
-from runner.settling import Settled, SettleListener
-from runner.store import ChatRecord, ChatStore
-from runner.sweeper import Sweeper, SweepReport
-from runner.template import AgentTemplate, ToolSpec, load_template
-from runner.tools import ToolContext
+from parkway.runner.outcomes import model_result, normalize_outcome
+from parkway.runner.parking import ParkedCall
+from parkway.runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
+from parkway.runner.scripted import END_OF_SCRIPT, ScriptedModel
+from parkway.runner.settling import Settled, SettleListener
+from parkway.runner.store import ChatRecord, ChatStore
+from parkway.runner.sweeper import Sweeper, SweepReport
+from parkway.runner.template import AgentTemplate, ToolSpec, load_template
+from parkway.runner.tools import ToolContext
 
 __all__ = [
     "END_OF_SCRIPT",

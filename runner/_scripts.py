@@ -17,7 +17,7 @@ Two meta fields carry the crash-safety invariants:
   loses nothing: the next claim hands them out again.
 
 Replays. The Redis client sends a command again when its connection failed or timed out
-(:mod:`runner.connection`), so a script whose reply was lost may run twice. Each script
+(:mod:`parkway.runner.connection`), so a script whose reply was lost may run twice. Each script
 says under "Replay" why a second run with the same arguments changes nothing and
 answers what the first run answered (or, for a first-writer-wins script, an answer the
 caller reads the same way).

@@ -2,7 +2,7 @@
 
 The public format ``parkway serve --agent FILE`` reads: an agent template and the model
 that drives it: ``{"scripted": {"turns": [...]}}``, a name ``"anthropic:claude-sonnet-4-6"``
-or ``{"name": ..., "settings": {...}}`` (see :mod:`runner.llm.spec`). ``model`` may be left
+or ``{"name": ..., "settings": {...}}`` (see :mod:`parkway.runner.llm.spec`). ``model`` may be left
 out when the template names its model in ``llm``. Which model a run uses: ``parkway serve
 --model`` if given, else the template's ``llm``, else the agent file's ``model``.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import TemplateError
-from runner.llm.catalog import build_model
-from runner.llm.spec import ModelSpec, parse_model_spec
-from runner.model import Model
-from runner.template import AgentTemplate, load_template
+from parkway.runner.errors import TemplateError
+from parkway.runner.llm.catalog import build_model
+from parkway.runner.llm.spec import ModelSpec, parse_model_spec
+from parkway.runner.model import Model
+from parkway.runner.template import AgentTemplate, load_template
 
 __all__ = ["AgentFile", "load_agent_file", "parse_agent_file"]
 
@@ -28,7 +28,7 @@ __all__ = ["AgentFile", "load_agent_file", "parse_agent_file"]
 @dataclass(frozen=True)
 class AgentFile:
     """A template and its model. ``model`` is the scripted model when the file has one;
-    ``spec`` names a provider model (built by :class:`runner.llm.ModelCatalog` once the
+    ``spec`` names a provider model (built by :class:`parkway.runner.llm.ModelCatalog` once the
     server knows its environment). With neither, the template's ``llm`` decides."""
 
     template: AgentTemplate

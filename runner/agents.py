@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.canonical import canonical_json
-from runner.connection import RedisClient, as_text
-from runner.errors import ConflictError, EditingDisabledError, TemplateError
-from runner.keys import AgentKeys
-from runner.template import AgentTemplate, load_template
+from parkway.runner.canonical import canonical_json
+from parkway.runner.connection import RedisClient, as_text
+from parkway.runner.errors import ConflictError, EditingDisabledError, TemplateError
+from parkway.runner.keys import AgentKeys
+from parkway.runner.template import AgentTemplate, load_template
 
 __all__ = [
     "AgentDrift",
@@ -224,7 +224,7 @@ def _decode(agent_id: str, version: int, text: bytes | str) -> AgentRevision:
 
 
 class AgentStore:
-    """One agent's revisions (keys in :class:`runner.keys.AgentKeys`)."""
+    """One agent's revisions (keys in :class:`parkway.runner.keys.AgentKeys`)."""
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ from typing import Any
 
 import rfc8785
 
-from runner.errors import NotPlainJSONError
+from parkway.runner.errors import NotPlainJSONError
 
 __all__ = ["canonical_json", "is_plain_json", "parked_call_key"]
 

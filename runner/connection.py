@@ -17,7 +17,7 @@ nodes. The Sentinels themselves are reached without credentials unless the query
 connection options, read as ``Redis.from_url`` reads them (``?ssl_cert_reqs=none``).
 
 Parkway's data works on all three because every multi-key operation names keys of one
-chat, which share a hash tag (:mod:`runner.keys`): in a Cluster each such operation runs
+chat, which share a hash tag (:mod:`parkway.runner.keys`): in a Cluster each such operation runs
 on one slot.
 
 The connection budget and faults (docs/operations.md, "Redis connections and outages"):
@@ -32,7 +32,7 @@ The connection budget and faults (docs/operations.md, "Redis connections and out
   from 20 ms up to 1 s, about 5 s in all): a connection left stale by a Redis restart
   never surfaces as an error. Replaying a command whose reply was lost is safe because
   every script is idempotent under replay (each script's header in
-  :mod:`runner._scripts` says why).
+  :mod:`parkway.runner._scripts` says why).
 - A connection idle for ``health_check_interval`` seconds is checked with a PING before
   use.
 """
@@ -53,7 +53,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from runner.errors import CallerError
+from parkway.runner.errors import CallerError
 
 __all__ = [
     "REDIS_URL_SCHEMES",

@@ -2,7 +2,7 @@
 
 A ``request_connection`` result names a connection (``connection_id``); a server tool
 that needs the provider's access token asks the runtime for it by that reference through
-:meth:`runner.tools.ToolContext.access_token`. The runner only defines the interface;
+:meth:`parkway.runner.tools.ToolContext.access_token`. The runner only defines the interface;
 the connection store that implements it (encrypted tokens, refresh under a lock) lives
 with the connect flow in ``widgets_api``. Tokens go to the tool's code, never into a tool
 result, the history or the model's input.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from runner.errors import ToolError
+from parkway.runner.errors import ToolError
 
 __all__ = ["ConnectionUnavailableError", "Credentials", "UnavailableReason"]
 

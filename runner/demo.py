@@ -5,7 +5,7 @@ Shown by ``parkway serve`` without ``--agent``: a server function tool
 approval-gated function tool (``publish_report``).
 
 The script reads the chat as it goes (the path placeholders and conditions of
-:mod:`runner.scripted`): it gives Lisbon's weather and asks which city the report should
+:mod:`parkway.runner.scripted`): it gives Lisbon's weather and asks which city the report should
 cover, looks up that city's weather while asking for a connection, greets the connected
 account or says why there is none, asks approval for a report on the chosen city, and
 ends by saying whether it was published.
@@ -67,7 +67,7 @@ DEMO_AGENT: dict[str, Any] = {
             {
                 "type": "function",
                 "name": "get_weather",
-                "ref": "runner.demo:get_weather",
+                "ref": "parkway.runner.demo:get_weather",
                 "description": "Today's weather for a city.",
                 "input_schema": {
                     "type": "object",
@@ -105,7 +105,7 @@ DEMO_AGENT: dict[str, Any] = {
             {
                 "type": "function",
                 "name": "publish_report",
-                "ref": "runner.demo:publish_report",
+                "ref": "parkway.runner.demo:publish_report",
                 "description": "Publish a short report. Needs the user's approval.",
                 "needs_approval": True,
                 "allow_edits": True,

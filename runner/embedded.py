@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from runner.errors import StateError
+from parkway.runner.errors import StateError
 
 __all__ = ["EmbeddedRedis", "redis_server_binary"]
 

@@ -1,8 +1,8 @@
 """Following a chat's event log: the runs' events as any worker reads them.
 
 Every run appends its events to the chat's Redis Stream, in batches (the writer is the
-run's :class:`~runner.supervisor.RunSupervisor`). :func:`follow` reads one run's events
-from its first entry, woken by the worker's :class:`~runner.logwatch.LogWatch` when new
+run's :class:`~parkway.runner.supervisor.RunSupervisor`). :func:`follow` reads one run's events
+from its first entry, woken by the worker's :class:`~parkway.runner.logwatch.LogWatch` when new
 ones arrive, until the run finishes — from any worker, also after the worker that
 produced them died:
 
@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 
-from runner.events import (
+from parkway.runner.events import (
     TERMINAL_KINDS,
     Event,
     MessageFinished,
@@ -30,9 +30,9 @@ from runner.events import (
     RunFailed,
     events_from_json,
 )
-from runner.keys import ChatKeys
-from runner.logwatch import LogWatch
-from runner.store import ChatStore
+from parkway.runner.keys import ChatKeys
+from parkway.runner.logwatch import LogWatch
+from parkway.runner.store import ChatStore
 
 __all__ = ["INTERRUPTED", "cancel_requested", "follow", "id_before"]
 
@@ -81,7 +81,7 @@ async def follow(
     """The events of the run whose first log entry is ``start_id``, live, until it ends.
 
     The log is read without blocking a Redis connection: ``watch`` wakes the follower
-    when the chat's log grows (:mod:`runner.logwatch`). After ``quiet_s`` without a
+    when the chat's log grows (:mod:`parkway.runner.logwatch`). After ``quiet_s`` without a
     wake-up (a fraction of it while the watch is reconnecting) it reads anyway and
     checks the run is still alive; while the run's lease is good, it next checks when
     the lease would lapse (at most ``12 * quiet_s`` later). ``skip_start`` drops the run's own

@@ -26,9 +26,9 @@ from pydantic import (
     ValidationError,
 )
 
-from runner.errors import IncompatibleStateError
-from runner.parking import ParkedCall, decode_call, encode_call
-from runner.validation import describe_first_error
+from parkway.runner.errors import IncompatibleStateError
+from parkway.runner.parking import ParkedCall, decode_call, encode_call
+from parkway.runner.validation import describe_first_error
 
 __all__ = [
     "TERMINAL_KINDS",

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner.agents import AgentStore
-from runner.credentials import Credentials
-from runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
-from runner.history import result_entry
-from runner.outcomes import SUPERSEDED, model_result
-from runner.parking import ParkedCall
-from runner.run import Emit, RunState
-from runner.template import AgentTemplate
-from runner.tools import ToolContext, ToolRun, execute_tool
+from parkway.runner.agents import AgentStore
+from parkway.runner.credentials import Credentials
+from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
+from parkway.runner.history import result_entry
+from parkway.runner.outcomes import SUPERSEDED, model_result
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import Emit, RunState
+from parkway.runner.template import AgentTemplate
+from parkway.runner.tools import ToolContext, ToolRun, execute_tool
 
 __all__ = ["ToolExecutor", "record_outcomes", "record_tool_run"]
 

@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.model import (
+from parkway.runner.model import (
     AssistantTurn,
     ModelMessage,
     ModelStepEnd,

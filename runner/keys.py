@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from runner.errors import CallerError
+from parkway.runner.errors import CallerError
 
 __all__ = [
     "CHAT_ID",

@@ -1,6 +1,6 @@
 """One pub/sub connection per worker that wakes the followers of every chat it serves.
 
-A follower (:func:`runner.eventlog.follow`) never blocks a Redis connection: it reads
+A follower (:func:`parkway.runner.eventlog.follow`) never blocks a Redis connection: it reads
 the chat's event log with a plain, non-blocking range read, then waits on an
 :class:`asyncio.Event` that this watch sets when the log grows. Every append to a log
 publishes on the chat's wake-up channel (``ChatKeys.wake``, in the APPEND script), and
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from runner.connection import RedisClient, as_text
-from runner.keys import LOGWATCH_CHANNEL
+from parkway.runner.connection import RedisClient, as_text
+from parkway.runner.keys import LOGWATCH_CHANNEL
 
 __all__ = ["LogWatch"]
 

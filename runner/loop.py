@@ -8,11 +8,11 @@ lease only when every parked call is settled (CLAIM_RESUME, exactly one winner),
 the history and the template snapshot from Redis, turns outcomes into tool results
 (executing approved calls with exactly the approved input) and runs the next steps.
 
-A run executes in its own task, beside its :class:`~runner.supervisor.RunSupervisor`
+A run executes in its own task, beside its :class:`~parkway.runner.supervisor.RunSupervisor`
 (lease, stops, the event log); its events go to the caller and to the chat's event log
 (which HTTP responses follow). If the caller goes away (the browser disconnects) the run
 still finishes and persists. Settling and answer matching are the
-:class:`~runner.settling.Settling` the runner holds.
+:class:`~parkway.runner.settling.Settling` the runner holds.
 """
 
 from __future__ import annotations
@@ -24,23 +24,28 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from runner.agents import AgentStore
-from runner.canonical import canonical_json
-from runner.connection import RedisClient
-from runner.credentials import Credentials
-from runner.errors import ChatNotFoundError, IncompatibleStateError, ModelError, ShuttingDownError
-from runner.eventlog import follow
-from runner.events import Event, FinishReason, StepFinished
-from runner.execution import ToolExecutor, record_outcomes, record_tool_run
-from runner.history import user_entry
-from runner.keys import chat_keys
-from runner.llm.catalog import ModelCatalog
-from runner.logwatch import LogWatch
-from runner.model import Model, ModelToolCall, ToolDescription
-from runner.outcomes import SUPERSEDED
-from runner.parking import ParkedCall
-from runner.run import Emit, Run, RunnerConfig, RunState, new_id
-from runner.settling import (
+from parkway.runner.agents import AgentStore
+from parkway.runner.canonical import canonical_json
+from parkway.runner.connection import RedisClient
+from parkway.runner.credentials import Credentials
+from parkway.runner.errors import (
+    ChatNotFoundError,
+    IncompatibleStateError,
+    ModelError,
+    ShuttingDownError,
+)
+from parkway.runner.eventlog import follow
+from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.execution import ToolExecutor, record_outcomes, record_tool_run
+from parkway.runner.history import user_entry
+from parkway.runner.keys import chat_keys
+from parkway.runner.llm.catalog import ModelCatalog
+from parkway.runner.logwatch import LogWatch
+from parkway.runner.model import Model, ModelToolCall, ToolDescription
+from parkway.runner.outcomes import SUPERSEDED
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import Emit, Run, RunnerConfig, RunState, new_id
+from parkway.runner.settling import (
     Answer,
     AnswerReport,
     AutoResume,
@@ -48,11 +53,11 @@ from runner.settling import (
     SettleResult,
     Settling,
 )
-from runner.step import end_failed, end_with_notice, finish_message, stream_step
-from runner.store import SCHEMA_VERSION, ChatRecord, ChatStore
-from runner.supervisor import RunSupervisor, StopWatch, Work
-from runner.template import AgentTemplate, load_template
-from runner.triage import Triage, triage
+from parkway.runner.step import end_failed, end_with_notice, finish_message, stream_step
+from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore
+from parkway.runner.supervisor import RunSupervisor, StopWatch, Work
+from parkway.runner.template import AgentTemplate, load_template
+from parkway.runner.triage import Triage, triage
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
 

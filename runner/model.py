@@ -4,8 +4,8 @@ A model receives a :class:`ModelRequest` (instructions, the conversation as
 :data:`ModelMessage` items, the tools it may call) and streams back :data:`ModelEvent`
 items: text and reasoning deltas, tool-call input as it is written, the finished tool
 calls, and a closing :class:`ModelStepEnd`. Several tool calls in one response form one
-parallel step. The scripted model (:mod:`runner.scripted`) yields only text deltas and
-tool calls; the provider adapter (:mod:`runner.llm`) yields all of them.
+parallel step. The scripted model (:mod:`parkway.runner.scripted`) yields only text deltas and
+tool calls; the provider adapter (:mod:`parkway.runner.llm`) yields all of them.
 
 Whatever a provider needs back unchanged on the next request (thinking signatures,
 encrypted reasoning, provider call ids) travels in :attr:`ModelStepEnd.parts` and
@@ -186,7 +186,7 @@ class ModelRequest:
 class Model(Protocol):
     """Anything that turns a request into a stream of :data:`ModelEvent` items.
 
-    A model that cannot answer raises :class:`runner.errors.ModelError` (the run ends
+    A model that cannot answer raises :class:`parkway.runner.errors.ModelError` (the run ends
     with its message; the chat stays usable)."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...

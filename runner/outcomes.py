@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 
-from runner.canonical import canonical_json, is_plain_json
-from runner.errors import InvalidOutcomeError, OutcomeNotAllowedError
-from runner.parking import ParkedCall
+from parkway.runner.canonical import canonical_json, is_plain_json
+from parkway.runner.errors import InvalidOutcomeError, OutcomeNotAllowedError
+from parkway.runner.parking import ParkedCall
 
 __all__ = [
     "CONNECTION_RETRYABLE",

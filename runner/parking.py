@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runner.errors import IncompatibleStateError
-from runner.validation import describe_first_error
+from parkway.runner.errors import IncompatibleStateError
+from parkway.runner.validation import describe_first_error
 
 __all__ = ["RECORD_VERSION", "CallKind", "ParkedCall", "decode_call", "encode_call"]
 

@@ -2,7 +2,7 @@
 
 Built in: ``commit_config`` (runner/commits.py), registered by ``runner/__init__.py``:
 the op's code uses the tool context and the agent store, which load templates, so this
-registry (read by :mod:`runner.template`) cannot import it. Also the registries the
+registry (read by :mod:`parkway.runner.template`) cannot import it. Also the registries the
 playground's build kit is made from: the sandbox permissions and the authoring skills.
 """
 

@@ -1,7 +1,7 @@
 """A run and its settings: what a turn or a resume is while it executes.
 
 A :class:`Run` is handed to whoever started it; its events come from the run's
-:class:`~runner.supervisor.RunSupervisor`, which also writes them to the chat's event
+:class:`~parkway.runner.supervisor.RunSupervisor`, which also writes them to the chat's event
 log. :class:`RunState` is what the run's code reads and changes as it goes.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.events import Event
-from runner.keys import ChatKeys
-from runner.parking import ParkedCall
-from runner.template import AgentTemplate
+from parkway.runner.events import Event
+from parkway.runner.keys import ChatKeys
+from parkway.runner.parking import ParkedCall
+from parkway.runner.template import AgentTemplate
 
 __all__ = ["Emit", "Run", "RunState", "RunnerConfig", "new_id"]
 

@@ -62,9 +62,9 @@ from pydantic import (
     model_validator,
 )
 
-from runner.canonical import canonical_json
-from runner.errors import TemplateError
-from runner.model import (
+from parkway.runner.canonical import canonical_json
+from parkway.runner.errors import TemplateError
+from parkway.runner.model import (
     AssistantTurn,
     ModelEvent,
     ModelRequest,
@@ -73,7 +73,7 @@ from runner.model import (
     ToolResult,
     UserTurn,
 )
-from runner.validation import describe_first_error
+from parkway.runner.validation import describe_first_error
 
 __all__ = ["END_OF_SCRIPT", "ScriptedModel"]
 

@@ -5,7 +5,7 @@ identical repeat is accepted, a different one is refused with the winner's outco
 Answers a client sends (the AI SDK resends its whole history) are matched to pending
 calls by toolCallId, then by parkedCallKey; anything else never reaches the model.
 
-:class:`Settling` is the component the :class:`~runner.loop.Runner` settles through; it
+:class:`Settling` is the component the :class:`~parkway.runner.loop.Runner` settles through; it
 tells its owner when a settle leaves a chat with no call pending (``on_all_settled``).
 :class:`AutoResume` is what the runner does then: an agent with the ``auto`` resume
 policy continues without waiting for a client's request.
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runner.canonical import canonical_json, parked_call_key
-from runner.errors import (
+from parkway.runner.canonical import canonical_json, parked_call_key
+from parkway.runner.errors import (
     AnswerMismatchError,
     CallNotFoundError,
     ChatBusyError,
@@ -32,11 +32,11 @@ from runner.errors import (
     SettleConflictError,
     ShuttingDownError,
 )
-from runner.keys import ChatKeys, chat_keys
-from runner.outcomes import normalize_outcome
-from runner.parking import ParkedCall
-from runner.run import Run
-from runner.store import ChatStore
+from parkway.runner.keys import ChatKeys, chat_keys
+from parkway.runner.outcomes import normalize_outcome
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import Run
+from parkway.runner.store import ChatStore
 
 __all__ = [
     "AllSettled",

@@ -6,7 +6,7 @@ it is stopped or the model fails. :func:`consume` streams one model response int
 events one by one. It reports text, reasoning and tool-call input to the run as they
 arrive (a reasoning part is closed when anything else starts), gives each tool call the
 Parkway id its streamed input was announced under, and collects what the step stores:
-its text, its calls and the model's closing :class:`~runner.model.ModelStepEnd`. The
+its text, its calls and the model's closing :class:`~parkway.runner.model.ModelStepEnd`. The
 ``end_*`` functions end a message that did not end with a model's answer: a notice, a
 stop, a model failure.
 """
@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner.errors import ModelError
-from runner.events import (
+from parkway.runner.errors import ModelError
+from parkway.runner.events import (
     Event,
     FinishReason,
     MessageFinished,
@@ -35,8 +35,8 @@ from runner.events import (
     ToolInputDelta,
     ToolInputStarted,
 )
-from runner.history import assistant_entry, call_entry, message_metadata, to_model_messages
-from runner.model import (
+from parkway.runner.history import assistant_entry, call_entry, message_metadata, to_model_messages
+from parkway.runner.model import (
     Model,
     ModelEvent,
     ModelReasoningDelta,
@@ -48,8 +48,8 @@ from runner.model import (
     ModelToolInputStart,
     ToolDescription,
 )
-from runner.parking import ParkedCall
-from runner.run import Emit, RunState, new_id
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import Emit, RunState, new_id
 
 __all__ = [
     "Commit",
@@ -64,7 +64,8 @@ __all__ = [
 
 
 class Commit(Protocol):
-    """The commit of a run's unsaved entries (:meth:`runner.supervisor.RunSupervisor.commit`)."""
+    """The commit of a run's unsaved entries
+    (:meth:`parkway.runner.supervisor.RunSupervisor.commit`)."""
 
     def __call__(
         self,

@@ -1,6 +1,6 @@
 """The Redis store: the only place that talks to Redis about chats.
 
-Every transition that can race runs as one Lua script (:mod:`runner._scripts`); reads
+Every transition that can race runs as one Lua script (:mod:`parkway.runner._scripts`); reads
 are pipelined so a park or a resume costs a fixed, small number of round trips,
 whatever the history's length.
 """
@@ -16,18 +16,18 @@ from typing import Any, Literal
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
-from runner import _scripts
-from runner.connection import RedisClient, as_text
-from runner.errors import (
+from parkway.runner import _scripts
+from parkway.runner.connection import RedisClient, as_text
+from parkway.runner.errors import (
     ChatBusyError,
     ChatNotFoundError,
     DuplicateMessageError,
     IncompatibleStateError,
     NothingToResumeError,
 )
-from runner.history import decode_entries
-from runner.keys import DEADLINES, ChatKeys, deadline_member
-from runner.parking import ParkedCall, decode_call, encode_call
+from parkway.runner.history import decode_entries
+from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
+from parkway.runner.parking import ParkedCall, decode_call, encode_call
 
 __all__ = [
     "SCHEMA_VERSION",

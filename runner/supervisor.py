@@ -12,7 +12,7 @@ the run's work executes (:meth:`RunSupervisor.supervise`), two tasks run beside 
   for all the runner's runs in one round trip, cancelling the model stream at once;
 - the log writer appends the run's events to the chat's event log in batches, which
   every HTTP response and every reconnecting browser follows (the reader is
-  :func:`runner.eventlog.follow`).
+  :func:`parkway.runner.eventlog.follow`).
 
 A run that fails or is cancelled is ended here too: its chat is handed over, its
 followers told.
@@ -27,9 +27,9 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Literal
 
-from runner.errors import ChatBusyError
-from runner.eventlog import cancel_requested
-from runner.events import (
+from parkway.runner.errors import ChatBusyError
+from parkway.runner.eventlog import cancel_requested
+from parkway.runner.events import (
     Event,
     MessageFinished,
     MessageStarted,
@@ -37,9 +37,9 @@ from runner.events import (
     coalesce,
     events_to_json,
 )
-from runner.parking import ParkedCall
-from runner.run import Run, RunnerConfig, RunState
-from runner.store import ChatStore
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import Run, RunnerConfig, RunState
+from parkway.runner.store import ChatStore
 
 __all__ = ["RunSupervisor", "StopWatch", "Work"]
 

@@ -2,7 +2,7 @@
 
 Every parked call has a server-side deadline so that an agent never waits
 forever on a human who walked away. The commit that parks a call indexes its deadline
-in the global sorted set :data:`runner.keys.DEADLINES` (member ``"<chat> <toolCallId>"``,
+in the global sorted set :data:`parkway.runner.keys.DEADLINES` (member ``"<chat> <toolCallId>"``,
 score = the deadline in epoch ms); any settle of the call drops the member. A sweeper
 runs in every worker, and a sweep:
 
@@ -10,7 +10,7 @@ runs in every worker, and a sweep:
    ``batch`` of them (one ``ZRANGEBYSCORE ... LIMIT``);
 2. settles each of those calls with the outcome ``{"outcome": "timeout"}`` through the
    same ``SETTLE`` script every other settle uses, and drops the members, all in one
-   pipelined round trip (:meth:`runner.store.ChatStore.settle_many`).
+   pipelined round trip (:meth:`parkway.runner.store.ChatStore.settle_many`).
 
 Exactly once: ``SETTLE`` decides inside Redis, first writer wins. When several sweepers
 (one per worker) pick the same expired call, one gets ``settled`` and the others
@@ -34,10 +34,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from runner.canonical import canonical_json
-from runner.errors import CallerError
-from runner.keys import ChatKeys, chat_keys, parse_deadline_member
-from runner.loop import Runner
+from parkway.runner.canonical import canonical_json
+from parkway.runner.errors import CallerError
+from parkway.runner.keys import ChatKeys, chat_keys, parse_deadline_member
+from parkway.runner.loop import Runner
 
 __all__ = ["TIMEOUT_OUTCOME", "SweepReport", "Sweeper", "TimeoutHook"]
 
@@ -78,7 +78,7 @@ class SweepReport:
 class Sweeper:
     """Times out the expired parked calls of every chat, on behalf of one worker.
 
-    Built from a :class:`~runner.loop.Runner`: it uses the runner's store (so the same
+    Built from a :class:`~parkway.runner.loop.Runner`: it uses the runner's store (so the same
     Redis client and chat TTL) and, unless ``clock`` is given, the runner's clock
     (seconds since the epoch; tests inject a fake one and drive :meth:`sweep_once`).
     ``batch`` bounds the members one sweep handles, so one sweep's round trip stays

@@ -1,7 +1,7 @@
 """Agent templates: the agent's configuration, and the tool specs resolved from it.
 
 A template is JSON: ``{llm, instructions, tools: [...], skills: [...], sandbox: {...}}``;
-``llm`` names its model as an agent file's ``model`` does (:mod:`runner.llm.spec`).
+``llm`` names its model as an agent file's ``model`` does (:mod:`parkway.runner.llm.spec`).
 Each tool entry is one of four kinds: a function tool (server-executed
 Python callable), a client tool (fulfilled by the browser), a platform op (built-in
 server tool), or an ``@ag.embed`` reference to a reserved workflow. :func:`load_template`
@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -25,12 +26,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.canonical import canonical_json
-from runner.errors import NotPlainJSONError, TemplateError
-from runner.llm.spec import ModelSpec, parse_model_spec
-from runner.platform import PLATFORM_OPS
-from runner.validation import describe_first_error
-from runner.workflows import RESERVED_WORKFLOWS
+from parkway.runner.canonical import canonical_json
+from parkway.runner.errors import NotPlainJSONError, TemplateError
+from parkway.runner.llm.spec import ModelSpec, parse_model_spec
+from parkway.runner.platform import PLATFORM_OPS
+from parkway.runner.validation import describe_first_error
+from parkway.runner.workflows import RESERVED_WORKFLOWS
 
 __all__ = ["AgentTemplate", "ToolSpec", "load_template"]
 
@@ -124,12 +125,28 @@ class AgentTemplate:
         return self.tools.get(name)
 
 
+# Before Parkway installed under one `parkway` namespace, its packages were top-level, so
+# agent files and cassettes written then name e.g. "runner.demo:get_weather". Such a ref
+# still means Parkway's module when it has one by that name.
+_FORMER_TOP_LEVEL = frozenset({"runner", "transport", "widgets_api"})
+
+
+def _module_name(name: str) -> str:
+    if name.partition(".")[0] not in _FORMER_TOP_LEVEL:
+        return name
+    try:
+        found = importlib.util.find_spec(f"parkway.{name}")
+    except ImportError:
+        found = None
+    return f"parkway.{name}" if found is not None else name
+
+
 def _import_ref(ref: str) -> Callable[..., Any]:
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError("must look like 'package.module:callable'")
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = importlib.import_module(_module_name(module_name))
     except ImportError as exc:
         raise ValueError(f"module {module_name!r} cannot be imported ({exc})") from None
     for part in attr.split("."):

@@ -17,11 +17,11 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from runner.agents import AgentStore
-from runner.canonical import canonical_json
-from runner.credentials import ConnectionUnavailableError, Credentials
-from runner.errors import ToolError
-from runner.template import ToolSpec
+from parkway.runner.agents import AgentStore
+from parkway.runner.canonical import canonical_json
+from parkway.runner.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.errors import ToolError
+from parkway.runner.template import ToolSpec
 
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
@@ -48,7 +48,7 @@ class ToolContext:
     async def access_token(self, connection_id: str, *, scopes: Sequence[str] = ()) -> str:
         """The access token of the caller's connection ``connection_id`` (a
         ``request_connection`` result names it). Raises
-        :class:`runner.credentials.ConnectionUnavailableError`, whose message tells the
+        :class:`parkway.runner.credentials.ConnectionUnavailableError`, whose message tells the
         model what to do; a tool normally lets it propagate."""
         if self.credentials is None:
             raise ConnectionUnavailableError(

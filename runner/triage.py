@@ -12,15 +12,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runner.canonical import parked_call_key
-from runner.errors import NotPlainJSONError
-from runner.events import ApprovalRequested, CallParked, Event, ToolCallIssued, ToolInputRejected
-from runner.history import result_entry
-from runner.model import ModelToolCall
-from runner.parking import ParkedCall
-from runner.run import RunnerConfig, new_id
-from runner.template import AgentTemplate
-from runner.tools import input_problem
+from parkway.runner.canonical import parked_call_key
+from parkway.runner.errors import NotPlainJSONError
+from parkway.runner.events import (
+    ApprovalRequested,
+    CallParked,
+    Event,
+    ToolCallIssued,
+    ToolInputRejected,
+)
+from parkway.runner.history import result_entry
+from parkway.runner.model import ModelToolCall
+from parkway.runner.parking import ParkedCall
+from parkway.runner.run import RunnerConfig, new_id
+from parkway.runner.template import AgentTemplate
+from parkway.runner.tools import input_problem
 
 __all__ = ["Triage", "triage"]
 

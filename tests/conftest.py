@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.embedded import EmbeddedRedis
+from parkway.runner.embedded import EmbeddedRedis
 from tests.llm_double import ProviderDouble
 from tests.model_rig import agent, provider_env
 from tests.support import ServerThread

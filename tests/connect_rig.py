@@ -20,16 +20,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from runner.canonical import canonical_json
-from runner.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
-from runner.scripted import last_tool_results, last_user_text
+from parkway.runner.canonical import canonical_json
+from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
+from parkway.runner.scripted import last_tool_results, last_user_text
+from parkway.widgets_api.keys import ConnectionKeys
+from parkway.widgets_api.tokens import TokenCipher, generate_token_key
 from tests.oidc_peer import OidcPeer, login_and_consent
 from tests.support import CONNECT_EMBED, ServerThread, free_port, sse_chunks, user_message
-from transport.settings import Secret
-from widgets_api.keys import ConnectionKeys
-from widgets_api.tokens import TokenCipher, generate_token_key
 
 TOKEN_KEY = generate_token_key()
 ACME_SECRET = "acme-client-secret-" + "z" * 24
@@ -326,7 +326,7 @@ def start_rig(redis_url: str, peer_factory: Any, **settings: Any) -> Iterator[Ri
             model=model,
             port=port,
             oauth_providers=providers_config(port, peer, broken),
-            token_key=Secret(TOKEN_KEY),
+            token_key=SecretStr(TOKEN_KEY),
             oauth_http_timeout_s=1.0,
             **settings,
         ).start()

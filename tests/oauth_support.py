@@ -34,17 +34,17 @@ from authlib.integrations.httpx_client import OAuth2Client
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from tests.oidc_peer import OidcPeer, login_and_consent
-from tests.support import free_port
-from widgets_api.connections import ConnectionStore
-from widgets_api.demo_provider import DemoProvider
-from widgets_api.providers import (
+from parkway.widgets_api.connections import ConnectionStore
+from parkway.widgets_api.demo_provider import DemoProvider
+from parkway.widgets_api.providers import (
     Provider,
     ProviderRegistry,
     ProviderSpec,
     build_provider,
     load_providers,
 )
+from tests.oidc_peer import OidcPeer, login_and_consent
+from tests.support import free_port
 
 __all__ = [
     "ALICE",
@@ -149,7 +149,7 @@ def userinfo_status(peer: OidcPeer, access_token: str) -> int:
 
 
 async def fetch_json(url: str) -> Any:
-    """The ``fetch`` that :func:`widgets_api.providers.discover` takes (404 means absent)."""
+    """The ``fetch`` that :func:`parkway.widgets_api.providers.discover` takes (404 means absent)."""
     async with httpx2.AsyncClient(timeout=HTTP_TIMEOUT_S, follow_redirects=False) as client:
         response = await client.get(url, headers={"accept": "application/json"})
     if response.status_code == 404:

@@ -7,8 +7,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from runner import Runner, parse_agent_file
-from runner.events import CallParked, Event, MessageFinished, TextDelta
+from parkway.runner import Runner, parse_agent_file
+from parkway.runner.events import CallParked, Event, MessageFinished, TextDelta
 from tests.support import agent_doc
 
 __all__ = ["Clock", "clocked_runner", "finish", "make_runner", "parked", "said", "turn"]

@@ -21,11 +21,12 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from pydantic import SecretStr
 
-from runner.agentfile import AgentFile, parse_agent_file
-from transport.app import create_app
-from transport.settings import Secret, Settings
-from transport.sse import sse_chunks
+from parkway.runner.agentfile import AgentFile, parse_agent_file
+from parkway.transport.app import create_app
+from parkway.transport.settings import Settings
+from parkway.transport.sse import sse_chunks
 
 TEST_SECRET = "parkway-test-secret-" + "x" * 32
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,7 @@ async def eventually(
 WEATHER_TOOL = {
     "type": "function",
     "name": "get_weather",
-    "ref": "runner.demo:get_weather",
+    "ref": "parkway.runner.demo:get_weather",
     "input_schema": {
         "type": "object",
         "properties": {"city": {"type": "string"}},
@@ -204,7 +205,7 @@ class ServerThread:
         settings.setdefault("editors", ("*",))
         self.settings = Settings(
             redis_url=redis_url,
-            secret_key=Secret(TEST_SECRET),
+            secret_key=SecretStr(TEST_SECRET),
             port=self.port,
             **settings,
         )
@@ -261,7 +262,7 @@ class ParkwayProcess:
         }
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "transport.cli", "serve",
+                sys.executable, "-m", "parkway.transport.cli", "serve",
                 "--port", str(self.port),
                 "--redis-url", self.redis_url,
                 "--agent", str(self.agent_file),

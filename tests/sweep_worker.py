@@ -14,7 +14,7 @@ import sys
 
 from redis.asyncio import Redis
 
-from runner import Runner, Sweeper, parse_agent_file
+from parkway.runner import Runner, Sweeper, parse_agent_file
 from tests.support import agent_doc, text
 
 

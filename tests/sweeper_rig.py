@@ -9,13 +9,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     ParkedCall,
     Runner,
     RunnerConfig,
     parse_agent_file,
 )
-from runner.events import CallParked, Event, MessageFinished, TextDelta
+from parkway.runner.events import CallParked, Event, MessageFinished, TextDelta
 from tests.support import CONFIRM_TOOL, agent_doc
 
 __all__ = [

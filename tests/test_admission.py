@@ -14,7 +14,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from runner import chat_keys
+from parkway.runner import chat_keys
 from tests.support import Api, ServerThread, call, held_agent_doc, text, user_message
 
 pytestmark = pytest.mark.slow
@@ -121,8 +121,8 @@ async def test_streams_past_the_principal_limit_get_429_until_one_closes(
 
 def test_admission_counts_give_back_their_slots() -> None:
     """The counter itself: limits per principal and per worker, release once."""
-    from transport.admission import Admission
-    from transport.errors import HTTPError
+    from parkway.transport.admission import Admission
+    from parkway.transport.errors import HTTPError
 
     admission = Admission(
         runs_per_principal=1, streams_per_principal=1, runs_per_worker=2, streams_per_worker=1

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.agents import AgentStore
-from runner.model import ModelEvent, ModelRequest, ModelTextDelta
-from runner.template import load_template
+from parkway.runner.agents import AgentStore
+from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta
+from parkway.runner.template import load_template
 from tests.support import (
     WEATHER_TOOL,
     Api,

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from runner.canonical import canonical_json
-from runner.demo import DEMO_AGENT
+from parkway.runner.canonical import canonical_json
+from parkway.runner.demo import DEMO_AGENT
 from tests import tools as test_tools
 from tests.support import (
     CONFIRM_TOOL,

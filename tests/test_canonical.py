@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     Answer,
     NotPlainJSONError,
     Runner,
@@ -28,8 +28,8 @@ from runner import (
     parked_call_key,
     parse_agent_file,
 )
-from runner.events import CallParked
-from runner.parking import ParkedCall
+from parkway.runner.events import CallParked
+from parkway.runner.parking import ParkedCall
 from tests.support import (
     Api,
     agent_doc,

@@ -19,9 +19,8 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from runner.keys import ChatKeys, owned_without_ttl
-from tests.support import ROOT, ParkwayProcess
-from transport.cassettes import (
+from parkway.runner.keys import ChatKeys, owned_without_ttl
+from parkway.transport.cassettes import (
     Cassette,
     CassetteError,
     IdTable,
@@ -32,7 +31,8 @@ from transport.cassettes import (
     replay,
     save_cassette,
 )
-from transport.pytest_plugin import CassetteLoader, CassetteReplayer
+from parkway.transport.pytest_plugin import CassetteLoader, CassetteReplayer
+from tests.support import ROOT, ParkwayProcess
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def _tampered(cassette: Cassette) -> Cassette:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "transport.cli", "replay", *args],
+        [sys.executable, "-m", "parkway.transport.cli", "replay", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=90, check=False,
     )  # fmt: skip
 
@@ -360,9 +360,9 @@ def test_the_fixtures_come_with_the_installed_package(
     """Users get parkway_cassette and parkway_replay from installing Parkway (a pytest11
     entry point), with no conftest line; cassette paths are relative to the test file."""
     points = importlib.metadata.entry_points(group="pytest11")
-    assert [p.value for p in points if p.name == "parkway"] == ["transport.pytest_plugin"], (
-        "the pytest11 entry point is missing: reinstall with `pip install -e .`"
-    )
+    assert [p.value for p in points if p.name == "parkway"] == [
+        "parkway.transport.pytest_plugin"
+    ], "the pytest11 entry point is missing: reinstall with `pip install -e .`"
     assert pytestconfig.pluginmanager.has_plugin("parkway")
     cassette = parkway_cassette("../docs/examples/trip.cassette.json")
     assert cassette.agent == AGENT and len(cassette.exchanges) == 7

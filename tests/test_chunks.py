@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from transport.chunks import (
+from parkway.transport.chunks import (
     Chunk,
     DataChunk,
     ErrorChunk,

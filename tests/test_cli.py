@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from parkway.transport.settings import Settings, SettingsError
 from tests.support import ROOT, TEST_SECRET, agent_doc, text
-from transport.settings import Settings, SettingsError
 
 
 def _environment(**extra: str) -> dict[str, str]:
@@ -24,7 +24,7 @@ def _environment(**extra: str) -> dict[str, str]:
 
 def _parkway(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "transport.cli", *args],
+        [sys.executable, "-m", "parkway.transport.cli", *args],
         cwd=cwd, env=_environment(**env), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -113,7 +113,7 @@ def test_serve_imports_tool_modules_kept_next_to_the_agent_file(tmp_path: Path) 
     agent = folder / "agent.json"
     agent.write_text(json.dumps(agent_doc([[text("hi")]], tools=[tool])))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "transport.cli", "serve", "--agent", str(agent),
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--agent", str(agent),
          "--port", "0", "--data-dir", "d", "--log-level", "warning"],
         cwd=tmp_path, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,

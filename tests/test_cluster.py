@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ClusterCrossSlotError
 
-from runner import (
+from parkway.runner import (
     ChatBusyError,
     NothingToResumeError,
     Runner,
@@ -35,8 +35,8 @@ from runner import (
     connect,
     parse_agent_file,
 )
-from runner._scripts import SETTLE
-from runner.events import (
+from parkway.runner._scripts import SETTLE
+from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
     Event,
@@ -47,8 +47,8 @@ from runner.events import (
     ToolSucceeded,
     coalesce,
 )
-from runner.keys import DEADLINES, ChatKeys
-from runner.sweeper import Sweeper
+from parkway.runner.keys import DEADLINES, ChatKeys
+from parkway.runner.sweeper import Sweeper
 from tests import tools as test_tools
 from tests.support import (
     Api,

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from redis.asyncio import Redis
 
+from parkway.widgets_api.connect import outcome_summary
 from tests.connect_rig import (
     BrokenTokenServer,
     Browser,
@@ -32,7 +33,6 @@ from tests.connect_rig import (
 )
 from tests.oidc_peer import oidc_peer
 from tests.support import sse_chunks
-from widgets_api.connect import outcome_summary
 
 pytestmark = [
     pytest.mark.node,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.loop import Runner
-from runner.sweeper import Sweeper
+from parkway.runner.loop import Runner
+from parkway.runner.sweeper import Sweeper
 from tests.connect_rig import (
     Browser,
     Rig,
@@ -94,8 +94,8 @@ def sweep_later(rig: Rig, seconds: float = 3600) -> int:
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep(client: Redis) -> int:
-        from runner.scripted import ScriptedModel
-        from runner.template import load_template
+        from parkway.runner.scripted import ScriptedModel
+        from parkway.runner.template import load_template
         from tests.connect_rig import CONNECT_AGENT
 
         runner = Runner(client, ScriptedModel([]), load_template(CONNECT_AGENT["template"]))

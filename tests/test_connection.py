@@ -11,10 +11,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from runner import CallerError, Runner, connect, parse_agent_file
-from runner.connection import REDIS_URL_SCHEMES, parse_redis_url
-from runner.events import CallParked, TextDelta
-from runner.keys import ChatKeys
+from parkway.runner import CallerError, Runner, connect, parse_agent_file
+from parkway.runner.connection import REDIS_URL_SCHEMES, parse_redis_url
+from parkway.runner.events import CallParked, TextDelta
+from parkway.runner.keys import ChatKeys
+from parkway.transport.settings import Settings, SettingsError
 from tests.support import agent_doc, call, text
 from tests.topologies import (
     HOST,
@@ -23,7 +24,6 @@ from tests.topologies import (
     assert_keyspace_clean,
     unavailable,
 )
-from transport.settings import Settings, SettingsError
 
 
 @pytest.mark.parametrize(

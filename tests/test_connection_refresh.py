@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.credentials import ConnectionUnavailableError
+from parkway.runner.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connections import ConnectionStore
+from parkway.widgets_api.providers import ProviderRegistry
+from parkway.widgets_api.tokens import TokenCipher, generate_token_key
 from tests.oauth_support import (
     ALICE,
     REG,
@@ -39,9 +42,6 @@ from tests.oauth_support import (
     userinfo_status,
 )
 from tests.oidc_peer import OidcPeer, oidc_peer
-from widgets_api.connections import ConnectionStore
-from widgets_api.providers import ProviderRegistry
-from widgets_api.tokens import TokenCipher, generate_token_key
 
 NARROW = "openid offline_access profile"
 

@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.credentials import ConnectionUnavailableError
+from parkway.runner.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connections import Connection, ConnectionStore
+from parkway.widgets_api.providers import ProviderRegistry
+from parkway.widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 from tests.oauth_support import (
     ALICE,
     BOB,
@@ -34,9 +37,6 @@ from tests.oauth_support import (
     save_real,
 )
 from tests.oidc_peer import OidcPeer, oidc_peer
-from widgets_api.connections import Connection, ConnectionStore
-from widgets_api.providers import ProviderRegistry
-from widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from tests.connect_rig import TOKEN_KEY, Browser, RecordingModel
 from tests.support import CONNECT_EMBED, ServerThread
-from transport.settings import Secret
 
 AGENT: dict[str, Any] = {
     "template": {"instructions": "demo connect", "tools": [CONNECT_EMBED]},
@@ -30,7 +30,7 @@ def server(redis_url: str, redis: Redis) -> Iterator[ServerThread]:
         AGENT,
         model=RecordingModel(),
         demo_oauth=True,
-        token_key=Secret(TOKEN_KEY),
+        token_key=SecretStr(TOKEN_KEY),
     ).start()
     try:
         yield running

@@ -14,6 +14,7 @@ import pytest
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from redis.asyncio import Redis
 
+from parkway.widgets_api.demo_provider import DemoProvider
 from tests.oauth_support import (
     DEMO_CLIENT_ID,
     DEMO_REDIRECT,
@@ -24,7 +25,6 @@ from tests.oauth_support import (
     location_params,
     serve_demo_provider,
 )
-from widgets_api.demo_provider import DemoProvider
 
 
 @pytest.fixture

@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from runner.agents import AgentStore, Editors
+from parkway.runner.agents import AgentStore, Editors
+from parkway.transport.agent_routes import EDITOR_TOKEN_HEADER, editors_of, local_playground
+from parkway.transport.sessions import SessionAuthenticator
+from parkway.transport.settings import Settings
 from tests.support import (
     TEST_SECRET,
     WEATHER_TOOL,
@@ -31,9 +35,6 @@ from tests.support import (
     text,
     user_message,
 )
-from transport.agent_routes import EDITOR_TOKEN_HEADER, editors_of, local_playground
-from transport.sessions import SessionAuthenticator
-from transport.settings import Secret, Settings
 
 EDITOR = "usr_named-editor"
 EDITOR_TOKEN = "editor-token-" + "e" * 40
@@ -58,7 +59,7 @@ async def server_for(redis_url: str, redis: Redis) -> AsyncIterator[Any]:
 
     async def make(doc: dict[str, Any], **settings: Any) -> Any:
         settings.setdefault("editors", (EDITOR,))
-        settings.setdefault("editor_token", Secret(EDITOR_TOKEN))
+        settings.setdefault("editor_token", SecretStr(EDITOR_TOKEN))
         context = server_thread(redis_url, doc, **settings)
         server = context.__enter__()
         contexts.append(context)
@@ -94,7 +95,7 @@ async def server_for(redis_url: str, redis: Redis) -> AsyncIterator[Any]:
         ({"redis_url": "redis://127.0.0.1:6379/0"}, False),
         ({"public_url": "https://agents.example.com"}, False),
         ({"editors": ("usr_a",)}, False),
-        ({"editor_token": Secret(EDITOR_TOKEN)}, False),
+        ({"editor_token": SecretStr(EDITOR_TOKEN)}, False),
     ],
 )
 def test_every_session_edits_only_a_local_playground(
@@ -270,7 +271,7 @@ async def test_a_restart_shows_drift_and_agent_reset_restores_the_file(
         finally:
             await editor.aclose()
 
-    caplog.set_level(logging.WARNING, logger="transport.agent_routes")
+    caplog.set_level(logging.WARNING, logger="parkway.transport.agent_routes")
     with server_thread(redis_url, doc, agent_file=path, editors=(EDITOR,)) as server:
         warnings = [r.getMessage() for r in caplog.records]
         [warning] = [w for w in warnings if "agent shop" in w and "differs from the agent" in w]
@@ -295,7 +296,7 @@ async def test_a_restart_shows_drift_and_agent_reset_restores_the_file(
         finally:
             await editor.aclose()
 
-    reset = [sys.executable, "-m", "transport.cli", "agent", "reset", "--agent", str(path)]
+    reset = [sys.executable, "-m", "parkway.transport.cli", "agent", "reset", "--agent", str(path)]
     reset += ["--redis-url", redis_url]
     done = await asyncio.to_thread(subprocess.run, reset, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     ChatRecord,
     Runner,
     RunnerConfig,
@@ -20,8 +20,8 @@ from runner import (
     chat_keys,
     parse_agent_file,
 )
-from runner.eventlog import INTERRUPTED
-from runner.events import (
+from parkway.runner.eventlog import INTERRUPTED
+from parkway.runner.events import (
     Event,
     MessageStarted,
     RunFailed,
@@ -29,7 +29,7 @@ from runner.events import (
     events_from_json,
     events_to_json,
 )
-from runner.model import ModelEvent, ModelRequest
+from parkway.runner.model import ModelEvent, ModelRequest
 from tests.support import (
     Api,
     agent_doc,
@@ -264,7 +264,7 @@ async def test_responses_are_views_over_the_log(redis: Redis, redis_url: str) ->
 async def test_a_timeout_resumes_an_auto_policy_chat(redis: Redis) -> None:
     """With resume_policy "auto", a call the sweeper times out continues the chat with
     the definite timeout result, with no client involved."""
-    from runner import Sweeper
+    from parkway.runner import Sweeper
 
     doc = agent_doc(TURNS)
     doc["template"]["resume_policy"] = "auto"

@@ -8,8 +8,8 @@ import typing
 
 import pytest
 
-from runner.errors import IncompatibleStateError
-from runner.events import (
+from parkway.runner.errors import IncompatibleStateError
+from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
     DataPublished,
@@ -35,7 +35,7 @@ from runner.events import (
     events_from_json,
     events_to_json,
 )
-from runner.parking import ParkedCall
+from parkway.runner.parking import ParkedCall
 
 # One log entry as Parkway wrote it before event batches were read through pydantic
 # (json.dumps of each event's fields, compact, non-ASCII kept): every kind, optional

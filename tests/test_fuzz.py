@@ -25,19 +25,20 @@ from urllib.parse import quote
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 from redis.asyncio import Redis
 from starlette.routing import BaseRoute, Mount, Route
 
-from runner.agentfile import parse_agent_file
-from runner.keys import chat_keys
+from parkway.runner.agentfile import parse_agent_file
+from parkway.runner.keys import chat_keys
+from parkway.transport.agent_routes import _CommitBody
+from parkway.transport.app import create_app
+from parkway.transport.routes import _SettleBody
+from parkway.transport.settings import Settings
+from parkway.transport.uimessages import _ChatBody
 from tests.connect_rig import TOKEN_KEY
 from tests.support import TEST_SECRET, agent_doc, call, sse_chunks, text, user_message
 from tests.topologies import assert_keyspace_clean
-from transport.agent_routes import _CommitBody
-from transport.app import create_app
-from transport.routes import _SettleBody
-from transport.settings import Secret, Settings
-from transport.uimessages import _ChatBody
 
 TURNS = [[text("Pick."), call("pick", {"q": "colour"})], [text("picked")]]
 CHAT = "fuzz-parked"  # the owner's: nothing may change it
@@ -259,13 +260,13 @@ async def start(redis_url: str) -> Harness:
     app = create_app(
         Settings(
             redis_url=redis_url,
-            secret_key=Secret(TEST_SECRET),
+            secret_key=SecretStr(TEST_SECRET),
             max_body_bytes=MAX_BODY,
             max_json_depth=MAX_DEPTH,
             demo_oauth=True,
-            token_key=Secret(TOKEN_KEY),
+            token_key=SecretStr(TOKEN_KEY),
             agent_editing=True,
-            editor_token=Secret(EDITOR_TOKEN),
+            editor_token=SecretStr(EDITOR_TOKEN),
         ),
         agent=parse_agent_file(agent_doc(TURNS)),
     )

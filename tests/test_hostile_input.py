@@ -19,10 +19,16 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from runner.agentfile import parse_agent_file
-from runner.keys import chat_keys
+from parkway.runner.agentfile import parse_agent_file
+from parkway.runner.keys import chat_keys
+from parkway.transport.app import create_app
+from parkway.transport.errors import HTTPError
+from parkway.transport.requests import parse_json
+from parkway.transport.serving import HeaderTimeoutProtocol, header_timeout_protocol
+from parkway.transport.settings import Settings
 from tests.connect_rig import TOKEN_KEY
 from tests.support import (
     TEST_SECRET,
@@ -34,11 +40,6 @@ from tests.support import (
     text,
     user_message,
 )
-from transport.app import create_app
-from transport.errors import HTTPError
-from transport.requests import parse_json
-from transport.serving import HeaderTimeoutProtocol, header_timeout_protocol
-from transport.settings import Secret, Settings
 
 TURNS = [
     [text("Pick."), call("pick", {"q": "colour"})],
@@ -56,8 +57,8 @@ LONE = '"\\ud800"'
 def _settings(**extra: Any) -> dict[str, Any]:
     return {
         "demo_oauth": True,
-        "token_key": Secret(TOKEN_KEY),
-        "editor_token": Secret(EDITOR_TOKEN),
+        "token_key": SecretStr(TOKEN_KEY),
+        "editor_token": SecretStr(EDITOR_TOKEN),
         **extra,
     }
 
@@ -106,7 +107,9 @@ async def api(server: ServerThread) -> AsyncIterator[Api]:
 async def in_process(redis_url: str, **extra: Any) -> AsyncIterator[httpx.AsyncClient]:
     """Parkway in this event loop (its lifespan run), behind httpx's ASGI transport,
     which hands the app the request body one chunk per ``receive()``."""
-    settings = Settings(redis_url=redis_url, secret_key=Secret(TEST_SECRET), **_settings(**extra))
+    settings = Settings(
+        redis_url=redis_url, secret_key=SecretStr(TEST_SECRET), **_settings(**extra)
+    )
     app = create_app(settings, agent=parse_agent_file(agent_doc(TURNS)))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -501,7 +504,7 @@ def test_parkway_serve_runs_uvicorn_with_the_header_timeout(
     monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
     """``parkway serve`` hands uvicorn the guarded protocol with the configured timeout."""
-    from transport import cli
+    from parkway.transport import cli
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(cli, "_serve", lambda app, config, *_: seen.update(config=config))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -14,14 +17,18 @@ PACKAGES = ["runner", "transport", "widgets_api"]
 
 
 def imported_modules(package: str) -> set[tuple[str, str]]:
+    """(file, module) for each absolute import in the folder ``package``; Parkway's own
+    modules are named as in the repository (``parkway.runner.x`` as ``runner.x``)."""
     found = set()
     for path in (ROOT / package).rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                found.update((path.name, alias.name) for alias in node.names)
+                found.update(
+                    (path.name, alias.name.removeprefix("parkway.")) for alias in node.names
+                )
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add((path.name, node.module))
+                found.add((path.name, node.module.removeprefix("parkway.")))
     return found
 
 
@@ -46,7 +53,7 @@ def test_widgets_api_does_not_import_transport() -> None:
 )
 def test_each_package_declares_its_public_names(package: str) -> None:
     """Every package re-exports its public names through an explicit __all__."""
-    module = importlib.import_module(package)
+    module = importlib.import_module(f"parkway.{package}")
     names = module.__all__
     missing = [name for name in names if not hasattr(module, name)]
     assert not missing, f"{package}.__all__ names what it does not define: {missing}"
@@ -102,8 +109,58 @@ def test_every_package_is_installed_with_the_distribution() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("runner", "transport", "widgets_api", "bench")
+        ".".join(("parkway", *init.parent.relative_to(ROOT).parts))
+        for top in PACKAGES
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert found <= listed, sorted(found - listed)
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_one_parkway_namespace_and_no_warnings(tmp_path: Path) -> None:
+    """What `pip install parkway` gets, built as pip builds it: everything under
+    ``parkway/`` (no generic top-level ``runner``, ``transport`` or ``bench``), the
+    playground's files included, and a build that warns of nothing in our pyproject."""
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    # pip echoes the build backend's warnings to stderr; the machine's own pip
+    # configuration may add "Location ... is ignored" lines, which are not ours.
+    ours = [
+        line
+        for line in built.stderr.splitlines()
+        if re.search(r"warn", line, re.IGNORECASE) and "Location" not in line
+    ]
+    assert not ours, built.stderr
+    (wheel,) = tmp_path.glob("parkway-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"parkway", next(t for t in tops if t.endswith(".dist-info"))}, tops
+    assert "parkway/__init__.py" not in names  # a namespace package
+    for expected in (
+        "parkway/runner/loop.py",
+        "parkway/transport/cli.py",
+        "parkway/widgets_api/connect/flow.py",
+        "parkway/widgets_api/static/playground.html",
+    ):
+        assert expected in names, expected
+    assert not [name for name in names if "/bench/" in name or "/tests/" in name]
+    # The Makefile silences setuptools' editable-install warning that a folder named like
+    # the package could shadow it: true only while no such folder exists.
+    assert not (ROOT / "parkway").exists()

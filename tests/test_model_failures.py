@@ -186,7 +186,15 @@ def _serve_cli(args: list[str], env: dict[str, str], tmp_path: Path) -> tuple[in
 
     clean = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
     proc = subprocess.run(
-        [sys.executable, "-m", "transport.cli", "serve", "--data-dir", str(tmp_path), *args],
+        [
+            sys.executable,
+            "-m",
+            "parkway.transport.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            *args,
+        ],
         env={**clean, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,

@@ -333,15 +333,15 @@ async def test_a_real_models_request_connection_parks_and_a_partial_answer_does_
     ],
 )
 def test_bad_model_specs_are_refused_naming_the_problem(value: Any, words: str) -> None:
-    from runner.errors import TemplateError
-    from runner.llm import parse_model_spec
+    from parkway.runner.errors import TemplateError
+    from parkway.runner.llm import parse_model_spec
 
     with pytest.raises(TemplateError, match=words):
         parse_model_spec(value)
 
 
 def test_a_model_spec_keeps_its_settings_and_its_own_providers_options() -> None:
-    from runner.llm import parse_model_spec
+    from parkway.runner.llm import parse_model_spec
 
     spec = parse_model_spec(
         {
@@ -358,8 +358,8 @@ def test_stored_parts_rebuild_the_providers_response_and_empty_steps_are_left_ou
     back in the pydantic-ai response; a step that said nothing is not sent at all."""
     from pydantic_ai.messages import ModelResponse, ThinkingPart, ToolCallPart, ToolReturnPart
 
-    from runner.llm.convert import to_messages
-    from runner.model import (
+    from parkway.runner.llm.convert import to_messages
+    from parkway.runner.model import (
         AssistantTurn,
         ModelRequest,
         ModelToolCall,

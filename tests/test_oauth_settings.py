@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from parkway.transport.settings import Settings, SettingsError
+from parkway.widgets_api.tokens import TokenCipher, generate_token_key
 from tests.oauth_support import SECRET
-from transport.settings import Settings, SettingsError
-from widgets_api.tokens import TokenCipher, generate_token_key
 
 PROVIDERS_JSON = json.dumps(
     [{"name": "acme", "preset": "github", "client_id": "c", "client_secret": SECRET}]
@@ -20,7 +20,7 @@ PROVIDERS_JSON = json.dumps(
 
 def test_external_redis_with_providers_requires_a_token_key(tmp_path: Path) -> None:
     """Each worker generating its own key would make tokens unreadable across workers."""
-    from transport.app import create_app
+    from parkway.transport.app import create_app
 
     settings = Settings.from_sources(
         environ={
@@ -46,17 +46,17 @@ def test_malformed_token_key_is_refused(value: str) -> None:
 
 def test_embedded_default_persists_and_reuses_the_token_key(tmp_path: Path) -> None:
     """One local server restarted keeps reading the tokens it stored."""
-    first = Settings(data_dir=tmp_path).resolve_token_key().get()
+    first = Settings(data_dir=tmp_path).resolve_token_key().get_secret_value()
     path = tmp_path / "token.key"
     assert path.read_text().strip() == first
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert Settings(data_dir=tmp_path).resolve_token_key().get() == first
+    assert Settings(data_dir=tmp_path).resolve_token_key().get_secret_value() == first
     TokenCipher.from_setting(first)  # usable
     configured = generate_token_key()
     settings = Settings.from_sources(
         environ={"PARKWAY_TOKEN_KEY": configured, "PARKWAY_DATA_DIR": str(tmp_path)}
     )
-    assert settings.resolve_token_key().get() == configured
+    assert settings.resolve_token_key().get_secret_value() == configured
 
 
 def test_settings_repr_hides_provider_json_and_token_key(tmp_path: Path) -> None:
@@ -70,4 +70,4 @@ def test_settings_repr_hides_provider_json_and_token_key(tmp_path: Path) -> None
     )
     shown = repr(settings)
     assert key not in shown and SECRET not in shown and '"client_id"' not in shown
-    assert settings.token_key is not None and settings.token_key.get() == key
+    assert settings.token_key is not None and settings.token_key.get_secret_value() == key

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from parkway.widgets_api.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 from tests.support import run_node_vectors
-from widgets_api.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors" / "overlay_merge.json"

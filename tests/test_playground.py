@@ -13,9 +13,10 @@ from typing import Any
 
 import httpx
 from playwright.sync_api import Browser, Route, expect
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from runner.demo import DEMO_AGENT
+from parkway.runner.demo import DEMO_AGENT
 from tests import tools
 from tests.browser import (
     VIEWPORT,
@@ -34,7 +35,6 @@ from tests.support import (
     server_thread,
     text,
 )
-from transport.settings import Secret
 
 CHOOSE_TOOL = next(t for t in DEMO_AGENT["template"]["tools"] if t.get("name") == "choose_option")
 HOLOGRAM_TOOL = {
@@ -100,7 +100,7 @@ def test_page_is_served_with_a_strict_csp_and_a_fixed_static_allow_list(
 
 # The built-in demo OAuth provider, as `make run` has it (the test servers use an
 # external Redis, where it is off by default).
-DEMO_PROVIDER: dict[str, Any] = {"demo_oauth": True, "token_key": Secret(TOKEN_KEY)}
+DEMO_PROVIDER: dict[str, Any] = {"demo_oauth": True, "token_key": SecretStr(TOKEN_KEY)}
 
 
 def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(

@@ -19,9 +19,9 @@ from typing import Any
 from playwright.sync_api import Browser, Page, Request, expect
 from redis.asyncio import Redis
 
-from runner.loop import Runner
-from runner.model import ModelEvent, ModelRequest, ModelTextDelta
-from runner.sweeper import Sweeper
+from parkway.runner.loop import Runner
+from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta
+from parkway.runner.sweeper import Sweeper
 from tests.browser import (
     ServerView,
     Tab,
@@ -102,8 +102,8 @@ def sweep_later(redis_url: str, template: dict[str, Any], seconds: float = 3600)
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep() -> int:
-        from runner.scripted import ScriptedModel
-        from runner.template import load_template
+        from parkway.runner.scripted import ScriptedModel
+        from parkway.runner.template import load_template
 
         client = Redis.from_url(redis_url)
         try:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from playwright.sync_api import Browser, Locator, expect
 
-from runner.errors import ModelError
-from runner.model import (
+from parkway.runner.errors import ModelError
+from parkway.runner.model import (
     ModelEvent,
     ModelReasoningDelta,
     ModelRequest,

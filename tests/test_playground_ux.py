@@ -21,8 +21,10 @@ from playwright.sync_api import (
     Route,
     expect,
 )
+from pydantic import SecretStr
 
-from runner.demo import DEMO_AGENT
+from parkway.runner.demo import DEMO_AGENT
+from parkway.transport.sessions import SessionAuthenticator
 from tests import support
 from tests.browser import VIEWPORT, ServerView, Tab, screenshot, wait_until
 from tests.connect_rig import TOKEN_KEY
@@ -36,11 +38,9 @@ from tests.support import (
     server_thread,
     text,
 )
-from transport.sessions import SessionAuthenticator
-from transport.settings import Secret
 
 # The built-in demo OAuth provider, as `make run` has it.
-DEMO_PROVIDER: dict[str, Any] = {"demo_oauth": True, "token_key": Secret(TOKEN_KEY)}
+DEMO_PROVIDER: dict[str, Any] = {"demo_oauth": True, "token_key": SecretStr(TOKEN_KEY)}
 CHOOSE_TOOL = next(t for t in DEMO_AGENT["template"]["tools"] if t.get("name") == "choose_option")
 QUESTION = {"question": "Which city?", "options": ["Lisbon", "Oslo", "Paris"]}
 PUBLISH_AGENT = agent_doc(

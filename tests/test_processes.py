@@ -142,7 +142,7 @@ def _serve_embedded(data_dir: Path, agent: Path, port: int) -> subprocess.Popen[
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.Popen(
-        [sys.executable, "-m", "transport.cli", "serve", "--port", str(port),
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--port", str(port),
          "--data-dir", str(data_dir), "--agent", str(agent), "--log-level", "warning"],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -203,7 +203,7 @@ def test_an_invalid_agent_file_fails_at_startup_naming_the_entry(tmp_path: Path)
     )
     bad.write_text(json.dumps(doc))
     result = subprocess.run(
-        [sys.executable, "-m", "transport.cli", "serve", "--agent", str(bad), "--data-dir", str(tmp_path / "d")],
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--agent", str(bad), "--data-dir", str(tmp_path / "d")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 2
@@ -215,7 +215,7 @@ def test_an_external_redis_without_a_secret_key_is_refused_at_startup(tmp_path: 
     Redis; the error says which variable to set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
     result = subprocess.run(
-        [sys.executable, "-m", "transport.cli", "serve", "--redis-url", "redis://127.0.0.1:1/0"],
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--redis-url", "redis://127.0.0.1:1/0"],
         cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 2

@@ -14,6 +14,15 @@ from typing import Any
 
 import pytest
 
+from parkway.widgets_api.providers import (
+    ProviderConfigError,
+    ProviderRegistry,
+    ProviderSpec,
+    build_provider,
+    discover,
+    load_providers,
+    parse_provider_specs,
+)
 from tests.oauth_support import (
     REG,
     SECRET,
@@ -24,15 +33,6 @@ from tests.oauth_support import (
     peer_registry,
 )
 from tests.oidc_peer import OidcPeer, oidc_peer
-from widgets_api.providers import (
-    ProviderConfigError,
-    ProviderRegistry,
-    ProviderSpec,
-    build_provider,
-    discover,
-    load_providers,
-    parse_provider_specs,
-)
 
 
 @pytest.fixture(scope="module")

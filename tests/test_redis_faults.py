@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import Run, Runner, RunnerConfig, chat_keys, parse_agent_file
-from runner import _scripts as scripts
-from runner.connection import RedisClient, connect
-from runner.events import (
+from parkway.runner import Run, Runner, RunnerConfig, chat_keys, parse_agent_file
+from parkway.runner import _scripts as scripts
+from parkway.runner.connection import RedisClient, connect
+from parkway.runner.events import (
     CallParked,
     Event,
     MessageFinished,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     Answer,
     AnswerMismatchError,
     ChatBusyError,
@@ -23,7 +23,7 @@ from runner import (
     SettleConflictError,
     parse_agent_file,
 )
-from runner.events import (
+from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
     Event,
@@ -416,7 +416,7 @@ async def test_the_script_counts_model_calls_across_turns_and_ends_cleanly(redis
 
 async def test_a_repeated_user_message_id_is_refused(redis: Redis) -> None:
     """A resent user message (same id) never starts a second turn."""
-    from runner import DuplicateMessageError
+    from parkway.runner import DuplicateMessageError
 
     runner = make_runner(redis, [[text("one")], [text("two")]])
     await turn(runner, "dup", "a", uid="same")

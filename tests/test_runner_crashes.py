@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     ChatBusyError,
     NothingToResumeError,
     chat_keys,
 )
-from runner.events import (
+from parkway.runner.events import (
     CallParked,
 )
 from tests import tools as test_tools

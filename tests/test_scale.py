@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner.keys import chat_keys
+from parkway.runner.keys import chat_keys
 from tests.support import (
     Api,
     ParkwayProcess,

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from parkway.transport.sessions import COOKIE_NAME
 from tests.connect_rig import Browser, Rig, start_rig
 from tests.oidc_peer import login_and_consent, oidc_peer
 from tests.support import ServerThread, agent_doc, sse_chunks, text, user_message
-from transport.sessions import COOKIE_NAME
 
 needs_node = pytest.mark.skipif(
     shutil.which("node") is None, reason="the `node` executable is not on PATH"

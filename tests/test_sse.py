@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sse_starlette import ServerSentEvent
 
-from transport.sse import SseDecoder, sse_chunks, sse_data
+from parkway.transport.sse import SseDecoder, sse_chunks, sse_data
 
 
 @pytest.mark.parametrize(

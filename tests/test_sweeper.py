@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     ParkedCall,
     Runner,
     RunnerConfig,
@@ -22,10 +22,11 @@ from runner import (
     normalize_outcome,
     parse_agent_file,
 )
-from runner.canonical import canonical_json
-from runner.events import ToolDenied, ToolSucceeded
-from runner.keys import DEADLINES, deadline_member
-from runner.sweeper import TIMEOUT_OUTCOME
+from parkway.runner.canonical import canonical_json
+from parkway.runner.events import ToolDenied, ToolSucceeded
+from parkway.runner.keys import DEADLINES, deadline_member
+from parkway.runner.sweeper import TIMEOUT_OUTCOME
+from parkway.transport.settings import Settings, SettingsError
 from tests import tools as test_tools
 from tests.support import (
     CONNECT_EMBED,
@@ -50,7 +51,6 @@ from tests.sweeper_rig import (
     resume,
     said,
 )
-from transport.settings import Settings, SettingsError
 
 # -- what the model sees ----------------------------------------------------------------
 

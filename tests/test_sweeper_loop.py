@@ -18,13 +18,13 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
-from runner import (
+from parkway.runner import (
     Sweeper,
     SweepReport,
     _scripts,
 )
-from runner.keys import DEADLINES, chat_keys
-from runner.sweeper import TIMEOUT_OUTCOME
+from parkway.runner.keys import DEADLINES, chat_keys
+from parkway.runner.sweeper import TIMEOUT_OUTCOME
 from tests.support import (
     ROOT,
     call,
@@ -100,7 +100,7 @@ async def test_run_survives_redis_errors_and_failing_listeners(
         return await real(now_ms, limit)
 
     sweeper.store.expired_deadlines = flaky  # type: ignore[method-assign]
-    caplog.set_level(logging.INFO, logger="runner.sweeper")
+    caplog.set_level(logging.INFO, logger="parkway.runner.sweeper")
     task = asyncio.create_task(sweeper.run(interval_s=0.005))
     try:
         await asyncio.wait_for(done.wait(), 10)

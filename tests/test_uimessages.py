@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from runner.loop import Answer
-from transport.errors import HTTPError
-from transport.uimessages import parse_chat_post
+from parkway.runner.loop import Answer
+from parkway.transport.errors import HTTPError
+from parkway.transport.uimessages import parse_chat_post
 
 
 def post(*messages: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from runner import (
+from parkway.runner import (
     END_OF_SCRIPT,
     NotPlainJSONError,
     Runner,
@@ -21,10 +21,16 @@ from runner import (
     parked_call_key,
     parse_agent_file,
 )
-from runner.demo import DEMO_AGENT, get_weather, publish_report
-from runner.events import CallParked, MessageFinished, TextDelta, ToolCallIssued, ToolSucceeded
-from runner.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
-from runner.model import (
+from parkway.runner.demo import DEMO_AGENT, get_weather, publish_report
+from parkway.runner.events import (
+    CallParked,
+    MessageFinished,
+    TextDelta,
+    ToolCallIssued,
+    ToolSucceeded,
+)
+from parkway.runner.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
+from parkway.runner.model import (
     AssistantTurn,
     ModelRequest,
     ModelTextDelta,
@@ -32,11 +38,11 @@ from runner.model import (
     ToolResult,
     UserTurn,
 )
-from runner.parking import ParkedCall, decode_call, encode_call
+from parkway.runner.parking import ParkedCall, decode_call, encode_call
+from parkway.transport.encoder import encode_event
+from parkway.transport.settings import Settings, SettingsError
+from parkway.widgets_api import describe_call
 from tests.support import agent_doc, call, text
-from transport.encoder import encode_event
-from transport.settings import Settings, SettingsError
-from widgets_api import describe_call
 
 
 def test_canonical_json_sorts_keys_and_drops_whitespace() -> None:
@@ -65,7 +71,14 @@ def test_parked_call_key_treats_absent_input_as_empty_object() -> None:
             [{"type": "function", "name": "f", "ref": "nomodule:f"}],
             "tools[0] 'f': module 'nomodule'",
         ),
-        ([{"type": "function", "name": "f", "ref": "runner.demo:nope"}], "has no attribute 'nope'"),
+        (
+            [{"type": "function", "name": "f", "ref": "parkway.runner.demo:nope"}],
+            "has no attribute 'nope'",
+        ),
+        (
+            [{"type": "function", "name": "f", "ref": "runner.no_such_module:f"}],
+            "module 'runner.no_such_module' cannot be imported",
+        ),
         ([{"type": "client", "name": "c"}], "tools[0] 'c': input_schema"),
         ([{"type": "client", "name": "c", "input_schema": {"type": 3}}], "not a valid JSON Schema"),
         ([{"type": "platform", "op": "nope"}], "unknown platform op 'nope'"),
@@ -91,6 +104,14 @@ def test_invalid_templates_fail_at_load_naming_the_entry(tools: list[Any], messa
     with pytest.raises(TemplateError) as error:
         load_template({"tools": tools})
     assert message in str(error.value)
+
+
+def test_a_ref_from_before_the_parkway_namespace_names_the_same_function() -> None:
+    """Agent files and cassettes written when Parkway's packages were top-level say
+    "runner.demo:get_weather"; it resolves to Parkway's function, not a second copy of the
+    module imported from a checkout's folder."""
+    tools = [{"type": "function", "name": "w", "ref": "runner.demo:get_weather"}]
+    assert load_template({"tools": tools}).tools["w"].func is get_weather
 
 
 def test_request_connection_embed_resolves_to_a_connect_client_tool() -> None:
@@ -431,7 +452,7 @@ def test_parked_call_records_round_trip_and_reject_unknown_versions() -> None:
     assert decode_call(encode_call(call), '{"outcome":"declined"}').outcome == {
         "outcome": "declined"
     }
-    from runner import IncompatibleStateError
+    from parkway.runner import IncompatibleStateError
 
     with pytest.raises(IncompatibleStateError, match="version 2"):
         decode_call(encode_call(call).replace('"v":1', '"v":2'))
@@ -480,7 +501,7 @@ def test_replay_rebuilds_finished_calls_without_re_firing_and_pending_ones_as_th
     """The resume replay of a continued message: the answered call of step one comes back
     as input-start/delta/output (no onToolCall), the pending approval of step two as
     input-available plus its approval request."""
-    from transport.replay import replay_message
+    from parkway.transport.replay import replay_message
 
     message = {
         "id": "M",
@@ -531,7 +552,7 @@ def test_an_empty_approval_policy_name_is_refused() -> None:
     entry = {
         "type": "function",
         "name": "f",
-        "ref": "runner.demo:get_weather",
+        "ref": "parkway.runner.demo:get_weather",
         "needs_approval": "",
     }
     with pytest.raises(TemplateError, match="policy name"):

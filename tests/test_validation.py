@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runner.validation import ECHO_MAX, describe_first_error
+from parkway.runner.validation import ECHO_MAX, describe_first_error
 
 
 class Body(BaseModel):

@@ -22,10 +22,10 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
-from runner.connection import RedisClient
-from runner.embedded import redis_server_binary
-from runner.errors import StateError
-from runner.keys import DEADLINES, ChatKeys, owned_without_ttl, parse_deadline_member
+from parkway.runner.connection import RedisClient
+from parkway.runner.embedded import redis_server_binary
+from parkway.runner.errors import StateError
+from parkway.runner.keys import DEADLINES, ChatKeys, owned_without_ttl, parse_deadline_member
 from tests.support import free_port
 
 __all__ = [

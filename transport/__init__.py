@@ -1,18 +1,17 @@
 """Parkway's transport: the AI SDK UI message stream encoder, HTTP routes, app and CLI."""
 
-from transport.app import create_app
-from transport.chunks import Chunk
-from transport.encoder import WIDGET_PART, encode_event
-from transport.errors import HTTPError
-from transport.sessions import Authenticator, SessionAuthenticator
-from transport.settings import Secret, Settings, SettingsError
+from parkway.transport.app import create_app
+from parkway.transport.chunks import Chunk
+from parkway.transport.encoder import WIDGET_PART, encode_event
+from parkway.transport.errors import HTTPError
+from parkway.transport.sessions import Authenticator, SessionAuthenticator
+from parkway.transport.settings import Settings, SettingsError
 
 __all__ = [
     "WIDGET_PART",
     "Authenticator",
     "Chunk",
     "HTTPError",
-    "Secret",
     "SessionAuthenticator",
     "Settings",
     "SettingsError",

@@ -1,4 +1,5 @@
-"""Comparing a replayed response with a recorded one (private to :mod:`transport.cassettes`).
+"""Comparing a replayed response with a recorded one (private to
+:mod:`parkway.transport.cassettes`).
 
 Two things make a faithful replay differ byte for byte from its recording: ids the
 server generates (``msg_…``, ``call_…``, ``apr_…``) and deadlines (wall-clock times).

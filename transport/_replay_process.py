@@ -1,4 +1,4 @@
-"""The server side of a replay (private to :mod:`transport.cassettes`): ``parkway serve``
+"""The server side of a replay (private to :mod:`parkway.transport.cassettes`): ``parkway serve``
 as a child process that can be killed and started again on the same Redis, and a
 minimal HTTP client that reads whole responses.
 
@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 
 from redis import Redis
 
-from runner.embedded import EmbeddedRedis
-from runner.errors import ParkwayError
-from runner.keys import ChatKeys
+from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.errors import ParkwayError
+from parkway.runner.keys import ChatKeys
 
 __all__ = ["CassetteError", "ReplayServer", "ServerProcess", "http_request", "scratch_server"]
 
@@ -97,7 +97,7 @@ class ServerProcess:
             raise CassetteError("the replay server is already running")
         port = _free_port()
         argv = [
-            sys.executable, "-m", "transport.cli", "serve",
+            sys.executable, "-m", "parkway.transport.cli", "serve",
             "--host", "127.0.0.1", "--port", str(port),
             "--redis-url", self.redis_url,
             "--agent", str(self.agent_file),

@@ -22,7 +22,7 @@ from typing import Literal
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from transport.errors import HTTPError
+from parkway.transport.errors import HTTPError
 
 __all__ = ["Admission", "AdmittedStream", "Release"]
 

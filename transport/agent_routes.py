@@ -14,7 +14,7 @@ and requests carrying the operator's ``editor_token`` in ``X-Parkway-Editor-Toke
 local playground (the embedded Redis, bound to loopback, no public URL, nobody named)
 every session is an editor. Anyone else runs working copies in their own chats only,
 and those may not reach further on the server than the committed agent
-(:func:`runner.agents.check_working_copy`); their build kit leaves out what they could
+(:func:`parkway.runner.agents.check_working_copy`); their build kit leaves out what they could
 not use. ``GET /api/agent`` says ``mayCommit``, and ``drift`` when the head differs from
 the agent file.
 """
@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runner.agents import (
+from parkway.runner.agents import (
     AgentStore,
     Editors,
     NotAnEditorError,
@@ -40,12 +40,12 @@ from runner.agents import (
     check_function_tools,
     check_working_copy,
 )
-from runner.errors import TemplateError
-from runner.template import AgentTemplate, load_template
-from transport.errors import HTTPError
-from transport.requests import invalid_body, principal_of, read_json
-from transport.settings import Settings
-from widgets_api.overlay import build_kit_overlay
+from parkway.runner.errors import TemplateError
+from parkway.runner.template import AgentTemplate, load_template
+from parkway.transport.errors import HTTPError
+from parkway.transport.requests import invalid_body, principal_of, read_json
+from parkway.transport.settings import Settings
+from parkway.widgets_api.overlay import build_kit_overlay
 
 __all__ = [
     "EDITOR_TOKEN_HEADER",
@@ -106,7 +106,7 @@ def is_editor(request: Request, principal: str) -> bool:
     return (
         given is not None
         and expected is not None
-        and secrets.compare_digest(given.encode(), expected.get().encode())
+        and secrets.compare_digest(given.encode(), expected.get_secret_value().encode())
     )
 
 

@@ -25,25 +25,31 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runner.agentfile import AgentFile, load_agent_file, parse_agent_file
-from runner.agents import AgentStore
-from runner.connection import RedisClient, connect, is_redis_outage
-from runner.demo import DEMO_AGENT
-from runner.embedded import EmbeddedRedis
-from runner.errors import ParkwayError, SettleConflictError
-from runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
-from runner.loop import Runner, RunnerConfig
-from runner.sweeper import Sweeper
-from transport.admission import Admission
-from transport.agent_routes import agent_routes, editors_of, warn_of_drift
-from transport.errors import HTTPError, redis_unavailable, status_for
-from transport.requests import BodyReader
-from transport.routes import api_routes
-from transport.sessions import Authenticator, SessionAuthenticator
-from transport.settings import Settings, SettingsError, flag_and_variable
-from widgets_api import describe_call, widget_routes
-from widgets_api.oauth import DEMO_MOUNT, DemoDispatch, OAuthRuntime, OAuthSettings, start_oauth
-from widgets_api.providers import parse_provider_specs
+from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from parkway.runner.agents import AgentStore
+from parkway.runner.connection import RedisClient, connect, is_redis_outage
+from parkway.runner.demo import DEMO_AGENT
+from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.errors import ParkwayError, SettleConflictError
+from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
+from parkway.runner.loop import Runner, RunnerConfig
+from parkway.runner.sweeper import Sweeper
+from parkway.transport.admission import Admission
+from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
+from parkway.transport.errors import HTTPError, redis_unavailable, status_for
+from parkway.transport.requests import BodyReader
+from parkway.transport.routes import api_routes
+from parkway.transport.sessions import Authenticator, SessionAuthenticator
+from parkway.transport.settings import Settings, SettingsError, flag_and_variable
+from parkway.widgets_api import describe_call, widget_routes
+from parkway.widgets_api.oauth import (
+    DEMO_MOUNT,
+    DemoDispatch,
+    OAuthRuntime,
+    OAuthSettings,
+    start_oauth,
+)
+from parkway.widgets_api.providers import parse_provider_specs
 
 __all__ = ["agent_id_for", "create_app"]
 

@@ -54,11 +54,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from runner.agentfile import parse_agent_file
-from runner.errors import ParkwayError
-from runner.keys import CHAT_ID
-from runner.validation import describe_first_error
-from transport._cassette_diff import (
+from parkway.runner.agentfile import parse_agent_file
+from parkway.runner.errors import ParkwayError
+from parkway.runner.keys import CHAT_ID
+from parkway.runner.validation import describe_first_error
+from parkway.transport._cassette_diff import (
     Difference,
     IdTable,
     Note,
@@ -67,14 +67,14 @@ from transport._cassette_diff import (
     merge_deltas,
     translate,
 )
-from transport._replay_process import (
+from parkway.transport._replay_process import (
     CassetteError,
     ReplayServer,
     ServerProcess,
     http_request,
     scratch_server,
 )
-from transport.sse import sse_chunks
+from parkway.transport.sse import sse_chunks
 
 if TYPE_CHECKING:
     import httpx

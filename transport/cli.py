@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
-    from transport.settings import Settings
+    from parkway.transport.settings import Settings
 
 __all__ = ["main"]
 
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # -- parkway replay (begin) --
 def _replay(path: str, *, cold: bool, redis_url: str | None) -> int:
-    from transport.cassettes import CassetteError, load_cassette, replay
+    from parkway.transport.cassettes import CassetteError, load_cassette, replay
 
     try:
         report = replay(load_cassette(path), cold=cold, redis_url=redis_url)
@@ -118,14 +118,14 @@ def _replay(path: str, *, cold: bool, redis_url: str | None) -> int:
 def _agent_reset(flags: dict[str, str | None]) -> int:
     """``parkway agent reset``: the agent file's version as the head again. The agent
     is found as the server finds it (same agent file, same Redis, same id)."""
-    from runner.agentfile import load_agent_file, parse_agent_file
-    from runner.agents import AgentStore
-    from runner.connection import connect
-    from runner.demo import DEMO_AGENT
-    from runner.embedded import EmbeddedRedis
-    from runner.errors import ParkwayError
-    from transport.app import agent_id_for
-    from transport.settings import Settings, SettingsError
+    from parkway.runner.agentfile import load_agent_file, parse_agent_file
+    from parkway.runner.agents import AgentStore
+    from parkway.runner.connection import connect
+    from parkway.runner.demo import DEMO_AGENT
+    from parkway.runner.embedded import EmbeddedRedis
+    from parkway.runner.errors import ParkwayError
+    from parkway.transport.app import agent_id_for
+    from parkway.transport.settings import Settings, SettingsError
 
     async def reset(settings: Settings) -> str:
         agent = (
@@ -169,7 +169,7 @@ def _agent_reset(flags: dict[str, str | None]) -> int:
 def _bind(settings: Settings) -> socket.socket:
     """The server's socket, bound before anything starts (as uvicorn binds for its
     workers), so a port in use stops ``parkway serve`` at once with one line."""
-    from transport.settings import SettingsError, flag_and_variable
+    from parkway.transport.settings import SettingsError, flag_and_variable
 
     host, port = settings.host, settings.port
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -193,7 +193,7 @@ def _bind(settings: Settings) -> socket.socket:
 def _uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
     import uvicorn
 
-    from transport.serving import header_timeout_protocol
+    from parkway.transport.serving import header_timeout_protocol
 
     return uvicorn.Config(
         app,
@@ -248,11 +248,11 @@ def _serve(
 
 def _run_server(flags: dict[str, str | None]) -> int:
     """``parkway serve``: a startup error is one line on stderr and exit code 2."""
-    from runner.errors import ParkwayError
-    from transport.app import create_app
-    from transport.settings import Settings, SettingsError
-    from widgets_api.oauth import check_providers
-    from widgets_api.providers import ProviderConfigError, parse_provider_specs
+    from parkway.runner.errors import ParkwayError
+    from parkway.transport.app import create_app
+    from parkway.transport.settings import Settings, SettingsError
+    from parkway.widgets_api.oauth import check_providers
+    from parkway.widgets_api.providers import ProviderConfigError, parse_provider_specs
 
     startup_errors = (SettingsError, ParkwayError, ProviderConfigError)
     try:

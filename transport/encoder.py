@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runner.events import (
+from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
     DataPublished,
@@ -34,8 +34,8 @@ from runner.events import (
     ToolInputStarted,
     ToolSucceeded,
 )
-from runner.parking import ParkedCall
-from transport.chunks import (
+from parkway.runner.parking import ParkedCall
+from parkway.transport.chunks import (
     Chunk,
     DataChunk,
     ErrorChunk,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runner.errors import (
+from parkway.runner.errors import (
     AnswerMismatchError,
     CallerError,
     CallNotFoundError,

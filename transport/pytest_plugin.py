@@ -22,7 +22,7 @@ from typing import Protocol
 
 import pytest
 
-from transport.cassettes import (
+from parkway.transport.cassettes import (
     Cassette,
     CassetteError,
     ReplayReport,

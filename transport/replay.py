@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from transport.chunks import (
+from parkway.transport.chunks import (
     Chunk,
     DataChunk,
     FinishChunk,

@@ -30,9 +30,9 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from runner.validation import describe_first_error
-from transport.errors import HTTPError
-from transport.settings import Settings
+from parkway.runner.validation import describe_first_error
+from parkway.transport.errors import HTTPError
+from parkway.transport.settings import Settings
 
 __all__ = ["BodyReader", "invalid_body", "parse_json", "principal_of", "read_json"]
 

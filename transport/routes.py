@@ -1,7 +1,7 @@
 """The HTTP routes of the chat API.
 
 Routes validate size, shape and ownership, call the runner, and hand runner events to
-the encoder; SSE framing happens in :mod:`transport.streaming` alone.
+the encoder; SSE framing happens in :mod:`parkway.transport.streaming` alone.
 """
 
 from __future__ import annotations
@@ -15,23 +15,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runner.canonical import parked_call_key
-from runner.errors import ChatNotFoundError, NothingToResumeError, NotPlainJSONError
-from runner.eventlog import INTERRUPTED
-from runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
-from runner.loop import Run, Runner
-from runner.parking import ParkedCall
-from runner.store import ChatRecord
-from transport.admission import Admission, AdmittedStream
-from transport.agent_routes import is_editor, working_template
-from transport.chunks import ErrorChunk
-from transport.errors import HTTPError
-from transport.replay import replay_message
-from transport.requests import invalid_body, principal_of, read_json
-from transport.sessions import SessionAuthenticator
-from transport.settings import Settings
-from transport.streaming import Describer, follow_response, replay_response, stream_response
-from transport.uimessages import ChatPost, chat_messages, parse_chat_post
+from parkway.runner.canonical import parked_call_key
+from parkway.runner.errors import ChatNotFoundError, NothingToResumeError, NotPlainJSONError
+from parkway.runner.eventlog import INTERRUPTED
+from parkway.runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
+from parkway.runner.loop import Run, Runner
+from parkway.runner.parking import ParkedCall
+from parkway.runner.store import ChatRecord
+from parkway.transport.admission import Admission, AdmittedStream
+from parkway.transport.agent_routes import is_editor, working_template
+from parkway.transport.chunks import ErrorChunk
+from parkway.transport.errors import HTTPError
+from parkway.transport.replay import replay_message
+from parkway.transport.requests import invalid_body, principal_of, read_json
+from parkway.transport.sessions import SessionAuthenticator
+from parkway.transport.settings import Settings
+from parkway.transport.streaming import Describer, follow_response, replay_response, stream_response
+from parkway.transport.uimessages import ChatPost, chat_messages, parse_chat_post
 
 __all__ = ["api_routes"]
 

@@ -11,7 +11,7 @@ and the app never hears of it, as it sees a request only once its headers are co
 again when a response is complete, disarmed when the next request's headers are, and
 never pushed back by the bytes that arrive meanwhile. On expiry the connection is closed
 without an answer. The body has its own limit, enforced by the app's body reader
-(``body_read_timeout_s``, see :mod:`transport.requests`).
+(``body_read_timeout_s``, see :mod:`parkway.transport.requests`).
 """
 
 from __future__ import annotations

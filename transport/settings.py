@@ -39,12 +39,12 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
-from runner.connection import parse_redis_url
-from runner.errors import CallerError, TemplateError
-from runner.llm.spec import ModelSpec, parse_model_spec
-from widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
+from parkway.runner.connection import parse_redis_url
+from parkway.runner.errors import CallerError, TemplateError
+from parkway.runner.llm.spec import ModelSpec, parse_model_spec
+from parkway.widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
 
-__all__ = ["Secret", "Settings", "SettingsError"]
+__all__ = ["Settings", "SettingsError"]
 
 ENV_PREFIX = "PARKWAY_"
 
@@ -71,15 +71,6 @@ class SettingsError(ValueError):
     """A setting is missing or invalid; the message names it and the fix."""
 
 
-class Secret(SecretStr):
-    """A string that never shows itself in a repr or a log line: pydantic's
-    :class:`~pydantic.SecretStr`, whose ``get_secret_value()`` reads it. ``get()`` is the
-    same, kept for the callers written before settings moved to pydantic."""
-
-    def get(self) -> str:
-        return self.get_secret_value()
-
-
 def flag_and_variable(name: str) -> str:
     """How an operator sets ``name``: its flag, if any, and its environment variable."""
     variable = f"{ENV_PREFIX}{name.upper()}"
@@ -91,11 +82,6 @@ def _origin(value: str) -> str:
     if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
         raise ValueError(f"{value!r} is not an origin like https://app.example.com")
     return f"{parts.scheme}://{parts.netloc}".lower()
-
-
-def _unwrap(value: Any) -> Any:
-    """A secret given as any ``SecretStr`` (or a plain string) becomes a :class:`Secret`."""
-    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 def _comma_separated(value: Any) -> Any:
@@ -118,7 +104,7 @@ def _switch(value: Any) -> Any:
     raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
 
 
-def _token_key(value: Secret) -> Secret:
+def _token_key(value: SecretStr) -> SecretStr:
     try:
         TokenCipher.from_setting(value.get_secret_value())
     except TokenKeyError as exc:
@@ -126,8 +112,8 @@ def _token_key(value: Secret) -> Secret:
     return value
 
 
-SecretSetting = Annotated[Secret, BeforeValidator(_unwrap), Field(min_length=32)]
-TokenKey = Annotated[Secret, BeforeValidator(_unwrap), AfterValidator(_token_key)]
+SecretSetting = Annotated[SecretStr, Field(min_length=32)]
+TokenKey = Annotated[SecretStr, AfterValidator(_token_key)]
 Switch = Annotated[bool, BeforeValidator(_switch)]
 Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_separated)]
 Timeout = Annotated[float, Field(gt=0, le=120)]
@@ -334,7 +320,7 @@ class Settings(BaseSettings):
         """True when Parkway runs its own Redis (no ``redis_url`` given)."""
         return self.redis_url is None
 
-    def resolve_token_key(self) -> Secret:
+    def resolve_token_key(self) -> SecretStr:
         """The key that encrypts OAuth tokens at rest: the configured one; for the
         embedded default a generated key persisted in the data folder. With an external
         Redis (production) it is required: a generated key would differ per worker."""
@@ -348,9 +334,9 @@ class Settings(BaseSettings):
                 "`python -c 'import secrets,base64;"
                 "print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())'`)"
             )
-        return Secret(self._persisted_key("token.key", generate_token_key))
+        return SecretStr(self._persisted_key("token.key", generate_token_key))
 
-    def resolve_secret(self) -> Secret:
+    def resolve_secret(self) -> SecretStr:
         """The session-signing key: the configured one; for the embedded default a
         generated key persisted in the data folder. An external Redis means several
         workers, which must share one key, so there it is required."""
@@ -366,7 +352,7 @@ class Settings(BaseSettings):
             raise SettingsError(
                 f"{self.data_dir / 'secret.key'} holds no usable key; delete it to make a new one"
             )
-        return Secret(key)
+        return SecretStr(key)
 
     def _persisted_key(self, name: str, make: Callable[[], str]) -> str:
         path = self.data_dir / name

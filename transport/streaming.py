@@ -17,13 +17,13 @@ from typing import Any
 
 from sse_starlette import EventSourceResponse
 
-from runner.connection import is_redis_outage
-from runner.events import Event
-from runner.loop import Run, Runner
-from runner.parking import ParkedCall
-from transport.chunks import ErrorChunk
-from transport.encoder import encode_event
-from widgets_api.descriptors import describe_call
+from parkway.runner.connection import is_redis_outage
+from parkway.runner.events import Event
+from parkway.runner.loop import Run, Runner
+from parkway.runner.parking import ParkedCall
+from parkway.transport.chunks import ErrorChunk
+from parkway.transport.encoder import encode_event
+from parkway.widgets_api.descriptors import describe_call
 
 __all__ = ["STREAM_HEADERS", "Describer", "follow_response", "replay_response", "stream_response"]
 

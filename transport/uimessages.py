@@ -29,12 +29,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from runner.history import UNKNOWN_RESULT, messages_metadata
-from runner.loop import Answer
-from runner.parking import ParkedCall
-from runner.store import ChatRecord
-from transport.errors import HTTPError
-from transport.requests import invalid_body
+from parkway.runner.history import UNKNOWN_RESULT, messages_metadata
+from parkway.runner.loop import Answer
+from parkway.runner.parking import ParkedCall
+from parkway.runner.store import ChatRecord
+from parkway.transport.errors import HTTPError
+from parkway.transport.requests import invalid_body
 
 __all__ = ["ChatPost", "chat_messages", "parse_chat_post"]
 

@@ -3,7 +3,7 @@
 A connection is created by the connect flow's callback and named by its id in the
 ``request_connection`` result; the tokens never leave this module except as the access
 token handed to a server tool's code (:meth:`ConnectionStore.access_token`, the
-:class:`runner.credentials.Credentials` the runner is given). Several accounts per
+:class:`parkway.runner.credentials.Credentials` the runner is given). Several accounts per
 provider are allowed; reconnecting the same account (same provider subject) updates its
 connection in place.
 
@@ -32,11 +32,11 @@ from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from redis.exceptions import LockNotOwnedError
 
-from runner.connection import RedisClient, as_text
-from runner.credentials import ConnectionUnavailableError
-from widgets_api.keys import ConnectionKeys
-from widgets_api.providers import Provider, ProviderRegistry
-from widgets_api.tokens import TokenCipher, TokenKeyError
+from parkway.runner.connection import RedisClient, as_text
+from parkway.runner.credentials import ConnectionUnavailableError
+from parkway.widgets_api.keys import ConnectionKeys
+from parkway.widgets_api.providers import Provider, ProviderRegistry
+from parkway.widgets_api.tokens import TokenCipher, TokenKeyError
 
 __all__ = ["Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
 
@@ -150,7 +150,7 @@ _text = as_text
 
 
 class ConnectionStore:
-    """Connections in Redis (keys in :class:`widgets_api.keys.ConnectionKeys`)."""
+    """Connections in Redis (keys in :class:`parkway.widgets_api.keys.ConnectionKeys`)."""
 
     def __init__(
         self,
@@ -332,7 +332,7 @@ class ConnectionStore:
     async def access_token(
         self, principal: str, connection_id: str, *, scopes: Sequence[str] = ()
     ) -> str:
-        """A usable access token (see :class:`runner.credentials.Credentials`)."""
+        """A usable access token (see :class:`parkway.runner.credentials.Credentials`)."""
         keys = self._keys(principal)
         key = keys.connection(connection_id)
         raw = await self.redis.hgetall(key)

@@ -5,7 +5,7 @@ and is served again by ``GET /api/chats/{id}``. It carries what the widget needs
 not in the tool call's input: the kind of widget, the tool, the deadline, the approval id,
 and the URL to watch the call's status on the server. A connect widget's ``startUrl``
 carries a fresh one-time start token each time it is described (a reloaded page gets a
-new one; see :mod:`widgets_api.connect.start_tokens`).
+new one; see :mod:`parkway.widgets_api.connect.start_tokens`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from runner.parking import ParkedCall
-from runner.workflows import REQUEST_CONNECTION
+from parkway.runner.parking import ParkedCall
+from parkway.runner.workflows import REQUEST_CONNECTION
 
 __all__ = ["StartToken", "describe_call"]
 

@@ -2,7 +2,7 @@
 connections, and the built-in demo OAuth provider.
 
 The runner's keys (chats, the deadline index, agent revisions) are in
-:mod:`runner.keys`; the two modules are the only ones that spell key names. The keys
+:mod:`parkway.runner.keys`; the two modules are the only ones that spell key names. The keys
 of one parked call (the flow pointer, spent start tokens) carry the chat's hash tag
 ``{<chat id>}``, those of one principal's connections the tag ``{c:<digest>}``, so each
 multi-key script or transaction stays on one Redis Cluster slot; the demo provider's
@@ -11,7 +11,7 @@ keys have no common tag (it runs on one Redis node). Every key here has a TTL.
 
 from __future__ import annotations
 
-from runner.keys import check_chat_id
+from parkway.runner.keys import check_chat_id
 
 __all__ = [
     "DEMO_OAUTH_PREFIX",

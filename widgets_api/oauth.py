@@ -2,7 +2,7 @@
 the token cipher, the connection store and the connect flow.
 
 ``transport``'s lifespan calls :func:`start_oauth` once Redis and the runner exist; the
-runner gets the connection store as its :class:`runner.credentials.Credentials`, and the
+runner gets the connection store as its :class:`parkway.runner.credentials.Credentials`, and the
 flow's settle listener.
 """
 
@@ -21,19 +21,19 @@ from starlette.responses import JSONResponse
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
-from runner.connection import RedisClient
-from runner.loop import Runner
-from widgets_api.connect import ConnectFlow
-from widgets_api.connections import ConnectionStore
-from widgets_api.demo_provider import DemoProvider
-from widgets_api.providers import (
+from parkway.runner.connection import RedisClient
+from parkway.runner.loop import Runner
+from parkway.widgets_api.connect import ConnectFlow
+from parkway.widgets_api.connections import ConnectionStore
+from parkway.widgets_api.demo_provider import DemoProvider
+from parkway.widgets_api.providers import (
     ProviderConfigError,
     ProviderRegistry,
     ProviderSpec,
     build_provider,
     load_providers,
 )
-from widgets_api.tokens import TokenCipher
+from parkway.widgets_api.tokens import TokenCipher
 
 __all__ = [
     "DEMO_MOUNT",

@@ -5,7 +5,7 @@ with the published agent: every registered platform op, every reserved
 workflow as an embed (``request_connection``), the authoring skills, and elevated
 sandbox permissions. It is built from the registries, so a new op or workflow appears in
 the kit without touching this module. The runner never applies it; the playground
-merges it (:func:`merge_overlay`, the rules in :mod:`runner.merge`, pinned by
+merges it (:func:`merge_overlay`, the rules in :mod:`parkway.runner.merge`, pinned by
 ``tests/vectors/overlay_merge.json`` for the page's ``static/overlay.js``) into a
 throwaway copy of the template for each run while its kit toggle is on, never on commit.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
-from runner.platform import AUTHORING_SKILLS, PLATFORM_OPS, SANDBOX_PERMISSIONS
-from runner.workflows import RESERVED_WORKFLOWS
+from parkway.runner.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
+from parkway.runner.platform import AUTHORING_SKILLS, PLATFORM_OPS, SANDBOX_PERMISSIONS
+from parkway.runner.workflows import RESERVED_WORKFLOWS
 
 __all__ = [
     "LIST_SECTIONS",

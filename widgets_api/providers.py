@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.validation import describe_first_error
+from parkway.runner.validation import describe_first_error
 
 __all__ = [
     "PRESETS",

@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from transport.cassettes import Cassette, Recorder, save_cassette
-from transport.sse import sse_chunks
+from parkway.transport.cassettes import Cassette, Recorder, save_cassette
+from parkway.transport.sse import sse_chunks
 
 CHAT = "trip"
 DESCRIPTION = (

@@ -1,15 +1,15 @@
 """The provider adapter: Parkway's model interface over pydantic-ai's model layer.
 
-:class:`ProviderModel` turns a Parkway :class:`~runner.model.ModelRequest` into a
-pydantic-ai request (conversion in :mod:`runner.llm.convert`), streams the response as
-Parkway model events, and ends with a :class:`~runner.model.ModelStepEnd` carrying the
+:class:`ProviderModel` turns a Parkway :class:`~parkway.runner.model.ModelRequest` into a
+pydantic-ai request (conversion in :mod:`parkway.runner.llm.convert`), streams the response as
+Parkway model events, and ends with a :class:`~parkway.runner.model.ModelStepEnd` carrying the
 provider's parts for storage.
 
 Failures are definite. Before the first event reaches the runner, a rate limit, an
 overloaded or failing server, a timeout or a dropped connection is tried again with
 backoff (honouring the provider's ``Retry-After``), a bounded number of times; after
 that, or once anything has streamed, or for a refusal that waiting cannot fix (bad key,
-unknown model, context too long), it raises :class:`~runner.errors.ModelError` whose
+unknown model, context too long), it raises :class:`~parkway.runner.errors.ModelError` whose
 message names the provider and the cause. The retry loop is ours rather than the SDKs'
 (theirs are turned off) because whether a retry is safe depends on what this stream has
 already given the runner, and because it must behave the same for every provider.
@@ -50,11 +50,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model as PAModel
 from pydantic_ai.settings import ModelSettings
 
-from runner.errors import ModelError
-from runner.llm.convert import request_parameters, step_end, to_messages, tool_calls
-from runner.llm.policy import RetryPolicy, Sleep
-from runner.llm.spec import ModelSpec
-from runner.model import (
+from parkway.runner.errors import ModelError
+from parkway.runner.llm.convert import request_parameters, step_end, to_messages, tool_calls
+from parkway.runner.llm.policy import RetryPolicy, Sleep
+from parkway.runner.llm.spec import ModelSpec
+from parkway.runner.model import (
     ModelEvent,
     ModelReasoningDelta,
     ModelRequest,

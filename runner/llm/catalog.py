@@ -13,11 +13,11 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from runner.errors import ModelError, TemplateError
-from runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
-from runner.llm.spec import ModelSpec, missing_environment
-from runner.model import Model
-from runner.scripted import ScriptedModel
+from parkway.runner.errors import ModelError, TemplateError
+from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
+from parkway.runner.llm.spec import ModelSpec, missing_environment
+from parkway.runner.model import Model
+from parkway.runner.scripted import ScriptedModel
 
 __all__ = ["ModelCatalog", "build_model"]
 
@@ -97,7 +97,7 @@ def build_model(
         pa_model = GoogleModel(spec.model, provider=google)
     else:  # pragma: no cover - parse_model_spec admits only the providers above
         raise TemplateError(f"unknown model provider {spec.provider!r}")
-    from runner.llm.adapter import ProviderModel  # noqa: PLC0415
+    from parkway.runner.llm.adapter import ProviderModel  # noqa: PLC0415
 
     kwargs: dict[str, Any] = {"key_vars": info.key_vars, "retry": retry, "closers": closers}
     if sleep is not None:

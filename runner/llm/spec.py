@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.errors import TemplateError
+from parkway.runner.errors import TemplateError
 
 __all__ = [
     "PROVIDERS",

@@ -25,21 +25,21 @@ the caller's (the agent's re-ask after a retry finds it). ``GET /api/connections
 
 The package, one module per concern:
 
-- :mod:`widgets_api.connect.routes`: the Starlette routes, which find the flow at
+- :mod:`parkway.widgets_api.connect.routes`: the Starlette routes, which find the flow at
   ``app.state.connect``;
-- :mod:`widgets_api.connect.flow`: :class:`ConnectFlow`, the state machine (start, the
+- :mod:`parkway.widgets_api.connect.flow`: :class:`ConnectFlow`, the state machine (start, the
   callback's checks, settle) and the JSON endpoints;
-- :mod:`widgets_api.connect.records`: the flow record kept in Redis, and its store;
-- :mod:`widgets_api.connect.start_tokens`: the start links' one-time tokens;
-- :mod:`widgets_api.connect.exchange`: the code-for-token exchange and the account lookup;
-- :mod:`widgets_api.connect.pages`: the callback's result page and the error pages.
+- :mod:`parkway.widgets_api.connect.records`: the flow record kept in Redis, and its store;
+- :mod:`parkway.widgets_api.connect.start_tokens`: the start links' one-time tokens;
+- :mod:`parkway.widgets_api.connect.exchange`: the code-for-token exchange and the account lookup;
+- :mod:`parkway.widgets_api.connect.pages`: the callback's result page and the error pages.
 """
 
-from widgets_api.connect.flow import ConnectFlow
-from widgets_api.connect.pages import MESSAGE_TYPE, connect_page, result_page
-from widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
-from widgets_api.connect.routes import connect_routes
-from widgets_api.connect.start_tokens import StartTokens
+from parkway.widgets_api.connect.flow import ConnectFlow
+from parkway.widgets_api.connect.pages import MESSAGE_TYPE, connect_page, result_page
+from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
+from parkway.widgets_api.connect.routes import connect_routes
+from parkway.widgets_api.connect.start_tokens import StartTokens
 
 __all__ = [
     "MESSAGE_TYPE",

@@ -11,14 +11,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from widgets_api.connect.records import FlowRecord
-from widgets_api.connections import (
+from parkway.widgets_api.connect.records import FlowRecord
+from parkway.widgets_api.connections import (
     ConnectionStore,
     TokenExchangeError,
     call_token_endpoint,
     oauth_client,
 )
-from widgets_api.providers import Provider
+from parkway.widgets_api.providers import Provider
 
 __all__ = ["Exchange"]
 

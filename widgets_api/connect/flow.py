@@ -3,7 +3,7 @@
 ``start`` binds a random single-use ``state`` to the caller, the call and this browser
 (a per-flow cookie) and redirects to the provider. The callback takes the state once,
 requires every bound value to match, exchanges the code, stores the connection and
-settles the parked call (see :mod:`widgets_api.connect` for the whole story).
+settles the parked call (see :mod:`parkway.widgets_api.connect` for the whole story).
 """
 
 from __future__ import annotations
@@ -19,19 +19,24 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from runner.connection import RedisClient
-from runner.errors import CallerError, CallNotFoundError, ChatNotFoundError, SettleConflictError
-from runner.loop import Runner
-from runner.parking import ParkedCall
-from runner.settling import Settled
-from runner.workflows import REQUEST_CONNECTION
-from widgets_api.connect._http import json_error, read_use_body
-from widgets_api.connect.exchange import Exchange
-from widgets_api.connect.pages import connect_page, result_page
-from widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
-from widgets_api.connect.start_tokens import StartTokens
-from widgets_api.connections import ConnectionStore, TokenExchangeError, oauth_client
-from widgets_api.providers import Provider, ProviderRegistry
+from parkway.runner.connection import RedisClient
+from parkway.runner.errors import (
+    CallerError,
+    CallNotFoundError,
+    ChatNotFoundError,
+    SettleConflictError,
+)
+from parkway.runner.loop import Runner
+from parkway.runner.parking import ParkedCall
+from parkway.runner.settling import Settled
+from parkway.runner.workflows import REQUEST_CONNECTION
+from parkway.widgets_api.connect._http import json_error, read_use_body
+from parkway.widgets_api.connect.exchange import Exchange
+from parkway.widgets_api.connect.pages import connect_page, result_page
+from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
+from parkway.widgets_api.connect.start_tokens import StartTokens
+from parkway.widgets_api.connections import ConnectionStore, TokenExchangeError, oauth_client
+from parkway.widgets_api.providers import Provider, ProviderRegistry
 
 __all__ = ["ConnectFlow"]
 

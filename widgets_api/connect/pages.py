@@ -19,8 +19,8 @@ from typing import Any
 
 from starlette.responses import HTMLResponse
 
-from widgets_api.connect.records import FlowRecord
-from widgets_api.providers import Provider
+from parkway.widgets_api.connect.records import FlowRecord
+from parkway.widgets_api.providers import Provider
 
 __all__ = ["MESSAGE_TYPE", "connect_page", "result_page"]
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runner.connection import RedisClient, as_text
-from widgets_api.keys import flow_key, flow_pointer_key
+from parkway.runner.connection import RedisClient, as_text
+from parkway.widgets_api.keys import flow_key, flow_pointer_key
 
 __all__ = ["FlowRecord", "FlowStore", "outcome_summary"]
 

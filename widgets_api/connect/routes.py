@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from widgets_api.connect._http import json_error
-from widgets_api.connect.flow import ConnectFlow
-from widgets_api.connect.pages import connect_page
+from parkway.widgets_api.connect._http import json_error
+from parkway.widgets_api.connect.flow import ConnectFlow
+from parkway.widgets_api.connect.pages import connect_page
 
 __all__ = ["connect_routes"]
 

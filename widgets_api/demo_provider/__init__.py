@@ -10,15 +10,15 @@ synchronous Redis client, and the Starlette handlers hand them a request already
 full. Redis keys hold SHA-256 digests of codes and tokens, never the values, so a leaked
 keyspace yields nothing usable; every key expires.
 
-- :mod:`widgets_api.demo_provider.provider`: :class:`DemoProvider`, its routes and
+- :mod:`parkway.widgets_api.demo_provider.provider`: :class:`DemoProvider`, its routes and
   endpoints;
-- :mod:`widgets_api.demo_provider.server`: authlib's authorization server, grants and
+- :mod:`parkway.widgets_api.demo_provider.server`: authlib's authorization server, grants and
   revocation endpoint, and the Starlette <-> authlib adapters;
-- :mod:`widgets_api.demo_provider.models`: the client, codes and tokens;
-- :mod:`widgets_api.demo_provider.storage`: the state in Redis and its Lua scripts;
-- :mod:`widgets_api.demo_provider.pages`: the consent form and the refusal page.
+- :mod:`parkway.widgets_api.demo_provider.models`: the client, codes and tokens;
+- :mod:`parkway.widgets_api.demo_provider.storage`: the state in Redis and its Lua scripts;
+- :mod:`parkway.widgets_api.demo_provider.pages`: the consent form and the refusal page.
 """
 
-from widgets_api.demo_provider.provider import DemoProvider
+from parkway.widgets_api.demo_provider.provider import DemoProvider
 
 __all__ = ["DemoProvider"]

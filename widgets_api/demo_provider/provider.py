@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from widgets_api.demo_provider.models import (
+from parkway.widgets_api.demo_provider.models import (
     AUTH_METHODS,
     AUTHORIZE_PARAMS,
     PKCE_PARAMS,
@@ -36,9 +36,15 @@ from widgets_api.demo_provider.models import (
     Client,
     Token,
 )
-from widgets_api.demo_provider.pages import Consent, Refusal, consent_page
-from widgets_api.demo_provider.server import Bearer, HttpInput, Reply, Server, hide_token_records
-from widgets_api.demo_provider.storage import CONSENT_TTL_S, Store, digest_of
+from parkway.widgets_api.demo_provider.pages import Consent, Refusal, consent_page
+from parkway.widgets_api.demo_provider.server import (
+    Bearer,
+    HttpInput,
+    Reply,
+    Server,
+    hide_token_records,
+)
+from parkway.widgets_api.demo_provider.storage import CONSENT_TTL_S, Store, digest_of
 
 __all__ = ["DemoProvider"]
 

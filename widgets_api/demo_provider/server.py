@@ -35,8 +35,15 @@ from authlib.oauth2.rfc9207 import IssuerParameter
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from widgets_api.demo_provider.models import AUTH_METHODS, PKCE_PARAMS, SCOPES, Client, Code, Token
-from widgets_api.demo_provider.storage import CODE_TTL_S, Store, digest_of
+from parkway.widgets_api.demo_provider.models import (
+    AUTH_METHODS,
+    PKCE_PARAMS,
+    SCOPES,
+    Client,
+    Code,
+    Token,
+)
+from parkway.widgets_api.demo_provider.storage import CODE_TTL_S, Store, digest_of
 
 __all__ = ["Bearer", "HttpInput", "Reply", "Server", "hide_token_records"]
 

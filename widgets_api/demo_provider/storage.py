@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import redis
 
-from widgets_api.demo_provider.models import Code, Token
-from widgets_api.keys import demo_oauth_key
+from parkway.widgets_api.demo_provider.models import Code, Token
+from parkway.widgets_api.keys import demo_oauth_key
 
 __all__ = [
     "CODE_TTL_S",
