@@ -323,7 +323,7 @@ async def save_real(
     return connection.id, token
 
 
-# -- the built-in demo provider (tests/test_demo_provider*.py) ---------------------------
+# -- the built-in demo provider (tests/demo_provider/) ---------------------------
 
 DEMO_CLIENT_ID = "parkway-demo"
 DEMO_SECRET = "s3cret-" + "x" * 24

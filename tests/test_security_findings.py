@@ -2,7 +2,7 @@
 the connect callback, and start tokens on the connect start link.
 
 Real uvicorn and Redis; the connect tests drive a real oidc-provider on loopback (the
-rig of tests/test_connect.py) through the provider's own login and consent pages.
+rig of tests/connect/) through the provider's own login and consent pages.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ provider's errors at the callback and the code exchange's failures (§9-§14 of
 shared/reference/oauth-security.md §5). Each ends the parked call with a ``denied`` or
 ``error`` result, stores no connection, and keeps secrets out of the logs.
 
-The rig is the one of ``tests/test_connect.py`` (``tests/connect_rig.py``).
+The rig is this folder's (``conftest.py``, ``tests/connect_rig.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -27,28 +26,14 @@ from tests.connect_rig import (
     on_redis,
     outcome_of,
     page_data,
-    signed_in,
-    start_rig,
     with_param,
 )
-from tests.oidc_peer import oidc_peer
 from tests.support import sse_chunks
 
 pytestmark = [
     pytest.mark.node,
     pytest.mark.skipif(shutil.which("node") is None, reason="the `node` executable is not on PATH"),
 ]
-
-
-@pytest.fixture(scope="module")
-def rig(redis_url: str) -> Iterator[Rig]:
-    yield from start_rig(redis_url, oidc_peer)
-
-
-@pytest.fixture
-def browser(rig: Rig, redis: Redis) -> Iterator[Browser]:
-    del redis  # a clean database, and the keyspace check afterwards
-    yield from signed_in(rig)
 
 
 # -- code exchange failures (§9-§14) ----------------------------------------------------

@@ -5,15 +5,14 @@ shared/reference/oauth-security.md §5 (numbers in the docstrings).
 Each test drives a real Parkway (uvicorn) with a "browser" (cookies kept per host,
 redirects not followed) through start, the provider's real login and consent pages,
 and the callback; it then checks what Redis recorded and what the provider was asked.
-How a flow fails is in ``tests/test_connect_failures.py``; the call's other ends
-(cancel, timeout, retry, races) in ``tests/test_connect_settling.py``.
+How a flow fails is in ``tests/connect/test_failures.py``; the call's other ends
+(cancel, timeout, retry, races) in ``tests/connect/test_settling.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -28,29 +27,16 @@ from tests.connect_rig import (
     on_redis,
     outcome_of,
     page_data,
-    signed_in,
-    start_rig,
     stored_tokens,
     with_param,
 )
-from tests.oidc_peer import login_and_consent, oidc_peer
+from tests.oidc_peer import login_and_consent
 from tests.support import sse_chunks
 
 pytestmark = [
     pytest.mark.node,
     pytest.mark.skipif(shutil.which("node") is None, reason="the `node` executable is not on PATH"),
 ]
-
-
-@pytest.fixture(scope="module")
-def rig(redis_url: str) -> Iterator[Rig]:
-    yield from start_rig(redis_url, oidc_peer)
-
-
-@pytest.fixture
-def browser(rig: Rig, redis: Redis) -> Iterator[Browser]:
-    del redis  # a clean database, and the keyspace check afterwards
-    yield from signed_in(rig)
 
 
 # -- the whole flow ---------------------------------------------------------------------

@@ -1,13 +1,12 @@
 """The demo OAuth provider's metadata, its code flow end to end, and its authorization
 endpoint (PKCE, redirect URI and client checks, the consent form), driven over real HTTP
 (uvicorn in a thread) by authlib's own OAuth 2.0 client and a plain httpx "browser" that
-fills in the consent form. Its token endpoint is in ``tests/test_demo_provider_tokens.py``."""
+fills in the consent form. Its token endpoint is in ``tests/demo_provider/test_tokens.py``."""
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -20,29 +19,10 @@ from tests.oauth_support import (
     DEMO_REDIRECT,
     DEMO_SECRET,
     DEMO_TTL,
-    Clock,
     DemoProviderServer,
     location_params,
     serve_demo_provider,
 )
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def demo(redis_url: str, redis: Redis, clock: Clock) -> Iterator[DemoProviderServer]:
-    with serve_demo_provider(redis_url, clock) as provider:
-        yield provider
-
-
-@pytest.fixture
-def browser() -> Iterator[httpx.Client]:
-    with httpx.Client(follow_redirects=False, timeout=10) as client:
-        yield client
-
 
 # -- metadata and the happy path --------------------------------------------------------
 

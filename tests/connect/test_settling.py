@@ -3,7 +3,7 @@ a cancel, a timeout, a retry, an existing connection answering a new request, an
 races between them (§16, §18, §24, §26 of shared/reference/oauth-security.md §5). The
 server settles each call exactly once; a later callback never changes the outcome.
 
-The rig is the one of ``tests/test_connect.py`` (``tests/connect_rig.py``).
+The rig is this folder's (``conftest.py``, ``tests/connect_rig.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,26 +26,12 @@ from tests.connect_rig import (
     on_redis,
     outcome_of,
     page_data,
-    signed_in,
-    start_rig,
 )
-from tests.oidc_peer import oidc_peer
 
 pytestmark = [
     pytest.mark.node,
     pytest.mark.skipif(shutil.which("node") is None, reason="the `node` executable is not on PATH"),
 ]
-
-
-@pytest.fixture(scope="module")
-def rig(redis_url: str) -> Iterator[Rig]:
-    yield from start_rig(redis_url, oidc_peer)
-
-
-@pytest.fixture
-def browser(rig: Rig, redis: Redis) -> Iterator[Browser]:
-    del redis  # a clean database, and the keyspace check afterwards
-    yield from signed_in(rig)
 
 
 def connect(browser: Browser, chat: str) -> tuple[str, Any]:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from authlib.integrations.base_client import OAuthError
-from redis.asyncio import Redis
 
 from tests.oauth_support import (
     DEMO_CLIENT_ID,
@@ -22,26 +20,7 @@ from tests.oauth_support import (
     Clock,
     DemoProviderServer,
     location_params,
-    serve_demo_provider,
 )
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def demo(redis_url: str, redis: Redis, clock: Clock) -> Iterator[DemoProviderServer]:
-    with serve_demo_provider(redis_url, clock) as provider:
-        yield provider
-
-
-@pytest.fixture
-def browser() -> Iterator[httpx.Client]:
-    with httpx.Client(follow_redirects=False, timeout=10) as client:
-        yield client
-
 
 # -- token endpoint -----------------------------------------------------------------------
 
