@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 
+from bench.code_mode import CodeModeResult, run_code_mode
 from bench.eventlog import EventLogResult, run_eventlog
 from bench.http_level import HttpResult, run_http_size
 from bench.models import ModelsResult, run_models
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--skip-models", action="store_true", help="no real-model (provider adapter) measurements"
+    )
+    parser.add_argument(
+        "--skip-code", action="store_true", help="no Code Mode (sandbox) measurements"
     )
     parser.add_argument(
         "--quick", action="store_true", help="few samples (a smoke run; numbers are rough)"
@@ -154,6 +158,12 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
                 iterations=100 if args.quick else 500,
                 samples=50 if args.quick else 300,
             )
+        code: CodeModeResult | None = None
+        if not args.skip_code:
+            log("code mode: the sandbox, execute_code after approval, grep over 10 MB")
+            code = await run_code_mode(
+                redis, samples=30 if args.quick else 200, warmup=3 if args.quick else 10
+            )
         await helper.delete("bench:baseline")
     finally:
         await redis.aclose()
@@ -169,6 +179,7 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         sweeper=sweeper,
         eventlog=eventlog,
         models=models,
+        code=code,
     )
 
 

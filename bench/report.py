@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.code_mode import CodeModeResult
 from bench.eventlog import EventLogResult
 from bench.http_level import HttpResult
 from bench.models import ModelsResult
@@ -135,6 +136,7 @@ class Report:
     sweeper: SweeperResult | None = None
     eventlog: EventLogResult | None = None
     models: ModelsResult | None = None
+    code: CodeModeResult | None = None
 
     @property
     def command(self) -> str:
@@ -159,6 +161,7 @@ class Report:
             sweeper=self.sweeper,
             eventlog=self.eventlog,
             models=self.models,
+            code=self.code,
         )
 
     def tables(self) -> str:

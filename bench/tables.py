@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bench.code_mode import AFTER_APPROVAL_TARGET_MS, FIRST_OUTPUT_TARGET_MS, CodeModeResult
 from bench.eventlog import EventLogResult
 from bench.http_level import HttpResult
 from bench.models import ModelsResult
@@ -78,6 +79,7 @@ class ResultTables:
     sweeper: SweeperResult | None = None
     eventlog: EventLogResult | None = None
     models: ModelsResult | None = None
+    code: CodeModeResult | None = None
 
     def runner_table(self) -> str:
         sizes = [r.messages for r in self.runner]
@@ -267,7 +269,58 @@ class ResultTables:
                     _verdict(first <= 2.0),
                 ]
             )
+        rows.extend(self._code_targets())
         return markdown_table(["target (from the issue)", "measured", "verdict"], rows)
+
+    def _code_targets(self) -> list[list[str]]:
+        code = self.code
+        if code is None or code.unavailable:
+            return []
+        first, after = code.first_output.p50_ms, code.after_approval.p50_ms
+        return [
+            [
+                "sandbox start to first output, trivial code, p50 <= "
+                f"{FIRST_OUTPUT_TARGET_MS:g} ms",
+                f"{fmt_ms(first)} ms (p99 {fmt_ms(code.first_output.p99_ms)} ms; start to the "
+                "result, which includes the first byte)",
+                _verdict(first <= FIRST_OUTPUT_TARGET_MS),
+            ],
+            [
+                f"execute_code end to end after approval, trivial code, p50 <= "
+                f"{AFTER_APPROVAL_TARGET_MS:g} ms",
+                f"{fmt_ms(after)} ms (p99 {fmt_ms(code.after_approval.p99_ms)} ms)",
+                _verdict(after <= AFTER_APPROVAL_TARGET_MS),
+            ],
+        ]
+
+    def code_table(self) -> str:
+        code = self.code
+        if code is None:
+            return "(skipped)"
+        if code.unavailable:
+            return f"(not measured: the sandbox is unavailable here: {code.unavailable})"
+        rows = [
+            [
+                "sandbox run of `print(1)`, call to result",
+                fmt_ms(code.first_output.p50_ms),
+                fmt_ms(code.first_output.p99_ms),
+                str(code.first_output.n),
+            ],
+            [
+                "execute_code after approval: settle, resume, sandbox run, output event",
+                fmt_ms(code.after_approval.p50_ms),
+                fmt_ms(code.after_approval.p99_ms),
+                str(code.after_approval.n),
+            ],
+            [
+                f"`pw.grep` over a 10 MB artifact ({code.grep_matches:,} matches)",
+                fmt_ms(code.grep_10mb.p50_ms),
+                fmt_ms(code.grep_10mb.p99_ms),
+                str(code.grep_10mb.n),
+            ],
+        ]
+        table = markdown_table(["code mode (ms)", "p50", "p99", "samples"], rows)
+        return f"{table}\n\nbubblewrap, one fresh sandbox per run: {code.isolation}."
 
     def models_table(self) -> str:
         models = self.models
@@ -378,6 +431,8 @@ class ResultTables:
             self.sweeper_table(),
             "### Real models",
             self.models_table(),
+            "### Code mode",
+            self.code_table(),
             "### Bytes",
             self.bytes_table(),
             "### Where the time goes (runner level, p50)",

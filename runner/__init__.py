@@ -5,7 +5,11 @@ build on it.
 """
 
 from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
+from parkway.runner.artifacts import Artifact, ArtifactStore
 from parkway.runner.canonical import canonical_json, is_plain_json, parked_call_key
+from parkway.runner.codemode.library import LIST_FUNCTIONS, SAVE_FUNCTION, FunctionLibrary
+from parkway.runner.codemode.op import EXECUTE_CODE
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.commits import COMMIT_CONFIG
 from parkway.runner.connection import RedisClient, connect
 from parkway.runner.credentials import ConnectionUnavailableError, Credentials
@@ -83,6 +87,8 @@ __all__ = [
     "AnswerMismatchError",
     "AnswerReport",
     "ApprovalRequested",
+    "Artifact",
+    "ArtifactStore",
     "AssistantTurn",
     "CallNotFoundError",
     "CallParked",
@@ -92,12 +98,14 @@ __all__ = [
     "ChatNotFoundError",
     "ChatRecord",
     "ChatStore",
+    "CodeMode",
     "ConflictError",
     "ConnectionUnavailableError",
     "Credentials",
     "DuplicateMessageError",
     "EmbeddedRedis",
     "Event",
+    "FunctionLibrary",
     "IncompatibleStateError",
     "InvalidOutcomeError",
     "MessageFinished",
@@ -160,4 +168,5 @@ __all__ = [
 ]
 
 # The built-in platform ops (runner/platform.py says why the registry does not import them).
-register_platform_op(COMMIT_CONFIG)
+for _op in (COMMIT_CONFIG, EXECUTE_CODE, SAVE_FUNCTION, LIST_FUNCTIONS):
+    register_platform_op(_op)

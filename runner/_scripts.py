@@ -40,7 +40,8 @@ __all__ = [
 
 # Start a new turn: take the run lease (creating the chat on first use), and settle
 # every still-pending call as superseded. Returns the history in the same round trip.
-# KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls, 6 events
+# KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls, 6 events, 7 artifacts,
+#       8 artifact data
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
 #       9 new assistant message id, 10 template digest, 11 template JSON
@@ -54,7 +55,7 @@ CLAIM_TURN = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   -- A new chat: nothing of an expired chat with the same id may leak into it.
-  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'owner', ARGV[2], 'state', 'idle',
              'model_calls', '0', 'parked_ids', '[]', 'created_at', ARGV[4])
 elseif v ~= ARGV[1] then

@@ -1,21 +1,23 @@
 """The built-in demo agent: one of each kind of tool, driven by the scripted model.
 
 Shown by ``parkway serve`` without ``--agent``: a server function tool
-(``get_weather``), a client tool (``choose_option``), ``request_connection`` and an
-approval-gated function tool (``publish_report``).
+(``get_weather``), a client tool (``choose_option``), ``request_connection``, an
+approval-gated function tool (``publish_report``), and a large result (``get_sales``,
+kept as an artifact) summarised by reviewed code (``execute_code``).
 
 The script reads the chat as it goes (the path placeholders and conditions of
 :mod:`parkway.runner.scripted`): it gives Lisbon's weather and asks which city the report should
 cover, looks up that city's weather while asking for a connection, greets the connected
-account or says why there is none, asks approval for a report on the chosen city, and
-ends by saying whether it was published.
+account or says why there is none, asks approval for a report on the chosen city, says
+whether it was published, then fetches a month of sales and asks to run a short program
+that summarises them, and ends with the summary.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEMO_AGENT", "get_weather", "publish_report"]
+__all__ = ["DEMO_AGENT", "SALES_SUMMARY_CODE", "get_sales", "get_weather", "publish_report"]
 
 _FORECASTS = {
     "lisbon": {"temperature_c": 21, "sky": "sunny"},
@@ -40,6 +42,41 @@ def publish_report(tool_input: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_CITIES = ("Lisbon", "Oslo", "Paris", "Porto", "Bergen", "Lyon")
+_PRODUCTS = ("umbrella", "sunglasses", "raincoat", "scarf", "sun hat")
+
+
+def get_sales(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """A month of the demo shop's orders: about 600 of them, some 60 KB of JSON, so the
+    result is kept as an artifact and summarised by code (a fixed, seeded table)."""
+    month = str(tool_input.get("month") or "2026-10")
+    orders = []
+    for n in range(600):
+        city = _CITIES[(n * 7 + n // 5) % len(_CITIES)]
+        orders.append(
+            {
+                "order": f"{month}-{n:04d}",
+                "day": 1 + n % 28,
+                "city": city,
+                "product": _PRODUCTS[(n * 3 + len(city)) % len(_PRODUCTS)],
+                "amount_eur": round(5 + (n * 37 % 113) + (n % 7) * 0.25, 2),
+            }
+        )
+    return {"month": month, "currency": "EUR", "orders": orders}
+
+
+# The program the demo asks to run on the sales artifact (execute_code).
+SALES_SUMMARY_CODE = """\
+from collections import Counter
+
+orders = artifacts.json(artifacts.names()[0])["orders"]
+totals = Counter()
+for order in orders:
+    totals[order["city"]] += order["amount_eur"]
+city, total = totals.most_common(1)[0]
+result({"orders": len(orders), "top_city": city, "top_total_eur": round(total, 2)})
+"""
+
 # Filled by the scripted model from the most recent ``get_weather`` result: Lisbon's in
 # the first answer, the chosen city's in the report.
 _FORECAST = (
@@ -59,9 +96,12 @@ DEMO_AGENT: dict[str, Any] = {
             "Paris). Then get the weather for the chosen city and ask for a connection to "
             "the user's demo account with request_connection (provider 'demo', scope "
             "'repo'). Then propose the report with publish_report: title 'Weather in "
-            "<city>', a one-sentence body with the sky and temperature. If a tool result "
-            "says the user declined, denied or did not answer, accept it and carry on "
-            "without it. Keep every reply to one or two plain sentences."
+            "<city>', a one-sentence body with the sky and temperature. Last, fetch the "
+            "sales of 2026-10 with get_sales; the result is large and comes back as an "
+            "artifact, so summarise it with execute_code (pass its artifact_id in inputs): "
+            "the number of orders and the city that sold the most. If a tool result says "
+            "the user declined, denied or did not answer, accept it and carry on without "
+            "it. Keep every reply to one or two plain sentences."
         ),
         "tools": [
             {
@@ -102,6 +142,19 @@ DEMO_AGENT: dict[str, Any] = {
                 "render": {"kind": "choice"},
             },
             {"@ag.embed": {"@ag.references": {"workflow": {"slug": "__ag__request_connection"}}}},
+            {
+                "type": "function",
+                "name": "get_sales",
+                "ref": "parkway.runner.demo:get_sales",
+                "description": "A month of the demo shop's orders (large: it comes back as an "
+                "artifact to read with execute_code).",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    "additionalProperties": False,
+                },
+            },
+            {"type": "platform", "op": "execute_code"},
             {
                 "type": "function",
                 "name": "publish_report",
@@ -194,14 +247,47 @@ DEMO_AGENT: dict[str, Any] = {
                     {
                         "if": "result.publish_report.published",
                         "text": "Published “{{result.publish_report.title}}” "
-                        "({{result.publish_report.words}} words). That was the whole tour: "
-                        "a server tool, a choice, a connection and an approval.",
+                        "({{result.publish_report.words}} words). ",
                     },
                     {
                         "unless": "result.publish_report.published",
                         "text": "OK, the report stays unpublished "
-                        "({{result.publish_report.reason|not approved}}). "
-                        "Ask me again whenever you like.",
+                        "({{result.publish_report.reason|not approved}}). ",
+                    },
+                    {"text": "One last stop: last month's sales, to show reviewed code."},
+                    {"tool_call": {"name": "get_sales", "input": {"month": "2026-10"}}},
+                ],
+                [
+                    {
+                        "text": "The sales came back as an artifact "
+                        "({{result.get_sales.bytes|many}} bytes), so here is a short program "
+                        "that summarises them, for your review."
+                    },
+                    {
+                        "tool_call": {
+                            "name": "execute_code",
+                            "input": {
+                                "code": SALES_SUMMARY_CODE,
+                                "inputs": ["{{result.get_sales.artifact_id}}"],
+                            },
+                        }
+                    },
+                ],
+                [
+                    {
+                        "if": "result.execute_code.result.top_city",
+                        "text": "{{result.execute_code.result.orders}} orders; "
+                        "{{result.execute_code.result.top_city}} sold the most "
+                        "({{result.execute_code.result.top_total_eur}} €). ",
+                    },
+                    {
+                        "unless": "result.execute_code.result.top_city",
+                        "text": "The summary did not run "
+                        "({{result.execute_code.message|not approved}}). ",
+                    },
+                    {
+                        "text": "That was the whole tour: a server tool, a choice, a connection, "
+                        "an approval and reviewed code."
                     },
                 ],
             ]

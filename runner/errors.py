@@ -45,6 +45,7 @@ from typing import Any
 
 __all__ = [
     "AnswerMismatchError",
+    "ArtifactNotFoundError",
     "CallNotFoundError",
     "CallerError",
     "ChatBusyError",
@@ -103,6 +104,10 @@ class ChatNotFoundError(CallerError):
 
 class CallNotFoundError(CallerError):
     code = "call_not_found"
+
+
+class ArtifactNotFoundError(CallerError):
+    code = "artifact_not_found"
 
 
 class AnswerMismatchError(CallerError):

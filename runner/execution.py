@@ -10,10 +10,13 @@ parked step that do not run now.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from parkway.runner.agents import AgentStore
+from parkway.runner.artifacts import ArtifactStore
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.credentials import Credentials
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
 from parkway.runner.history import result_entry
@@ -23,18 +26,28 @@ from parkway.runner.run import Emit, RunState
 from parkway.runner.template import AgentTemplate
 from parkway.runner.tools import ToolContext, ToolRun, execute_tool
 
-__all__ = ["ToolExecutor", "record_outcomes", "record_tool_run"]
+__all__ = ["ToolExecutor", "keep_large_answers", "record_outcomes", "record_tool_run"]
 
 
 class ToolExecutor:
-    """Runs server tools with the runner's credentials, agents and output limit."""
+    """Runs server tools with the runner's credentials, agents and output limit. With an
+    artifact store, an output over its threshold is kept there and the call's result is
+    the artifact's reference (runner/artifacts.py)."""
 
     def __init__(
-        self, credentials: Credentials | None, agents: AgentStore | None, max_output_bytes: int
+        self,
+        credentials: Credentials | None,
+        agents: AgentStore | None,
+        max_output_bytes: int,
+        *,
+        artifacts: ArtifactStore | None = None,
+        code: CodeMode | None = None,
     ) -> None:
         self.credentials = credentials
         self.agents = agents
         self.max_output_bytes = max_output_bytes
+        self.artifacts = artifacts
+        self.code = code
 
     async def execute(
         self,
@@ -50,9 +63,23 @@ class ToolExecutor:
         if spec.denied_by_policy:
             return ToolRun(error=f"tool {name!r} is not allowed: its approval policy is 'deny'")
         ctx = ToolContext(
-            state.chat_id, state.principal, call_id, name, self.credentials, self.agents
+            state.chat_id,
+            state.principal,
+            call_id,
+            name,
+            self.credentials,
+            self.agents,
+            template=template or state.template,
+            artifacts=self.artifacts,
+            code=self.code,
         )
-        return await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
+        run = await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
+        if run.error is not None or self.artifacts is None:
+            return run
+        output = await self.artifacts.keep_if_large(
+            state.chat_id, run.output, source=name, tool_call_id=call_id
+        )
+        return ToolRun(output=output, parts=run.parts)
 
 
 def record_tool_run(
@@ -99,3 +126,23 @@ def record_outcomes(
         else:
             emit(ToolSucceeded(call.tool_call_id, res))
     return approved
+
+
+async def keep_large_answers(
+    artifacts: ArtifactStore | None, chat_id: str, calls: Sequence[ParkedCall]
+) -> list[ParkedCall]:
+    """``calls``, where a client call answered with an output over the artifact
+    threshold now has the artifact's reference as its output (the model reads that)."""
+    if artifacts is None:
+        return list(calls)
+    kept = []
+    for call in calls:
+        outcome = call.outcome
+        if call.kind != "client" or outcome is None or outcome["outcome"] != "output":
+            kept.append(call)
+            continue
+        output = await artifacts.keep_if_large(
+            chat_id, outcome["output"], source=call.tool_name, tool_call_id=call.tool_call_id
+        )
+        kept.append(dataclasses.replace(call, outcome={**outcome, "output": output}))
+    return kept

@@ -77,7 +77,18 @@ def check_call_id(tool_call_id: str) -> str:
 class ChatKeys:
     """The keys of one chat."""
 
-    __slots__ = ("calls", "chat_id", "events", "history", "meta", "outcomes", "pending", "wake")
+    __slots__ = (
+        "artifact_data",
+        "artifacts",
+        "calls",
+        "chat_id",
+        "events",
+        "history",
+        "meta",
+        "outcomes",
+        "pending",
+        "wake",
+    )
 
     def __init__(self, chat_id: str) -> None:
         self.chat_id = chat_id
@@ -105,6 +116,12 @@ class ChatKeys:
         # pub/sub channel (not a key): every append to the event log publishes on it,
         # so the followers of the chat on any worker read the log again.
         self.wake = f"{tag}:wake"
+        # hash artifact id -> the artifact's record JSON (bytes, media type, source tool,
+        # call, time), and hash artifact id -> its bytes (runner/artifacts.py): large
+        # tool results and code output. Written once per artifact; TTL chat_ttl_s from
+        # that write, refreshed by every turn's claim.
+        self.artifacts = f"{tag}:artifacts"
+        self.artifact_data = f"{tag}:artifact-data"
 
     def settle_attempt(self, tool_call_id: str) -> str:
         """string: the nonce of the settle that won a call, so that the same attempt
@@ -129,7 +146,7 @@ class AgentKeys:
     agent's revisions are its configuration, owned by the operator; nothing in Parkway
     deletes them (tests/topologies.py exempts them from the TTL check)."""
 
-    __slots__ = ("head", "revisions")
+    __slots__ = ("function_versions", "functions", "head", "revisions")
 
     def __init__(self, agent_id: str) -> None:
         if not AGENT_ID.match(agent_id):
@@ -139,6 +156,11 @@ class AgentKeys:
         self.head = f"{tag}:head"
         # hash version -> revision record JSON (template, time, author, summary).
         self.revisions = f"{tag}:revisions"
+        # hash function name -> its head record JSON (version, code, description, author,
+        # time): the agent's function library (runner/codemode/library.py).
+        self.functions = f"{tag}:functions"
+        # hash "<name>@<version>" -> that version's record JSON, every version kept.
+        self.function_versions = f"{tag}:function-versions"
 
 
 def owned_without_ttl(key: bytes | str) -> bool:

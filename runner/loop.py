@@ -25,7 +25,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from parkway.runner.agents import AgentStore
+from parkway.runner.artifacts import ArtifactStore
 from parkway.runner.canonical import canonical_json
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import RedisClient
 from parkway.runner.credentials import Credentials
 from parkway.runner.errors import (
@@ -36,7 +38,12 @@ from parkway.runner.errors import (
 )
 from parkway.runner.eventlog import follow
 from parkway.runner.events import Event, FinishReason, StepFinished
-from parkway.runner.execution import ToolExecutor, record_outcomes, record_tool_run
+from parkway.runner.execution import (
+    ToolExecutor,
+    keep_large_answers,
+    record_outcomes,
+    record_tool_run,
+)
 from parkway.runner.history import user_entry
 from parkway.runner.keys import chat_keys
 from parkway.runner.llm.catalog import ModelCatalog
@@ -82,6 +89,7 @@ class Runner:
         credentials: Credentials | None = None,
         agents: AgentStore | None = None,
         models: ModelCatalog | None = None,
+        code: CodeMode | None = None,
     ) -> None:
         """``model`` is the agent file's model; ``models`` chooses the model of each run
         (an override, the run's template ``llm``, else ``model``) and builds provider
@@ -98,7 +106,18 @@ class Runner:
         )
         self.logwatch = LogWatch(redis, read_slots=self.config.follower_reads)
         self.stops = StopWatch(self.store)
-        self.executor = ToolExecutor(credentials, agents, self.config.max_output_bytes)
+        # Large tool results are kept as the chat's artifacts; ``code`` runs execute_code.
+        self.artifacts = ArtifactStore(
+            redis, self.config.chat_ttl_s, threshold_bytes=self.config.artifact_threshold_bytes
+        )
+        self.code = code
+        self.executor = ToolExecutor(
+            credentials,
+            agents,
+            self.config.max_output_bytes,
+            artifacts=self.artifacts,
+            code=code,
+        )
         self.models = models or ModelCatalog(model)
         self.template = template
         self.clock = clock
@@ -292,6 +311,7 @@ class Runner:
         else:
             _, calls = await self.store.calls(state.keys, state.parked_ids, drop_deadlines=True)
         state.clear_parked = True
+        calls = await keep_large_answers(self.artifacts, state.chat_id, calls)
         approved = record_outcomes(state, calls, report)
         if not approved:
             return

@@ -1,6 +1,7 @@
 """The registry of platform ops: built-in server tools an agent template names by ``op``.
 
-Built in: ``commit_config`` (runner/commits.py), registered by ``runner/__init__.py``:
+Built in: ``commit_config`` (runner/commits.py), ``execute_code``, ``save_function`` and
+``list_functions`` (runner/codemode/), registered by ``runner/__init__.py``:
 the op's code uses the tool context and the agent store, which load templates, so this
 registry (read by :mod:`parkway.runner.template`) cannot import it. Also the registries the
 playground's build kit is made from: the sandbox permissions and the authoring skills.
@@ -31,6 +32,9 @@ class PlatformOp:
     input_schema: Mapping[str, Any]
     func: Callable[..., Any]
     needs_approval: bool | str = False
+    timeout_s: float = 30.0
+    # Whether the human may edit the input while approving (the edited input is what runs).
+    allow_edits: bool = False
 
 
 PLATFORM_OPS: dict[str, PlatformOp] = {}

@@ -31,6 +31,9 @@ class RunnerConfig:
     # Steps in a row whose every tool call was refused before the run gives up.
     max_invalid_steps: int = 3
     max_output_bytes: int = 256 * 1024
+    # A server tool's output over this many bytes (of JSON) is kept as an artifact, and
+    # the model sees its reference (runner/artifacts.py).
+    artifact_threshold_bytes: int = 32 * 1024
     approval_deadline_s: float = 15 * 60
     client_deadline_s: float = 15 * 60
     connection_deadline_s: float = 10 * 60

@@ -167,7 +167,16 @@ class ChatStore:
         """Run CLAIM_TURN (one round trip; the history comes back with the claim), or
         raise the domain error its refusal stands for."""
         result = await self._claim_turn(
-            keys=[keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls, keys.events],
+            keys=[
+                keys.meta,
+                keys.pending,
+                keys.outcomes,
+                keys.history,
+                keys.calls,
+                keys.events,
+                keys.artifacts,
+                keys.artifact_data,
+            ],
             args=[
                 SCHEMA_VERSION,
                 principal,

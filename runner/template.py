@@ -244,6 +244,8 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             approval_policy=policy,
             denied_by_policy=denied,
             deadline_s=pl_entry.deadline_s,
+            timeout_s=op.timeout_s,
+            allow_edits=op.allow_edits,
             source=where,
             func=op.func,
         )

@@ -18,10 +18,12 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from parkway.runner.agents import AgentStore
+from parkway.runner.artifacts import ArtifactStore
 from parkway.runner.canonical import canonical_json
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.credentials import ConnectionUnavailableError, Credentials
 from parkway.runner.errors import ToolError
-from parkway.runner.template import ToolSpec
+from parkway.runner.template import AgentTemplate, ToolSpec
 
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
@@ -38,6 +40,11 @@ class ToolContext:
     tool_name: str
     credentials: Credentials | None = None
     agents: AgentStore | None = None
+    # The run's template (brokered tool calls look their tools up in it), the chat's
+    # artifacts and the code sandbox (the code ops use them).
+    template: AgentTemplate | None = None
+    artifacts: ArtifactStore | None = None
+    code: CodeMode | None = None
     # Data parts the tool publishes on the run's stream (``publish``), in order.
     parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 

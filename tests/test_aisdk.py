@@ -412,8 +412,9 @@ async def test_mixed_step_resumes_once_with_all_results_in_call_order(
 @pytest.mark.parametrize("major", APPROVAL_MAJORS)
 async def test_demo_agent_full_conversation(redis_url: str, node: str, major: str) -> None:
     """The built-in demo, end to end in the real client: a server tool and a choice in
-    one step, the chosen city's weather and a connection the browser declines, and an
-    approved publish. Four POSTs, one assistant message, and every reply is a sentence
+    one step, the chosen city's weather and a connection the browser declines, an
+    approved publish, and a month of sales (an artifact) summarised by approved code run
+    in the sandbox. Five POSTs, one assistant message, and every reply is a sentence
     built from the outcomes the model saw."""
     async with parkway(redis_url, DEMO_AGENT, node) as pw:
         report = await pw.drive(
@@ -421,20 +422,21 @@ async def test_demo_agent_full_conversation(redis_url: str, node: str, major: st
             [
                 {"type": "send", "text": "Make me a weather report"},
                 {"type": "approve", "tool": "publish_report", "approved": True},
+                {"type": "approve", "tool": "execute_code", "approved": True},
             ],
             tool_outputs={
                 "choose_option": {"output": {"choice": "Oslo"}},
                 "request_connection": {"output": {"connected": False, "reason": "declined"}},
             },
         )
-        report.assert_clean(posts=4)
+        report.assert_clean(posts=5)
 
         [assistant] = report.assistants
-        assert step_count(assistant) == 4
+        assert step_count(assistant) == 6
         assert assistant["id"] == report.chunks(0)[0]["messageId"]
         states = {
             t: tool_part(assistant, t)["state"]
-            for t in ("choose_option", "request_connection", "publish_report")
+            for t in ("choose_option", "request_connection", "publish_report", "execute_code")
         }
         assert set(states.values()) == {"output-available"}, states
         weather = [p for p in assistant["parts"] if p["type"] == "tool-get_weather"]
@@ -455,15 +457,25 @@ async def test_demo_agent_full_conversation(redis_url: str, node: str, major: st
             "choose_option": "choice",
             "request_connection": "connect",
             "publish_report": "approval",
+            "execute_code": "code",
         }
+        sales = tool_part(assistant, "get_sales")["output"]
+        assert sales["artifact_id"].startswith("art_") and sales["bytes"] > 32 * 1024
+        summary = tool_part(assistant, "execute_code")["output"]
+        assert summary["status"] == "ok" and summary["result"]["orders"] == 600
         assert text_of(assistant) == (
             "Hello! I'll check the weather and ask you to pick a city to report on."
             "Today in Lisbon: sunny, 21 °C. You picked Oslo, so the report will cover Oslo. "
             "To file it, I'd like a connection to your demo account."
             "No connection this time (declined); I'll publish without it. "
             "Here is the report on Oslo for your approval."
-            "Published “Weather in Oslo” (6 words). That was the whole tour: "
-            "a server tool, a choice, a connection and an approval."
+            "Published “Weather in Oslo” (6 words). "
+            "One last stop: last month's sales, to show reviewed code."
+            f"The sales came back as an artifact ({sales['bytes']} bytes), so here is a "
+            "short program that summarises them, for your review."
+            f"600 orders; {summary['result']['top_city']} sold the most "
+            f"({summary['result']['top_total_eur']} €). That was the whole tour: a server "
+            "tool, a choice, a connection, an approval and reviewed code."
         )
 
 

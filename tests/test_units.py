@@ -371,7 +371,7 @@ async def _demo_conversation(answers: dict[str, Any]) -> list[str]:
     assert model is not None
     messages: list[Any] = [UserTurn("Plan my weather report")]
     texts: list[str] = []
-    for index in range(4):
+    for index in range(6):
         items = [i async for i in model.stream(ModelRequest("c", index, "", tuple(messages), ()))]
         texts.append("".join(i.text for i in items if isinstance(i, ModelTextDelta)))
         calls = [
@@ -381,7 +381,16 @@ async def _demo_conversation(answers: dict[str, Any]) -> list[str]:
         ]
         messages.append(AssistantTurn(texts[-1], tuple(calls)))
         for issued in calls:
-            tools = {"get_weather": get_weather, "publish_report": publish_report}
+            tools = {
+                "get_weather": get_weather,
+                "publish_report": publish_report,
+                # the sales as their artifact reference; the code's summary as it ran
+                "get_sales": lambda _: {"artifact_id": "art_x", "bytes": 61234},
+                "execute_code": lambda _: {
+                    "status": "ok",
+                    "result": {"orders": 600, "top_city": "Lyon", "top_total_eur": 6543.5},
+                },
+            }
             if issued.name in answers:
                 result = answers[issued.name]
             else:
@@ -404,8 +413,12 @@ async def test_the_demo_speaks_in_sentences_about_the_city_the_user_chose() -> N
         "Today in Lisbon: sunny, 21 °C. You picked Oslo, so the report will cover Oslo. "
         "To file it, I'd like a connection to your demo account.",
         "Connected as ada. Here is the report on Oslo for your approval.",
-        "Published “Weather in Oslo” (6 words). That was the whole tour: a server tool, "
-        "a choice, a connection and an approval.",
+        "Published “Weather in Oslo” (6 words). "
+        "One last stop: last month's sales, to show reviewed code.",
+        "The sales came back as an artifact (61234 bytes), so here is a short program that "
+        "summarises them, for your review.",
+        "600 orders; Lyon sold the most (6543.5 €). That was the whole tour: a server tool, "
+        "a choice, a connection, an approval and reviewed code.",
     ]
     declined = {"connected": False, "reason": "declined", "retryable": False}
     denied = await _demo_conversation(
@@ -413,13 +426,19 @@ async def test_the_demo_speaks_in_sentences_about_the_city_the_user_chose() -> N
             "choose_option": {"choice": "Paris"},
             "request_connection": declined,
             "publish_report": {"approved": False, "reason": "denied"},
+            "execute_code": {"approved": False, "reason": "denied"},
         }
     )
-    assert denied[2:] == [
+    assert denied[2:4] == [
         "No connection this time (declined); I'll publish without it. "
         "Here is the report on Paris for your approval.",
-        "OK, the report stays unpublished (denied). Ask me again whenever you like.",
+        "OK, the report stays unpublished (denied). "
+        "One last stop: last month's sales, to show reviewed code.",
     ]
+    assert denied[5] == (
+        "The summary did not run (not approved). That was the whole tour: a server tool, "
+        "a choice, a connection, an approval and reviewed code."
+    )
     for said in approved + denied:
         assert "{" not in said and "null" not in said, said
 

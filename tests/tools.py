@@ -63,3 +63,13 @@ async def whoami(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]
         return {"ok": False, "status": response.status_code}
     info = response.json()
     return {"ok": True, "sub": info.get("sub")}
+
+
+def note(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Appends a line to a file: lets sandboxed code tell the test it got somewhere (the
+    sandbox itself cannot write to the host)."""
+    from pathlib import Path
+
+    with Path(tool_input["path"]).open("a") as out:
+        out.write(f"{tool_input['line']}\n")
+    return {"noted": True}

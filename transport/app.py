@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from parkway.runner.agents import AgentStore
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import RedisClient, connect, is_redis_outage
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.embedded import EmbeddedRedis
@@ -36,6 +37,7 @@ from parkway.runner.loop import Runner, RunnerConfig
 from parkway.runner.sweeper import Sweeper
 from parkway.transport.admission import Admission
 from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
+from parkway.transport.code_routes import code_mode_from, code_routes
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
 from parkway.transport.requests import BodyReader
 from parkway.transport.routes import api_routes
@@ -157,7 +159,9 @@ async def healthz(request: Request) -> Response:
         await asyncio.wait_for(request.app.state.redis.ping(), HEALTHZ_REDIS_TIMEOUT_S)
     except Exception:
         return JSONResponse({"status": "unavailable", "redis": "down"}, status_code=503)
-    return JSONResponse({"status": "ok", "redis": "ok"})
+    code: CodeMode | None = getattr(request.app.state, "code", None)
+    sandbox = None if code is None else code.status()
+    return JSONResponse({"status": "ok", "redis": "ok", "sandbox": sandbox})
 
 
 class RedactCallbackQuery(logging.Filter):
@@ -277,16 +281,24 @@ async def _start_serving(
     await agents.ensure_seeded()
     await warn_of_drift(agents)
     app.state.agents = agents
+    # -- Code Mode (docs/code-mode.md): the sandbox is probed once, here
+    code = code_mode_from(settings)
+    await code.start()
+    if not code.available:
+        log.warning("execute_code is unavailable: %s", code.reason)
+    app.state.code = code
     app.state.runner = Runner(
         redis,
         agent.model,
         agent.template,
         agents=agents,
         models=models,
+        code=code,
         config=RunnerConfig(
             chat_ttl_s=settings.chat_ttl_s,
             lease_s=settings.lease_s,
             max_output_bytes=settings.max_output_bytes,
+            artifact_threshold_bytes=settings.artifact_threshold_bytes,
             # half the pool for followers' reads, the rest kept for the runs
             follower_reads=max(1, settings.redis_max_connections // 2),
         ),
@@ -303,7 +315,9 @@ async def _start_serving(
     app.state.connect = None if oauth is None else oauth.flow
     names = {} if oauth is None else oauth.providers.names()
     start = None if oauth is None else oauth.flow.start_token  # one-time start links
-    app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start)
+    app.state.describe = lambda chat_id, call: describe_call(
+        chat_id, call, names, start, code=code.status()
+    )
     if oauth is not None and oauth.demo is not None:
         app.state.demo_router = Router(routes=oauth.demo.routes())
     # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
@@ -384,6 +398,7 @@ def create_app(
         routes=[
             *api_routes(),
             *agent_routes(),
+            *code_routes(),
             Route("/healthz", healthz, methods=["GET"]),
             *widget_routes(),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),

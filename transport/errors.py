@@ -16,6 +16,7 @@ from typing import Any
 
 from parkway.runner.errors import (
     AnswerMismatchError,
+    ArtifactNotFoundError,
     CallerError,
     CallNotFoundError,
     ChatNotFoundError,
@@ -71,7 +72,7 @@ def redis_unavailable() -> HTTPError:
 
 
 def status_for(exc: ParkwayError) -> int:
-    if isinstance(exc, ChatNotFoundError | CallNotFoundError):
+    if isinstance(exc, ChatNotFoundError | CallNotFoundError | ArtifactNotFoundError):
         return 404
     if isinstance(exc, OutcomeNotAllowedError | EditingDisabledError):
         return 403

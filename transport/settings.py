@@ -206,6 +206,16 @@ class Settings(BaseSettings):
     # -- agent editors: principals named by the operator, or holders of the editor token
     editors: Names = ()
     editor_token: SecretSetting | None = None
+    # -- code mode (docs/code-mode.md): the sandbox of execute_code, artifacts
+    sandbox: Literal["bwrap", "unconfined", "off"] = "bwrap"
+    sandbox_bwrap: str = "bwrap"
+    sandbox_python: str = "/usr/bin/python3"
+    sandbox_uid: int = Field(65534, ge=1)
+    sandbox_concurrency: Count = 2
+    sandbox_timeout_s: float = Field(10.0, gt=0, le=60)
+    sandbox_memory_mb: int = Field(512, ge=32, le=2048)
+    sandbox_allow_raise: Switch = False
+    artifact_threshold_bytes: Count = 32 * 1024
 
     def __init__(self, **values: Any) -> None:
         """Settings from keyword values only (no environment: see :meth:`from_sources`);

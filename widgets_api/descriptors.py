@@ -16,12 +16,19 @@ from urllib.parse import quote
 
 from parkway.runner.parking import ParkedCall
 from parkway.runner.workflows import REQUEST_CONNECTION
+from parkway.widgets_api.highlight import highlight_lines
 
 __all__ = ["StartToken", "describe_call"]
 
 # The platform op by which an agent changes its own template (runner/commits.py): its
 # approval is drawn as a diff of the template, so its widget kind is ``agent_change``.
 _AGENT_CHANGE_TOOL = "commit_config"
+
+# Code review (runner/codemode/): execute_code approvals are drawn as code with line numbers,
+# its arguments, inputs, limits and the sandbox's isolation; save_function approvals as
+# the function's code beside its current version.
+_CODE_TOOL = "execute_code"
+_LIBRARY_TOOL = "save_function"
 
 # (provider, chat id, call id) -> a one-time token for the connect widget's start link
 StartToken = Callable[[str, str, str], str]
@@ -32,14 +39,19 @@ def describe_call(
     call: ParkedCall,
     providers: Mapping[str, str] | None = None,
     start_token: StartToken | None = None,
+    *,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The widget descriptor of ``call`` in chat ``chat_id``. ``providers`` maps the
     configured OAuth providers' names to display names (for connect widgets);
-    ``start_token`` issues the token a configured provider's start link needs."""
+    ``start_token`` issues the token a configured provider's start link needs; ``code``
+    is the sandbox's status (``CodeMode.status()``), shown on code approvals."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
     if call.kind == "approval" and call.tool_name == _AGENT_CHANGE_TOOL:
         kind = "agent_change"
+    if call.kind == "approval" and call.tool_name in (_CODE_TOOL, _LIBRARY_TOOL):
+        kind = "code" if call.tool_name == _CODE_TOOL else "library_change"
     render.pop("kind", None)
     descriptor: dict[str, Any] = {
         "kind": kind,
@@ -73,6 +85,24 @@ def describe_call(
             descriptor["startUrl"] += f"&token={quote(token, safe='')}"
         descriptor["useUrl"] = f"/connect/{quote(provider, safe='')}/use"
         descriptor["connectionsUrl"] = f"/api/connections?provider={quote(provider, safe='')}"
+    if kind in ("code", "library_change") and isinstance(call.input, dict):
+        _describe_code(descriptor, chat_id, call.input, code)
     if render:
         descriptor["render"] = render
     return descriptor
+
+
+def _describe_code(
+    descriptor: dict[str, Any],
+    chat_id: str,
+    tool_input: Mapping[str, Any],
+    code: Mapping[str, Any] | None,
+) -> None:
+    source = tool_input.get("code")
+    descriptor["codeLines"] = highlight_lines(source) if isinstance(source, str) else []
+    if descriptor["kind"] == "code":
+        descriptor["sandbox"] = dict(code or {"available": False, "reason": "not configured"})
+        descriptor["artifactsUrl"] = f"/api/chats/{quote(chat_id, safe='')}/artifacts"
+    else:
+        name = str(tool_input.get("name") or "")
+        descriptor["libraryUrl"] = f"/api/agent/library/{quote(name, safe='')}"

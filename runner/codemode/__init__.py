@@ -1,0 +1,14 @@
+"""Code Mode: ``execute_code`` in a sandbox, reviewed by a human, and the agent's
+function library (docs/code-mode.md).
+
+- :mod:`parkway.runner.codemode.runtime`: :class:`CodeMode`, the sandbox as the runtime
+  sees it (its probe, the limits policy, concurrency, the run's workspace);
+- :mod:`parkway.runner.codemode.op`: the ``execute_code`` op and its tool broker;
+- :mod:`parkway.runner.codemode.library`: ``save_function``, ``list_functions`` and the
+  versioned library in Redis;
+- :mod:`parkway.runner.codemode.prompt`: the tool's description for the model.
+
+The sandbox itself (providers, the guest bootstrap and its ``pw`` helpers) is
+:mod:`parkway.runner.sandbox`. This package imports none of its modules itself, so that
+:mod:`parkway.runner.tools` can name :class:`CodeMode` while the ops import the tools.
+"""
