@@ -92,8 +92,14 @@ def record_tool_run(
         state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
         if emit is not None:
             emit(ToolSucceeded(call_id, tool_run.output))
+            # A part's id is the call's; a second part of the same name gets its own id
+            # (a client replaces a data part of the same type and id).
+            seen: dict[str, int] = {}
             for part_name, data in tool_run.parts:
-                emit(DataPublished(part_name, data, part_id=call_id))
+                n = seen[part_name] = seen.get(part_name, -1) + 1
+                emit(
+                    DataPublished(part_name, data, part_id=call_id if n == 0 else f"{call_id}:{n}")
+                )
     else:
         state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
         if emit is not None:

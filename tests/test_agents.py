@@ -203,7 +203,10 @@ async def test_working_copy_changes_the_run_but_never_the_commit(api_for: Any) -
     response = await api.chat("c-kit", [user_message("hi")], agentTemplate=working)
     assert response.status_code == 200, response.text
     seen = "".join(c.get("delta", "") for c in sse_chunks(response.text))
-    assert seen == "get_weather,commit_config,request_connection"
+    # every registered platform op is in the kit, then the reserved workflows
+    assert seen == (
+        "get_weather,commit_config,execute_code,list_functions,save_function,request_connection"
+    )
     plain = await api.say("c-plain", "hi")
     assert "".join(c.get("delta", "") for c in plain) == "get_weather"
     after = (await api.http.get("/api/agent")).json()

@@ -221,8 +221,13 @@ async def test_code_calls_allowed_tools_through_the_host_and_never_approval_ones
     assert output["status"] == "ok", output
     assert output["result"]["sky"] == "cloudy"
     assert "approval" in output["result"]["refused"]
-    shown = [e.data for e in after if isinstance(e, DataPublished) and e.name == "code-tool-call"]
+    [code_call] = parked(first)
+    published = [e for e in after if isinstance(e, DataPublished) and e.name == "code-tool-call"]
+    # each brokered call its own part (a client replaces parts of one type and id)
+    assert [e.part_id for e in published] == [code_call.tool_call_id, f"{code_call.tool_call_id}:1"]
+    shown = [e.data for e in published]
     assert shown[0] == {
+        "toolCallId": code_call.tool_call_id,
         "name": "get_weather",
         "input": {"city": "Paris"},
         "output": {"city": "Paris", "temperature_c": 14, "sky": "cloudy"},

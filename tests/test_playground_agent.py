@@ -32,7 +32,8 @@ from tests.browser import (
 from tests.support import WEATHER_TOOL, agent_doc, call, server_thread, text
 
 PATCH = {"summary": "say hello", "patch": {"instructions": "Say hello first."}}
-KIT_TOOLS = "get_weather,commit_config,request_connection"
+# every registered platform op, then the reserved workflows (widgets_api/overlay.py)
+KIT_TOOLS = "get_weather,commit_config,execute_code,list_functions,save_function,request_connection"
 # The agent a user builds: one tool of its own and a sandbox without network, which the
 # build kit overrides while it is on.
 SANDBOXED_AGENT = {

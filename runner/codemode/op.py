@@ -104,7 +104,7 @@ def _broker(ctx: ToolContext, limits: Limits) -> Any:
     template = ctx.template
 
     async def call(name: str, tool_input: Any) -> Any:
-        report: dict[str, Any] = {"name": name, "input": tool_input}
+        report: dict[str, Any] = {"toolCallId": ctx.tool_call_id, "name": name, "input": tool_input}
         try:
             output = await _run(name, tool_input)
         except BrokerError as exc:

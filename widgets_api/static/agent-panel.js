@@ -9,8 +9,12 @@
 // working template for each new turn. A commit always sends the user's own template,
 // never the overlay: the kit must never ship with the published agent. Where the kit
 // replaces a value the user set, an override hint says so beside the editor.
+//
+// Below it, the Code section (code-panel.js): the sandbox's status and the agent's
+// function library.
 
 import { isObject, kitGroups, revisionItems, short } from "/static/agent-panel-lists.js";
+import { CodePanel } from "/static/code-panel.js";
 import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
 
 const KIT_STORAGE_KEY = "parkway.playground.buildKit";
@@ -62,6 +66,7 @@ export class AgentPanel {
     this.committing = false;
     this.seq = 0;
     this.ready = Promise.resolve();
+    this.code = new CodePanel(api);
   }
 
   /** Build the panel and read the agent. */
@@ -115,8 +120,14 @@ export class AgentPanel {
       h("h3", { class: "panel-subtitle", text: "Revisions" }),
       e.revisions,
     );
-    root.replaceChildren(h("div", { class: "panel-head" }, h("h2", { class: "panel-title", text: "Agent" }), e.meta), e.loadError, e.notice, e.body);
+    root.replaceChildren(h("div", { class: "panel-head" }, h("h2", { class: "panel-title", text: "Agent" }), e.meta), e.loadError, e.notice, e.body, this.code.root);
     this.ready = this.load();
+    this.code.start();
+  }
+
+  /** A save_function call settled: list the library again. */
+  libraryChanged() {
+    this.code.refresh();
   }
 
   // -- reading the agent ---------------------------------------------------------------

@@ -9,8 +9,9 @@ import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
 import { Widget } from "/static/widget.js";
 
 export class ApprovalWidget extends Widget {
-  constructor(id, chat) {
-    super(id, "approval", chat);
+  /** `kind`: the card's `data-kind` (a subclass drawing another descriptor kind names it). */
+  constructor(id, chat, kind = "approval") {
+    super(id, kind, chat);
     this.editor = h("textarea", { id: `edit-${id}`, "data-field": "input", spellcheck: "false", rows: 6 });
     this.reason = h("input", { type: "text", id: `reason-${id}`, "data-field": "reason", placeholder: "Optional" });
   }
@@ -108,10 +109,28 @@ export class ApprovalWidget extends Widget {
         { class: "widget-actions" },
         h("button", { type: "button", class: "button button-primary", "data-action": "approve", disabled: this.busy, onclick: () => this.approve() }, "Approve"),
         h("button", { type: "button", class: "button button-danger", "data-action": "deny", disabled: this.busy, onclick: () => this.deny() }, "Deny"),
+        ...this.extraActions(ctx),
         this.deadline(ctx),
       ),
       ...this.messages(),
     ];
+  }
+
+  /** More buttons beside Approve and Deny (a subclass's Edit). */
+  extraActions() {
+    return [];
+  }
+
+  /** The input as the person edited it, or undefined when they did not edit it. Throws
+   *  an Error whose message the card shows. */
+  editedInput() {
+    try {
+      const edited = JSON.parse(this.editor.value);
+      canonical(edited); // throws for what the server refuses too (1e400, a lone surrogate)
+      return edited;
+    } catch (error) {
+      throw new Error(`The input is not valid JSON: ${error.message}`);
+    }
   }
 
   async approve() {
@@ -120,14 +139,13 @@ export class ApprovalWidget extends Widget {
     if (ctx.desc.allowEdits === true) {
       let edited;
       try {
-        edited = JSON.parse(this.editor.value);
-        canonical(edited); // throws for what the server refuses too (1e400, a lone surrogate)
+        edited = this.editedInput(ctx);
       } catch (error) {
-        this.error = `The input is not valid JSON: ${error.message}`;
+        this.error = error.message;
         this.update();
         return;
       }
-      if (canonical(edited) !== canonical(ctx.input ?? {})) {
+      if (edited !== undefined && canonical(edited) !== canonical(ctx.input ?? {})) {
         // The AI SDK's approval response cannot carry an edited input, so the edit is
         // settled through the call's statusUrl; the chat POST then resumes the run.
         const callView = await this.settle({ outcome: "approved", input: edited });

@@ -54,6 +54,7 @@ export class Chat {
     this.answers = new Map(); // toolCallId -> {patch, intent, settled}: answered here, not yet sent
     this.inflight = new Set(); // toolCallIds whose answers the current POST carries
     this.messageErrors = new Map(); // messageId -> the error that ended its stream
+    this.codeCalls = new Map(); // toolCallId -> the tool calls its code made (ui-stream.js)
     this.serverState = null; // 'idle' | 'running' | 'parked', from the last GET
     this.status = "ready"; // 'ready' | 'submitted' | 'streaming' | 'error'
     this.abort = null;

@@ -4,7 +4,8 @@
 // over the committed template with the build-kit merge rules, then `remove_tools`
 // dropped by identity), so the approval shows exactly what the server would commit.
 // The diff is a plain LCS over the lines of the two pretty-printed JSON texts, with
-// unchanged stretches collapsed to a few lines of context.
+// unchanged stretches collapsed to a few lines of context; textDiffView draws the same
+// diff of two texts (a saved function against its new code, code-widgets.js).
 
 import { h, pretty } from "/static/playground-base.js";
 
@@ -85,11 +86,21 @@ export function lineDiff(before, after) {
 /** The diff of two JSON values as an element: changed lines coloured, unchanged lines
  *  more than CONTEXT away from a change collapsed into one "⋯ N unchanged lines". */
 export function diffView(before, after) {
-  const ops = lineDiff(pretty(before), pretty(after));
+  return textDiffView(pretty(before), pretty(after), {
+    label: "Changes to the agent template",
+    same: "No changes: the template stays as it is.",
+    testid: "commit-diff",
+  });
+}
+
+/** The line diff of two texts as an element, drawn as `diffView` draws it. `label`: its
+ *  accessible name; `same`: what it says when nothing changed. */
+export function textDiffView(before, after, { label, same, testid }) {
+  const ops = lineDiff(before, after);
   const changed = ops.map((line) => line.op !== " ");
-  const root = h("div", { class: "diff", "data-testid": "commit-diff", role: "group", "aria-label": "Changes to the agent template" });
+  const root = h("div", { class: "diff", "data-testid": testid, role: "group", "aria-label": label });
   if (!changed.includes(true)) {
-    root.append(h("div", { class: "diff-skip", text: "No changes: the template stays as it is." }));
+    root.append(h("div", { class: "diff-skip", text: same }));
     return root;
   }
   const near = (index) => {

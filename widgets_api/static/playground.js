@@ -21,12 +21,15 @@
 //   widgets.js           the widget registry: one widget per parked call, chosen by kind
 //   widget.js            the widget base class (state, chip, redraw, shared cards, settle)
 //   approval-widgets.js  approval and agent-change widgets
+//   code-widgets.js      code review (execute_code) and library change (save_function) widgets
+//   code-view.js         code with line numbers, code results, artifact references and downloads
 //   client-widgets.js    choice, generic client-tool and unsupported widgets
 //   connect-widget.js    the connect card; connect-flow.js its OAuth popup and polling
 //   view.js              rendering messages, tool calls and widget cards; the status pill
 //   message-extras.js    reasoning, tool calls still being written, the model/usage footer
 //   agent-panel.js       the agent panel: working template, build kit, commit
 //   agent-panel-lists.js the panel's lists: what the kit adds, recent revisions
+//   code-panel.js        the panel's Code section: the sandbox's status, the function library
 //   commit-diff.js       an agent change's patch and line diff
 // and the classic script overlay.js (the build-kit merge).
 

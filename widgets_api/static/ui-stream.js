@@ -74,8 +74,8 @@ export async function* readChunks(response) {
 /** Applies the chunks of one response to the chat's messages, the way the AI SDK's
  *  `processUIMessageStream` does. `replay`: the response rebuilds its message from the
  *  start (GET .../stream), so `start` clears the parts it already had. `chat` is the
- *  Chat (chat.js): its messages and descriptors, and `committedRevision` for a
- *  `data-committed-revision` part. */
+ *  Chat (chat.js): its messages, descriptors and code calls, and `committedRevision`
+ *  for a `data-committed-revision` part. */
 export class StreamRun {
   constructor(chat, { replay }) {
     this.chat = chat;
@@ -84,6 +84,19 @@ export class StreamRun {
     this.texts = new Map();
     this.error = null;
     this.finishReason = null;
+    this.codeCallIds = new Set(); // code calls whose brokered tool calls this response carried
+  }
+
+  /** A `data-code-tool-call` part: one tool call a program made, naming its code call
+   *  (`toolCallId`). They are kept as a list per code call, started over when a response
+   *  carries them again (a replay), and kept beside the messages: GET /api/chats/{id}
+   *  does not carry them. */
+  codeToolCall(toolCallId, data) {
+    if (!this.codeCallIds.has(toolCallId)) {
+      this.codeCallIds.add(toolCallId);
+      this.chat.codeCalls.set(toolCallId, []);
+    }
+    this.chat.codeCalls.get(toolCallId).push(data);
   }
 
   ensureMessage(messageId) {
@@ -247,6 +260,12 @@ export class StreamRun {
       default:
         if (typeof type === "string" && type.startsWith("data-")) {
           if (chunk.transient) break;
+          if (type === "data-code-tool-call") {
+            // the code call's id is in the data; each brokered call's part has its own id
+            const codeCallId = chunk.data && (chunk.data.toolCallId || chunk.id);
+            if (typeof codeCallId === "string") this.codeToolCall(codeCallId, chunk.data);
+            break;
+          }
           const existing = chunk.id !== undefined ? parts.find((p) => p.type === type && p.id === chunk.id) : null;
           if (existing) existing.data = chunk.data;
           else parts.push(chunk.id !== undefined ? { type, id: chunk.id, data: chunk.data } : { type, data: chunk.data });

@@ -1,11 +1,14 @@
 // Parkway playground: the view. A View renders one chat's messages into the page, keyed
 // so that elements (and what is typed into widgets) survive updates: text and
-// reasoning parts, tool calls with their input and output, and each parked call's
-// widget card. The status pill says "Waiting for you" while a card waits for an
-// answer. Model text goes in through textContent only.
+// reasoning parts, tool calls with their input and output (drawn by shape: an artifact
+// reference with its download link, a code run's result, else JSON), each parked
+// call's widget card, and the tool calls a program made under its call. The status
+// pill says "Waiting for you" while a card waits for an answer. Model text goes in
+// through textContent only.
 //
 // An ES module imported by playground.js; no build step.
 
+import { brokeredView, outputView } from "/static/code-view.js";
 import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "/static/message-extras.js";
 import { h, pretty } from "/static/playground-base.js";
 import { isToolPart, toolNameOf } from "/static/ui-stream.js";
@@ -168,15 +171,37 @@ export class View {
     badge.textContent = label;
     badge.className = `badge badge-${tone}`;
     const body = details.querySelector(".tool-body");
+    // The input a person edited before approving (the part keeps the model's).
+    const outcome = widget ? widget.ctx().outcome : null;
+    const edited = outcome && outcome.input !== undefined ? outcome.input : undefined;
+    details.dataset.edited = String(edited !== undefined);
     const content = [];
     if (part.input !== undefined) content.push(h("div", { class: "tool-label", text: "Input" }), h("pre", { class: "json", "data-field": "input", text: pretty(part.input) }));
-    if (part.state === "output-available") content.push(h("div", { class: "tool-label", text: "Output" }), h("pre", { class: "json", "data-field": "output", text: pretty(part.output) }));
+    if (edited !== undefined) content.push(h("div", { class: "tool-label", text: "Approved input (edited)" }), h("pre", { class: "json", "data-field": "approved-input", text: pretty(edited) }));
+    if (part.state === "output-available") content.push(h("div", { class: "tool-label", text: "Output" }), outputView(part.output, this.chat.id));
     if (part.state === "output-error") content.push(h("div", { class: "tool-label", text: "Error" }), h("pre", { class: "json", "data-field": "error", text: String(part.errorText) }));
-    const signature = JSON.stringify([part.state, part.input, part.output, part.errorText]);
+    const signature = JSON.stringify([part.state, part.input, part.output, part.errorText, edited]);
     if (body.dataset.signature !== signature) {
       body.dataset.signature = signature;
       body.replaceChildren(...content);
     }
     if (widget && widget.root.parentElement !== el) el.append(widget.root);
+    this.updateBrokered(el, part.toolCallId);
+  }
+
+  /** The tool calls a program made, listed under its call (after its card). */
+  updateBrokered(el, toolCallId) {
+    const calls = this.chat.codeCalls.get(toolCallId);
+    let list = el.querySelector(":scope > .code-tool-calls");
+    const signature = calls && calls.length ? JSON.stringify(calls) : "";
+    if (list && list.dataset.signature === signature) {
+      if (list !== el.lastElementChild) el.append(list);
+      return;
+    }
+    if (list) list.remove();
+    if (!signature) return;
+    list = brokeredView(calls);
+    list.dataset.signature = signature;
+    el.append(list);
   }
 }

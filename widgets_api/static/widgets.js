@@ -7,12 +7,15 @@
 import { ApprovalWidget, CommitApprovalWidget } from "/static/approval-widgets.js";
 import { PERSON_OUTCOMES, sameAnswer } from "/static/call-outcome.js";
 import { ChoiceWidget, ClientWidget, UnsupportedWidget } from "/static/client-widgets.js";
+import { CodeReviewWidget, LibraryChangeWidget } from "/static/code-widgets.js";
 import { ConnectWidget } from "/static/connect-widget.js";
 
 /** The descriptor kinds this page has a widget for (widgets_api/descriptors.py). */
 const WIDGETS_BY_KIND = {
   approval: ApprovalWidget,
   agent_change: CommitApprovalWidget,
+  code: CodeReviewWidget,
+  library_change: LibraryChangeWidget,
   connect: ConnectWidget,
   choice: ChoiceWidget,
   client: ClientWidget,
