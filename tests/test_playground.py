@@ -158,6 +158,8 @@ def test_demo_conversation_goes_through_choice_connect_and_approval_widgets(
         tab.expect_said("600 orders;")
         tab.expect_said("That was the whole tour")
         tab.expect_ready()
+        code.scroll_into_view_if_needed()
+        screenshot(tab.page, "code-result")
         # One assistant message across all five round trips.
         expect(tab.page.get_by_test_id("message-assistant")).to_have_count(1)
         screenshot(tab.page, "chat")
