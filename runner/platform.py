@@ -35,6 +35,9 @@ class PlatformOp:
     timeout_s: float = 30.0
     # Whether the human may edit the input while approving (the edited input is what runs).
     allow_edits: bool = False
+    # What a parked call of the op carries from its template for its widget (the
+    # template document -> the call's ``render``), e.g. execute_code's sandbox section.
+    render: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
 
 PLATFORM_OPS: dict[str, PlatformOp] = {}

@@ -12,6 +12,7 @@ middle of a run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -327,6 +328,9 @@ def _load_cached(text: str) -> AgentTemplate:
             )
         if spec.name in tools:
             raise TemplateError(f"{where}: duplicate tool name {spec.name!r}")
+        op = PLATFORM_OPS.get(spec.name) if spec.kind == "platform" else None
+        if op is not None and op.render is not None:
+            spec = dataclasses.replace(spec, render=dict(op.render(document)))
         tools[spec.name] = spec
     llm = None if doc.llm is None else parse_model_spec(doc.llm, "llm")
     return AgentTemplate(

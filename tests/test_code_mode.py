@@ -220,7 +220,7 @@ async def test_code_calls_allowed_tools_through_the_host_and_never_approval_ones
     output = output_of(after)
     assert output["status"] == "ok", output
     assert output["result"]["sky"] == "cloudy"
-    assert "approval" in output["result"]["refused"]
+    assert "asks a human first" in output["result"]["refused"]
     [code_call] = parked(first)
     published = [e for e in after if isinstance(e, DataPublished) and e.name == "code-tool-call"]
     # each brokered call its own part (a client replaces parts of one type and id)
@@ -232,7 +232,7 @@ async def test_code_calls_allowed_tools_through_the_host_and_never_approval_ones
         "input": {"city": "Paris"},
         "output": {"city": "Paris", "temperature_c": 14, "sky": "cloudy"},
     }
-    assert shown[1]["name"] == "publish" and "approval" in shown[1]["error"]
+    assert shown[1]["name"] == "publish" and "asks a human first" in shown[1]["error"]
 
 
 @needs_sandbox

@@ -26,11 +26,12 @@ def server(redis_url: str, redis: Redis) -> Iterator[ServerThread]:
     doc = agent_doc(
         [
             [call("get_sales", {"month": "2026-10"})],
-            [call("execute_code", {"code": PROGRAM, "args": [1, 2]})],
+            [call("execute_code", {"code": PROGRAM, "args": [1, 2], "limits": {"memory_mb": 128}})],
             [text("done")],
         ],
         tools=[SALES_TOOL, CODE_TOOL, {"type": "platform", "op": "list_functions"}],
     )
+    doc["template"]["sandbox"] = {"permissions": {"max_runtime_s": 30}}
     with server_thread(redis_url, doc) as running:
         yield running
 
@@ -96,7 +97,10 @@ async def test_the_code_review_widget_carries_escaped_highlighted_code_and_the_i
         assert '<span class="tok-nb">print</span>' in lines[0]
         assert widget["artifactsUrl"] == "/api/chats/review/artifacts"
         assert set(widget["sandbox"]) >= {"available", "isolation", "limits"}
-        assert widget["sandbox"]["limits"]["wall_s"] == 10
+        # the run's own limits: the template's runtime, the call's lower memory
+        limits = widget["sandbox"]["limits"]
+        assert (limits["wall_s"], limits["memory_bytes"]) == (30, 128 * 2**20)
+        assert "render" not in widget
         [stored] = (await api.state("review"))["calls"]
         assert stored["widget"] == widget
     finally:

@@ -315,9 +315,7 @@ async def _start_serving(
     app.state.connect = None if oauth is None else oauth.flow
     names = {} if oauth is None else oauth.providers.names()
     start = None if oauth is None else oauth.flow.start_token  # one-time start links
-    app.state.describe = lambda chat_id, call: describe_call(
-        chat_id, call, names, start, code=code.status()
-    )
+    app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start, code=code)
     if oauth is not None and oauth.demo is not None:
         app.state.demo_router = Router(routes=oauth.demo.routes())
     # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;

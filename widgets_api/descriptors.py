@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.parking import ParkedCall
 from parkway.runner.workflows import REQUEST_CONNECTION
 from parkway.widgets_api.highlight import highlight_lines
@@ -40,12 +41,12 @@ def describe_call(
     providers: Mapping[str, str] | None = None,
     start_token: StartToken | None = None,
     *,
-    code: Mapping[str, Any] | None = None,
+    code: CodeMode | None = None,
 ) -> dict[str, Any]:
     """The widget descriptor of ``call`` in chat ``chat_id``. ``providers`` maps the
     configured OAuth providers' names to display names (for connect widgets);
     ``start_token`` issues the token a configured provider's start link needs; ``code``
-    is the sandbox's status (``CodeMode.status()``), shown on code approvals."""
+    is the server's code sandbox, whose status and the run's limits code approvals show."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
     if call.kind == "approval" and call.tool_name == _AGENT_CHANGE_TOOL:
@@ -86,22 +87,31 @@ def describe_call(
         descriptor["useUrl"] = f"/connect/{quote(provider, safe='')}/use"
         descriptor["connectionsUrl"] = f"/api/connections?provider={quote(provider, safe='')}"
     if kind in ("code", "library_change") and isinstance(call.input, dict):
-        _describe_code(descriptor, chat_id, call.input, code)
+        _describe_code(descriptor, chat_id, call, code)
+        render.pop("sandbox", None)
     if render:
         descriptor["render"] = render
     return descriptor
 
 
 def _describe_code(
-    descriptor: dict[str, Any],
-    chat_id: str,
-    tool_input: Mapping[str, Any],
-    code: Mapping[str, Any] | None,
+    descriptor: dict[str, Any], chat_id: str, call: ParkedCall, code: CodeMode | None
 ) -> None:
+    tool_input: Mapping[str, Any] = call.input if isinstance(call.input, dict) else {}
     source = tool_input.get("code")
     descriptor["codeLines"] = highlight_lines(source) if isinstance(source, str) else []
     if descriptor["kind"] == "code":
-        descriptor["sandbox"] = dict(code or {"available": False, "reason": "not configured"})
+        if code is None:
+            descriptor["sandbox"] = {"available": False, "reason": "not configured"}
+        else:
+            # the limits this call would run with: its template's and its own requests
+            sandbox = (call.render or {}).get("sandbox")
+            requested = tool_input.get("limits")
+            limits = code.limits_for(
+                sandbox if isinstance(sandbox, Mapping) else None,
+                requested if isinstance(requested, Mapping) else None,
+            )
+            descriptor["sandbox"] = {**code.status(), "limits": limits.as_dict()}
         descriptor["artifactsUrl"] = f"/api/chats/{quote(chat_id, safe='')}/artifacts"
     else:
         name = str(tool_input.get("name") or "")

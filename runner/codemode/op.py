@@ -118,7 +118,7 @@ def _broker(ctx: ToolContext, limits: Limits) -> Any:
         if spec is None or spec.kind != "function" or spec.func is None:
             raise BrokerError(f"{name!r} is not a server tool of this agent")
         if spec.needs_approval or spec.denied_by_policy:
-            raise BrokerError(f"{name!r} needs a human's approval, so code cannot call it")
+            raise BrokerError(f"{name!r} asks a human first (or is denied), so code cannot call it")
         if not isinstance(tool_input, dict):
             raise BrokerError("a tool's input is a JSON object")
         problem = input_problem(spec, tool_input)
@@ -203,6 +203,13 @@ async def execute_code(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str
         return await _model_result(ctx, result)
 
 
+def _template_sandbox(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What a parked execute_code call keeps of its template: the sandbox section, from
+    which its review card shows the run's own limits (:meth:`CodeMode.limits_for`)."""
+    sandbox = template.get("sandbox")
+    return {"sandbox": dict(sandbox) if isinstance(sandbox, Mapping) else {}}
+
+
 EXECUTE_CODE = PlatformOp(
     name="execute_code",
     description=DESCRIPTION,
@@ -210,6 +217,7 @@ EXECUTE_CODE = PlatformOp(
     func=execute_code,
     needs_approval="ask",
     allow_edits=True,
+    render=_template_sandbox,
     # the wall clock tops out at 60 s; the rest is the human-free part of the call
     timeout_s=90.0,
 )
