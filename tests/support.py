@@ -360,6 +360,24 @@ class Api:
         await self.http.aclose()
 
 
+async def turn_once_the_lease_lapses(
+    api: Api, base_url: str, chat_id: str, text_value: str, message_id: str
+) -> httpx.Response:
+    """A new turn in ``chat_id`` on the worker at ``base_url``, as ``api``'s user, sent
+    until the chat's previous worker (killed) has let its lease lapse (409 until then)."""
+    other = api.same_user(base_url)
+
+    async def next_turn() -> httpx.Response | None:
+        response = await other.chat(chat_id, [user_message(text_value, message_id)])
+        return None if response.status_code == 409 else response
+
+    try:
+        response: httpx.Response = await eventually(next_turn, within_s=30, every_s=0.05)
+    finally:
+        await other.aclose()
+    return response
+
+
 def run_sync(coro: Any) -> Any:
     return asyncio.run(coro)
 

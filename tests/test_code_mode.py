@@ -1,7 +1,7 @@
 """Code Mode at the runner: artifacts for large results, execute_code reviewed and run in
 the real sandbox (bubblewrap), brokered tool calls, the agent's function library, and
 what happens when isolation is unavailable. The sandbox's own escape tests are in
-tests/test_sandbox*.py; the HTTP routes and widgets in tests/test_code_routes.py."""
+tests/sandbox/; the HTTP routes and widgets in tests/test_code_routes.py."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from tests.support import (
     eventually,
     sse_chunks,
     text,
-    user_message,
+    turn_once_the_lease_lapses,
 )
 
 GUEST = Path(__file__).resolve().parent.parent / "runner" / "sandbox" / "guest"
@@ -382,14 +382,9 @@ async def test_a_worker_killed_while_code_runs_leaves_result_unknown_never_a_rer
 
     second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
     try:
-        other = api.same_user(second.base_url)
-
-        async def next_turn() -> httpx.Response | None:
-            response = await other.chat("code-crash", [user_message("again", "u2")])
-            return None if response.status_code == 409 else response
-
-        response = await eventually(next_turn, within_s=30, every_s=0.05)
-        await other.aclose()
+        response = await turn_once_the_lease_lapses(
+            api, second.base_url, "code-crash", "again", "u2"
+        )
     finally:
         second.stop()
     assert response.status_code == 200, response.text

@@ -29,7 +29,7 @@ from tests.support import (
     free_port,
     sse_chunks,
     text,
-    user_message,
+    turn_once_the_lease_lapses,
 )
 
 pytestmark = pytest.mark.slow
@@ -119,15 +119,7 @@ async def test_a_worker_killed_mid_tool_leaves_result_unknown_never_a_rerun(
 
     second = ParkwayProcess(redis_url, agent, env={"PARKWAY_LEASE_S": "1"}).start()
     try:
-        other = api.same_user(second.base_url)
-
-        async def next_turn() -> httpx.Response | None:
-            response = await other.chat("crash", [user_message("again", "u2")])
-            return None if response.status_code == 409 else response
-
-        # the dead worker's lease lapses first
-        response = await eventually(next_turn, within_s=30, every_s=0.05)
-        await other.aclose()
+        response = await turn_once_the_lease_lapses(api, second.base_url, "crash", "again", "u2")
     finally:
         second.stop()
     assert response.status_code == 200, response.text

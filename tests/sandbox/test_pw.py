@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-GUEST = Path(__file__).resolve().parent.parent / "runner" / "sandbox" / "guest"
+GUEST = Path(__file__).resolve().parents[2] / "runner" / "sandbox" / "guest"
 PW_FILE = GUEST / "pw.py"
 
 

@@ -13,17 +13,14 @@ import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from parkway.runner.sandbox import BwrapProvider, Limits, RunRequest
-from tests.sandbox_rig import (
+from tests.sandbox.rig import (
     SANDBOX_UID,
-    confined_provider,
-    no_leftovers,
     run,
     shared_folder,
     skip_without_bwrap,
@@ -32,19 +29,7 @@ from tests.sandbox_rig import (
 
 skip_without_bwrap()
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def provider() -> BwrapProvider:
-    return confined_provider()
-
-
-@pytest.fixture
-def leftovers() -> Iterator[None]:
-    """The test leaves no process of the sandbox uid behind."""
-    with no_leftovers():
-        yield
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- 7, 8, 9, 10: the host's files and secrets -------------------------------------

@@ -20,14 +20,9 @@ from parkway.runner.sandbox import (
     UnconfinedProvider,
     _outcome,
 )
-from tests.sandbox_rig import confined_provider, run, shared_folder, write
+from tests.sandbox.rig import run, shared_folder, write
 
-GUEST = Path(__file__).resolve().parent.parent / "runner" / "sandbox" / "guest"
-
-
-@pytest.fixture(scope="module")
-def provider() -> BwrapProvider:
-    return confined_provider()
+GUEST = Path(__file__).resolve().parents[2] / "runner" / "sandbox" / "guest"
 
 
 # -- output, args, results ----------------------------------------------------------

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from parkway.runner.sandbox import BwrapProvider, Limits
-from tests.sandbox_rig import (
-    confined_provider,
+from tests.sandbox.rig import (
     host_probe,
-    no_leftovers,
     peak_memory_bytes,
     program_processes,
     python_in_sandbox,
@@ -34,18 +31,6 @@ from tests.sandbox_rig import (
 from tests.support import eventually
 
 skip_without_bwrap()
-
-
-@pytest.fixture(scope="module")
-def provider() -> BwrapProvider:
-    return confined_provider()
-
-
-@pytest.fixture
-def leftovers() -> Iterator[None]:
-    """The test leaves no process of the sandbox uid behind."""
-    with no_leftovers():
-        yield
 
 
 # -- 1, 2: processes and threads ----------------------------------------------------
