@@ -19,7 +19,7 @@ from parkway.runner.artifacts import ArtifactStore
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.credentials import Credentials
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
-from parkway.runner.history import result_entry
+from parkway.runner.history import part_ids, result_entry
 from parkway.runner.outcomes import SUPERSEDED, model_result
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Emit, RunState
@@ -89,17 +89,13 @@ def record_tool_run(
     call finishes off-stream), report its output (and any data parts the tool published)
     or its error."""
     if tool_run.error is None:
-        state.unsaved.append(result_entry(call_id, name, tool_run.output, "ok"))
+        entry = result_entry(call_id, name, tool_run.output, "ok", parts=tool_run.parts)
+        state.unsaved.append(entry)
         if emit is not None:
             emit(ToolSucceeded(call_id, tool_run.output))
-            # A part's id is the call's; a second part of the same name gets its own id
-            # (a client replaces a data part of the same type and id).
-            seen: dict[str, int] = {}
-            for part_name, data in tool_run.parts:
-                n = seen[part_name] = seen.get(part_name, -1) + 1
-                emit(
-                    DataPublished(part_name, data, part_id=call_id if n == 0 else f"{call_id}:{n}")
-                )
+            ids = part_ids(call_id, [part_name for part_name, _ in tool_run.parts])
+            for (part_name, data), part_id in zip(tool_run.parts, ids, strict=True):
+                emit(DataPublished(part_name, data, part_id=part_id))
     else:
         state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
         if emit is not None:

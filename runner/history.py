@@ -138,12 +138,34 @@ def message_metadata(
 
 
 def result_entry(
-    tool_call_id: str, name: str, result: Any, status: str, outcome: str | None = None
+    tool_call_id: str,
+    name: str,
+    result: Any,
+    status: str,
+    outcome: str | None = None,
+    *,
+    parts: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> dict[str, Any]:
+    """A tool call's result. ``parts``: the data parts the tool published, kept with the
+    result so that a reloaded chat shows them again (the model never reads them)."""
     entry = {"t": "result", "id": tool_call_id, "name": name, "result": result, "status": status}
     if outcome is not None:
         entry["outcome"] = outcome
+    if parts:
+        entry["parts"] = [{"name": part, "data": dict(data)} for part, data in parts]
     return entry
+
+
+def part_ids(tool_call_id: str, names: Sequence[str]) -> list[str]:
+    """The ids of the data parts a tool call published, in order: the call's id, and for
+    a second part of the same name its own (a client replaces a data part of the same
+    type and id)."""
+    seen: dict[str, int] = {}
+    ids = []
+    for name in names:
+        n = seen[name] = seen.get(name, -1) + 1
+        ids.append(tool_call_id if n == 0 else f"{tool_call_id}:{n}")
+    return ids
 
 
 def decode_entries(raw: Sequence[str]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from parkway.runner.demo import SALES_SUMMARY_CODE, get_sales
 from parkway.runner.events import DataPublished, Event, ToolSucceeded
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.provider import Limits
+from parkway.transport.uimessages import chat_messages
 from tests.runner_rig import parked, said, turn
 from tests.support import (
     PICK_TOOL,
@@ -233,6 +234,11 @@ async def test_code_calls_allowed_tools_through_the_host_and_never_approval_ones
         "output": {"city": "Paris", "temperature_c": 14, "sky": "cloudy"},
     }
     assert shown[1]["name"] == "publish" and "asks a human first" in shown[1]["error"]
+    # kept with the result, so a reloaded chat lists them again, with the same part ids
+    record = await runner.chat("code-broker", "alice")
+    [message] = [m for m in chat_messages(record, lambda c: {}) if m["role"] == "assistant"]
+    kept = [p for p in message["parts"] if p["type"] == "data-code-tool-call"]
+    assert [(p["id"], p["data"]) for p in kept] == [(e.part_id, e.data) for e in published]
 
 
 @needs_sandbox

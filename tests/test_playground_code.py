@@ -273,6 +273,13 @@ def test_edited_code_is_what_runs_and_a_denial_carries_its_reason(
             stored = server_view.call(tab.chat_id, Tab.call_id(card))
         assert stored["outcome"] == {"outcome": "approved", "input": {"code": EDITED_CODE}}
 
+        # a reload lists the program's tool calls again (kept with the call's result)
+        tab.open(tab.chat_id)
+        expect(tab.page.get_by_test_id("code-tool-calls").locator(".code-tool-call")).to_have_count(
+            2
+        )
+        expect(chip(tool_block(tab, "execute_code", 0))).to_have_text("approved, edited")
+
         expect(tab.page.locator('[data-kind="code"]')).to_have_count(2)
         risky = tab.widget("code")
         tab.expect_state(risky, "pending")

@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from parkway.runner.history import UNKNOWN_RESULT, messages_metadata
+from parkway.runner.history import UNKNOWN_RESULT, messages_metadata, part_ids
 from parkway.runner.loop import Answer
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import ChatRecord
@@ -291,6 +291,16 @@ def _tool_part(
     return part
 
 
+def _data_parts(tool_call_id: str, result: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The data parts a tool call published, as its stream carried them (same ids)."""
+    stored = [] if result is None else list(result.get("parts") or ())
+    ids = part_ids(tool_call_id, [str(part["name"]) for part in stored])
+    return [
+        {"type": f"data-{part['name']}", "id": part_id, "data": part["data"]}
+        for part, part_id in zip(stored, ids, strict=True)
+    ]
+
+
 def chat_messages(
     record: ChatRecord, describe: Callable[[ParkedCall], Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -324,7 +334,9 @@ def chat_messages(
                 parts.append({"type": "text", "text": entry["text"], "state": "done"})
             for call in entry["calls"]:
                 call_parked = parked.get(call["id"])
-                parts.append(_tool_part(call, results.get(call["id"]), call_parked))
+                result = results.get(call["id"])
+                parts.append(_tool_part(call, result, call_parked))
+                parts.extend(_data_parts(call["id"], result))
                 if call_parked is not None:
                     parts.append(
                         {

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parkway.runner.artifacts import ARTIFACT_ID
+from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.library import FunctionLibrary
 from parkway.runner.codemode.prompt import DESCRIPTION
 from parkway.runner.codemode.runtime import Workspace, workspace
@@ -32,6 +33,8 @@ from parkway.runner.tools import ToolContext, execute_tool, input_problem
 __all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code"]
 
 CODE_TOOL_CALL = "code-tool-call"
+# What a code-tool-call part shows of an input or output, at most (bytes of JSON).
+SHOWN_BYTES = 1024
 # stdout the model sees inline; the rest is in the artifact.
 INLINE_STDOUT_CHARS = 16 * 1024
 MAX_INPUTS = 16
@@ -98,19 +101,31 @@ async def _prepare(
     return {"inputs": inputs, "library": space.library_package(modules)}
 
 
+def _shown(value: Any) -> Any:
+    """``value`` as a brokered call's part shows it: itself, or past :data:`SHOWN_BYTES`
+    of JSON its size and beginning (the parts are kept with the chat's history)."""
+    try:
+        text = canonical_json(value)
+    except Exception:  # not plain JSON: the tool's own check reports it
+        return {"truncated": True, "bytes": None, "preview": repr(value)[:200]}
+    if len(text) <= SHOWN_BYTES:
+        return value
+    return {"truncated": True, "bytes": len(text.encode()), "preview": text[: SHOWN_BYTES // 2]}
+
+
 def _broker(ctx: ToolContext, limits: Limits) -> Any:
     """The host side of ``tools.call``: only the agent's server tools that run without
     asking (policy allow), never a platform op (no code starting code)."""
     template = ctx.template
 
     async def call(name: str, tool_input: Any) -> Any:
-        report: dict[str, Any] = {"toolCallId": ctx.tool_call_id, "name": name, "input": tool_input}
+        report = {"toolCallId": ctx.tool_call_id, "name": name, "input": _shown(tool_input)}
         try:
             output = await _run(name, tool_input)
         except BrokerError as exc:
-            ctx.publish(CODE_TOOL_CALL, {**report, "error": str(exc)})
+            ctx.publish(CODE_TOOL_CALL, {**report, "error": str(exc)[:SHOWN_BYTES]})
             raise
-        ctx.publish(CODE_TOOL_CALL, {**report, "output": output})
+        ctx.publish(CODE_TOOL_CALL, {**report, "output": _shown(output)})
         return output
 
     async def _run(name: str, tool_input: Any) -> Any:

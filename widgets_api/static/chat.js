@@ -6,6 +6,7 @@
 //
 // An ES module imported by playground.js; no build step.
 
+import { codeCallsOf } from "/static/code-view.js";
 import { outcomeOf } from "/static/call-outcome.js";
 import { errorMessage, newId, sameOrigin } from "/static/playground-base.js";
 import { isResolved, isToolPart, lastStep, readChunks, StreamRun, toolNameOf } from "/static/ui-stream.js";
@@ -347,6 +348,7 @@ export class Chat {
       }
     }
     for (const call of this.calls.values()) if (call.widget) this.descriptors.set(call.toolCallId, call.widget);
+    for (const [id, made] of codeCallsOf(this.messages)) this.codeCalls.set(id, made);
     // Answers given here and not sent yet survive a sync while their call is pending.
     for (const [id, answer] of [...this.answers]) {
       const callView = this.calls.get(id);

@@ -26,6 +26,19 @@ function isPlainObject(value) {
 }
 
 /** "812 bytes", or "58.6 KiB (60,012 bytes)": the exact count is always there. */
+/** The tool calls each code call's program made, from a loaded chat's messages (the
+ *  `data-code-tool-call` parts GET /api/chats/{id} keeps with the code call's result). */
+export function codeCallsOf(messages) {
+  const found = new Map();
+  for (const message of messages) {
+    for (const part of message.parts || []) {
+      const id = part.type === "data-code-tool-call" && part.data ? part.data.toolCallId : null;
+      if (typeof id === "string") found.set(id, [...(found.get(id) || []), part.data]);
+    }
+  }
+  return found;
+}
+
 export function formatBytes(n) {
   if (!Number.isFinite(n) || n < 0) return "unknown size";
   if (n < 1024) return `${COUNT.format(n)} byte${n === 1 ? "" : "s"}`;
