@@ -125,13 +125,19 @@ class ArtifactStore:
         return artifact
 
     async def keep_if_large(
-        self, chat_id: str, output: Any, *, source: str, tool_call_id: str
+        self,
+        chat_id: str,
+        output: Any,
+        *,
+        source: str,
+        tool_call_id: str,
+        encoded: bytes | None = None,
     ) -> Any:
-        """``output`` itself, or, when its JSON is over the threshold, a reference to the
-        artifact that now holds it."""
+        """``output`` itself, or, when its JSON (``encoded``, if the caller has it) is over
+        the threshold, a reference to the artifact that now holds it."""
         if is_reference(output):
             return output
-        data = canonical_json(output).encode()
+        data = canonical_json(output).encode() if encoded is None else encoded
         if len(data) <= self.threshold_bytes:
             return output
         artifact = await self.put(
@@ -158,7 +164,7 @@ class ArtifactStore:
             raise ChatNotFoundError("no such chat")
         if not ARTIFACT_ID.match(artifact_id) or raw is None or data is None:
             raise ArtifactNotFoundError("this chat has no such artifact")
-        return Artifact(**json.loads(raw)), bytes(data)
+        return _decode(raw), bytes(data)
 
     async def list_for_owner(self, chat_id: str, principal: str) -> list[Artifact]:
         """The chat's artifacts for its owner, oldest first."""
@@ -169,14 +175,7 @@ class ArtifactStore:
             owner, records = await pipe.execute()
         if owner is None or as_text(owner) != principal:
             raise ChatNotFoundError("no such chat")
-        found = [Artifact(**json.loads(raw)) for raw in records]
-        return sorted(found, key=lambda a: (a.created_at, a.artifact_id))
-
-    async def record(self, chat_id: str, artifact_id: str) -> Artifact | None:
-        if not ARTIFACT_ID.match(artifact_id):
-            return None
-        raw = await self.redis.hget(chat_keys(chat_id).artifacts, artifact_id)
-        return None if raw is None else Artifact(**json.loads(raw))
+        return _oldest_first(records)
 
     async def get(self, chat_id: str, artifact_id: str) -> tuple[Artifact, bytes] | None:
         """The artifact and its bytes, or None when the chat has no such artifact."""
@@ -189,10 +188,16 @@ class ArtifactStore:
             raw, data = await pipe.execute()
         if raw is None or data is None:
             return None
-        return Artifact(**json.loads(raw)), bytes(data)
+        return _decode(raw), bytes(data)
 
     async def list(self, chat_id: str) -> list[Artifact]:
         """The chat's artifacts, oldest first."""
-        records = await self.redis.hvals(chat_keys(chat_id).artifacts)
-        found = [Artifact(**json.loads(raw)) for raw in records]
-        return sorted(found, key=lambda a: (a.created_at, a.artifact_id))
+        return _oldest_first(await self.redis.hvals(chat_keys(chat_id).artifacts))
+
+
+def _decode(raw: Any) -> Artifact:
+    return Artifact(**json.loads(raw))
+
+
+def _oldest_first(records: list[Any]) -> list[Artifact]:
+    return sorted((_decode(raw) for raw in records), key=lambda a: (a.created_at, a.artifact_id))

@@ -77,7 +77,7 @@ class ToolExecutor:
         if run.error is not None or self.artifacts is None:
             return run
         output = await self.artifacts.keep_if_large(
-            state.chat_id, run.output, source=name, tool_call_id=call_id
+            state.chat_id, run.output, source=name, tool_call_id=call_id, encoded=run.encoded
         )
         return ToolRun(output=output, parts=run.parts)
 

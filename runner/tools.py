@@ -75,6 +75,9 @@ class ToolRun:
     output: Any = None
     error: str | None = None
     parts: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # ``output`` as canonical JSON, encoded (measured for the size limit; kept so an
+    # artifact of it is not encoded twice)
+    encoded: bytes | None = None
 
 
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
@@ -144,11 +147,11 @@ async def execute_tool(
         log.exception("tool %s raised (chat %s, call %s)", spec.name, ctx.chat_id, ctx.tool_call_id)
         return ToolRun(error=f"tool {spec.name!r} failed with an internal error")
     try:
-        size = len(canonical_json(output).encode())
+        encoded = canonical_json(output).encode()
     except Exception:
         return ToolRun(error=f"tool {spec.name!r} returned a value that is not plain JSON")
-    if size > max_bytes:
+    if len(encoded) > max_bytes:
         return ToolRun(
-            error=f"tool {spec.name!r} returned {size} bytes, over the {max_bytes} limit"
+            error=f"tool {spec.name!r} returned {len(encoded)} bytes, over the {max_bytes} limit"
         )
-    return ToolRun(output=output, parts=tuple(ctx.parts))
+    return ToolRun(output=output, parts=tuple(ctx.parts), encoded=encoded)

@@ -18,13 +18,11 @@ from starlette.routing import Route
 
 from parkway.runner.codemode.library import NAME, FunctionLibrary
 from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.keys import check_chat_id
-from parkway.runner.loop import Runner
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.local import UnconfinedProvider
 from parkway.runner.sandbox.provider import Limits, SandboxProvider
 from parkway.transport.errors import HTTPError
-from parkway.transport.requests import principal_of
+from parkway.transport.requests import chat_id_of, principal_of, runner_of
 from parkway.transport.settings import Settings
 
 __all__ = ["code_mode_from", "code_routes"]
@@ -55,23 +53,18 @@ def code_mode_from(settings: Settings) -> CodeMode:
     )
 
 
-def _runner(request: Request) -> Runner:
-    runner: Runner = request.app.state.runner
-    return runner
-
-
 async def list_artifacts(request: Request) -> Response:
     principal = principal_of(request)
-    chat_id = check_chat_id(request.path_params["chat_id"])
-    found = await _runner(request).artifacts.list_for_owner(chat_id, principal)
+    chat_id = chat_id_of(request)
+    found = await runner_of(request).artifacts.list_for_owner(chat_id, principal)
     return JSONResponse({"artifacts": [a.as_dict() for a in found]})
 
 
 async def get_artifact(request: Request) -> Response:
     principal = principal_of(request)
-    chat_id = check_chat_id(request.path_params["chat_id"])
+    chat_id = chat_id_of(request)
     artifact_id = str(request.path_params["artifact_id"])
-    artifact, data = await _runner(request).artifacts.for_owner(chat_id, principal, artifact_id)
+    artifact, data = await runner_of(request).artifacts.for_owner(chat_id, principal, artifact_id)
     extension = _EXTENSIONS.get(artifact.media_type, "txt")
     return Response(
         data,

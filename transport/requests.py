@@ -30,11 +30,21 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from parkway.runner.keys import check_chat_id
+from parkway.runner.loop import Runner
 from parkway.runner.validation import describe_first_error
 from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
-__all__ = ["BodyReader", "invalid_body", "parse_json", "principal_of", "read_json"]
+__all__ = [
+    "BodyReader",
+    "chat_id_of",
+    "invalid_body",
+    "parse_json",
+    "principal_of",
+    "read_json",
+    "runner_of",
+]
 
 # A JSON string token (escapes included), and the brackets left once strings are gone.
 # Linear by construction: the quantifiers are possessive and a string left open runs to
@@ -47,6 +57,19 @@ _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 # An escape that may decode to a surrogate (a valid pair decodes to one code point).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def runner_of(request: Request) -> Runner:
+    """The app's runner."""
+    runner: Runner = request.app.state.runner
+    return runner
+
+
+def chat_id_of(request: Request, name: str = "chat_id") -> str:
+    """The chat id in the path (``name``), checked (400 when malformed)."""
+    value = request.path_params[name]
+    check_chat_id(value)
+    return str(value)
 
 
 def principal_of(request: Request) -> str:

@@ -27,24 +27,19 @@ from parkway.transport.agent_routes import is_editor, working_template
 from parkway.transport.chunks import ErrorChunk
 from parkway.transport.errors import HTTPError
 from parkway.transport.replay import replay_message
-from parkway.transport.requests import invalid_body, principal_of, read_json
+from parkway.transport.requests import (
+    chat_id_of,
+    invalid_body,
+    principal_of,
+    read_json,
+    runner_of,
+)
 from parkway.transport.sessions import SessionAuthenticator
 from parkway.transport.settings import Settings
 from parkway.transport.streaming import Describer, follow_response, replay_response, stream_response
 from parkway.transport.uimessages import ChatPost, chat_messages, parse_chat_post
 
 __all__ = ["api_routes"]
-
-
-def _runner(request: Request) -> Runner:
-    runner: Runner = request.app.state.runner
-    return runner
-
-
-def _chat_id(request: Request, name: str = "chat_id") -> str:
-    value = request.path_params[name]
-    check_chat_id(value)
-    return str(value)
 
 
 def _call_id(request: Request) -> str:
@@ -125,7 +120,7 @@ async def _run_streamed(
         release_run()
     else:
         run.task.add_done_callback(lambda _: release_run())
-    response = stream_response(chat_id, _runner(request), run, _describer(request))
+    response = stream_response(chat_id, runner_of(request), run, _describer(request))
     return AdmittedStream(response, release_stream)
 
 
@@ -137,7 +132,7 @@ async def post_chat(request: Request) -> Response:
     post = parse_chat_post(body)
     check_chat_id(post.chat_id)
     _check_body_ids(post, body)
-    runner = _runner(request)
+    runner = runner_of(request)
     settled: tuple[str, ...] = ()
     pending = 0
     if post.answers:
@@ -201,8 +196,8 @@ async def post_chat(request: Request) -> Response:
 
 async def get_chat(request: Request) -> Response:
     principal = principal_of(request)
-    chat_id = _chat_id(request)
-    record = await _runner(request).chat(chat_id, principal)
+    chat_id = chat_id_of(request)
+    record = await runner_of(request).chat(chat_id, principal)
     calls = [_call_view(chat_id, c, _describer(request)) for c in record.calls]
     return JSONResponse(
         {
@@ -234,8 +229,8 @@ async def resume_stream(request: Request) -> Response:
     - A finished message: replayable for ``stream_grace_s``; after that, 204.
     """
     principal = principal_of(request)
-    chat_id = _chat_id(request)
-    runner = _runner(request)
+    chat_id = chat_id_of(request)
+    runner = runner_of(request)
     settings: Settings = request.app.state.settings
     record = await runner.chat(chat_id, principal)
     meta = record.meta
@@ -295,16 +290,16 @@ async def stop_chat(request: Request) -> Response:
     """Stop the chat's running run. It keeps the partial answer and finishes cleanly;
     unlike a disconnect, which never stops a run."""
     principal = principal_of(request)
-    chat_id = _chat_id(request)
-    if not await _runner(request).stop(chat_id, principal):
+    chat_id = chat_id_of(request)
+    if not await runner_of(request).stop(chat_id, principal):
         raise HTTPError(409, "not_running", "no run of this chat is running")
     return JSONResponse({"stopping": True}, status_code=202)
 
 
 async def get_call(request: Request) -> Response:
     principal = principal_of(request)
-    chat_id = _chat_id(request)
-    call = await _runner(request).call(chat_id, principal, _call_id(request))
+    chat_id = chat_id_of(request)
+    call = await runner_of(request).call(chat_id, principal, _call_id(request))
     return JSONResponse(_call_view(chat_id, call, _describer(request)))
 
 
@@ -321,14 +316,14 @@ async def settle_call(request: Request) -> Response:
     """Settle one parked call without resuming. 200 with the recorded outcome (also for
     an identical repeat); 409 with the winner's outcome when it differs."""
     principal = principal_of(request)
-    chat_id = _chat_id(request)
+    chat_id = chat_id_of(request)
     call_id = _call_id(request)
     raw = await read_json(request)
     try:
         _SettleBody.model_validate(raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None
-    result = await _runner(request).settle(chat_id, principal, call_id, raw, by="client")
+    result = await runner_of(request).settle(chat_id, principal, call_id, raw, by="client")
     body = _call_view(chat_id, result.call, _describer(request))
     body["fresh"] = result.fresh
     if result.pending is not None:
@@ -339,8 +334,8 @@ async def settle_call(request: Request) -> Response:
 async def resume_chat(request: Request) -> Response:
     """Resume a chat whose parked calls are all settled; the response is the stream."""
     principal = principal_of(request)
-    chat_id = _chat_id(request)
-    runner = _runner(request)
+    chat_id = chat_id_of(request)
+    runner = runner_of(request)
     return await _run_streamed(
         request, principal, chat_id, lambda: runner.resume(chat_id, principal)
     )

@@ -19,7 +19,7 @@ import keyword
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from parkway.runner.agents import AgentStore
@@ -238,7 +238,3 @@ LIST_FUNCTIONS = PlatformOp(
     input_schema={"type": "object", "properties": {}, "additionalProperties": False},
     func=list_functions,
 )
-
-
-def as_dict(saved: SavedFunction) -> dict[str, Any]:
-    return asdict(saved)

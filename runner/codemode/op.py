@@ -96,9 +96,9 @@ async def _prepare(
         found = None if ctx.artifacts is None else await ctx.artifacts.get(ctx.chat_id, artifact_id)
         if found is None:
             raise ToolError(f"input {name!r}: this chat has no artifact {artifact_id!r}")
-        inputs[name] = space.add_input(name, found[1])
+        inputs[name] = await asyncio.to_thread(space.add_input, name, found[1])
     modules = {} if ctx.agents is None else await FunctionLibrary.of(ctx.agents).modules()
-    return {"inputs": inputs, "library": space.library_package(modules)}
+    return {"inputs": inputs, "library": await asyncio.to_thread(space.library_package, modules)}
 
 
 def _shown(value: Any) -> Any:
@@ -202,7 +202,7 @@ async def execute_code(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str
     sandbox = None if ctx.template is None else ctx.template.raw.get("sandbox")
     limits = code_mode.limits_for(sandbox, tool_input.get("limits"))
     provider = code_mode.provider
-    with workspace() as space:
+    async with workspace() as space:
         files = await _prepare(ctx, space, tool_input)
         request = RunRequest(
             code=str(tool_input["code"]),

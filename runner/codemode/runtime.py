@@ -17,8 +17,8 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,13 +162,15 @@ class Workspace:
 _PREFIX = "parkway-code-"
 
 
-@contextmanager
-def workspace() -> Iterator[Workspace]:
-    root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+@asynccontextmanager
+async def workspace() -> AsyncIterator[Workspace]:
+    """A fresh workspace for one run, removed afterwards (the file system work runs in a
+    thread: inputs can be megabytes)."""
+    root = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=f"{_PREFIX}{os.getpid()}-"))
     try:
-        yield Workspace(root)
+        yield await asyncio.to_thread(Workspace, root)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, root, ignore_errors=True)
 
 
 def remove_stale_workspaces() -> int:

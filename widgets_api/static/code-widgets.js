@@ -193,23 +193,13 @@ export class CodeReviewWidget extends CodeApprovalWidget {
 
   /** The chat's artifact list, read once: each input's size. */
   async fetchArtifacts(ctx) {
-    const url = sameOrigin(ctx.desc.artifactsUrl);
-    if (!url) {
-      this.artifactsError = "The server did not say where this chat's artifacts are.";
-      this.update();
-      return;
-    }
-    this.fetching = true;
-    try {
-      const result = await this.chat.api.json(url);
+    const missing = "The server did not say where this chat's artifacts are.";
+    this.artifactsError = await readOnce(this, ctx.desc.artifactsUrl, missing, (result) => {
       const list = result.ok && result.data && Array.isArray(result.data.artifacts) ? result.data.artifacts : null;
-      if (list) this.artifacts = new Map(list.map((a) => [a.artifact_id, a]));
-      else this.artifactsError = `The chat's artifacts could not be read: ${errorMessage(result.data, result.status)}`;
-    } catch (error) {
-      this.artifactsError = `Could not reach the server: ${error.message}`;
-    } finally {
-      this.fetching = false;
-    }
+      if (!list) return `The chat's artifacts could not be read: ${errorMessage(result.data, result.status)}`;
+      this.artifacts = new Map(list.map((a) => [a.artifact_id, a]));
+      return null;
+    });
     this.update();
   }
 
@@ -305,24 +295,14 @@ export class LibraryChangeWidget extends CodeApprovalWidget {
 
   /** The version saved now, read once (404: a new function). */
   async fetchCurrent(ctx) {
-    const url = sameOrigin(ctx.desc.libraryUrl);
-    if (!url) {
-      this.currentError = "The server did not say where the library is.";
-      this.update();
-      return;
-    }
-    this.fetching = true;
-    try {
-      const result = await this.chat.api.json(url);
+    const missing = "The server did not say where the library is.";
+    this.currentError = await readOnce(this, ctx.desc.libraryUrl, missing, (result) => {
       const versions = result.ok && result.data && Array.isArray(result.data.versions) ? result.data.versions : null;
       if (result.status === 404 && result.data && result.data.error && result.data.error.code === "function_not_found") this.current = null;
       else if (versions && versions.length) this.current = { version: versions.at(-1).version, code: String(versions.at(-1).code) };
-      else this.currentError = `The saved version could not be read: ${errorMessage(result.data, result.status)}`;
-    } catch (error) {
-      this.currentError = `Could not reach the server: ${error.message}`;
-    } finally {
-      this.fetching = false;
-    }
+      else return `The saved version could not be read: ${errorMessage(result.data, result.status)}`;
+      return null;
+    });
     this.update();
   }
 
@@ -339,5 +319,21 @@ export class LibraryChangeWidget extends CodeApprovalWidget {
     }
     items.push(...this.messages());
     return items;
+  }
+}
+
+/** GET `url` (same origin only) once for `widget`, with `widget.fetching` set meanwhile;
+ *  `accept(result)` stores what it needs and returns an error text, or null. Without a
+ *  usable URL the error is `missing`; an unreachable server has its own. */
+async function readOnce(widget, url, missing, accept) {
+  const target = sameOrigin(url);
+  if (!target) return missing;
+  widget.fetching = true;
+  try {
+    return accept(await widget.chat.api.json(target));
+  } catch (error) {
+    return `Could not reach the server: ${error.message}`;
+  } finally {
+    widget.fetching = false;
   }
 }
