@@ -147,35 +147,75 @@ for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do table.insert(out
 return out
 """
 
+# Appending a batch of a run's events to the chat's event log (a Redis Stream), shared
+# by APPEND and COMMIT: the run's first entry records where it starts (``run_start``); a
+# batch that ends the run records how it finished, and when. Every append publishes on
+# the chat's wake-up channel, so followers on any worker read the log again
+# (runner/logwatch.py); the message carries nothing else. The number of the run's last
+# batch and its entry id are kept in ``log_seq`` and ``log_last``: a batch whose number
+# is not above ``log_seq`` was appended (a replay) and answers that id, unwritten.
+# log_append(events key, meta key, batch JSON, batch number, approximate max length,
+#            finish reason or '', now (ms), wake-up channel) -> entry id
+_LOG_APPEND = """
+local function log_append(events, meta, batch, seq, maxlen, finish, now, wake)
+  local m = redis.call('HMGET', meta, 'log_seq', 'log_last', 'run_start')
+  if tonumber(m[1] or '0') >= tonumber(seq) then return m[2] or '' end
+  local id = redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'b', batch)
+  redis.call('HSET', meta, 'log_seq', seq, 'log_last', id)
+  if not m[3] then redis.call('HSET', meta, 'run_start', id) end
+  if finish ~= '' then redis.call('HSET', meta, 'last_finish', finish, 'finished_at', now) end
+  redis.call('PUBLISH', wake, '1')
+  return id
+end
+"""
+
 # Persist one step (or the end of a run) if the caller still holds the lease: append
-# history entries, write parked call records, move the chat to its next state.
-# KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, and on a single Redis (not a
-#       Cluster, where it lives in another slot) 6 the deadline index
+# history entries, write parked call records, move the chat to its next state, and
+# append the run's events not yet logged (those that follow the step included) to the
+# event log, so a step and the events that announce it are stored in one atomic step.
+# KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, 6 events, and on a single
+#       Redis (not a Cluster, where it lives in another slot) 7 the deadline index
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged), 9 number of history entries N,
 #       10 number of calls C, 11 chat id, 12 the commit's number in its run (1, 2, ...),
-#       then N entry JSONs, then C quadruples (toolCallId, record JSON, park order,
-#       deadline in ms or '')
-# Returns: 1 on success, 0 when the lease was lost (nothing written).
+#       13 the events' batch JSON ('' = none), 14 the batch's number, 15 its finish
+#       reason ('' if the run goes on), 16 the log's approximate max length, 17 the
+#       chat's wake-up channel, then N entry JSONs, then C quadruples (toolCallId,
+#       record JSON, park order, deadline in ms or '')
+# Returns: {1, the batch's entry id or ''} on success, {0} when the lease was lost
+#          (nothing written).
 # Replay: each commit of a run carries the next number, recorded in ``run_commits``
 # with the commit; a commit whose number the current run (same token) has already
-# recorded was applied, so it answers 1 and writes nothing (no history entry twice).
-COMMIT = """
-local cur = redis.call('HMGET', KEYS[1], 'lease', 'run_token', 'run_commits')
-if cur[2] == ARGV[1] and tonumber(cur[3] or '0') >= tonumber(ARGV[12]) then return 1 end
-if cur[1] ~= ARGV[1] then return 0 end
+# recorded was applied, so it answers as it did and writes nothing (no history entry
+# twice); its batch, if any, was appended with it (log_append).
+COMMIT = (
+    _LOG_APPEND
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'lease', 'run_token', 'run_commits', 'log_seq',
+                       'log_last')
+local function logged()
+  if ARGV[13] ~= '' and tonumber(cur[4] or '0') >= tonumber(ARGV[14]) then
+    return cur[5] or ''
+  end
+  return ''
+end
+if cur[2] == ARGV[1] and tonumber(cur[3] or '0') >= tonumber(ARGV[12]) then
+  return {1, logged()}
+end
+if cur[1] ~= ARGV[1] then return {0} end
 local n = tonumber(ARGV[9])
 local c = tonumber(ARGV[10])
+local first = 18
 if n > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 13, 12 + n))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, first - 1 + n))
 end
 for i = 0, c - 1 do
-  local base = 13 + n + i * 4
+  local base = first + n + i * 4
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
-  if KEYS[6] and ARGV[base + 3] ~= '' then
-    redis.call('ZADD', KEYS[6], ARGV[base + 3], ARGV[11] .. ' ' .. ARGV[base])
+  if KEYS[7] and ARGV[base + 3] ~= '' then
+    redis.call('ZADD', KEYS[7], ARGV[base + 3], ARGV[11] .. ' ' .. ARGV[base])
   end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
@@ -187,39 +227,33 @@ if ARGV[2] == 'running' then
 else
   redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
 end
-for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
-return 1
+local id = ''
+if ARGV[13] ~= '' then
+  id = log_append(KEYS[6], KEYS[1], ARGV[13], ARGV[14], ARGV[16], ARGV[15], ARGV[5], ARGV[17])
+end
+for i = 1, 6 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return {1, id}
 """
+)
 
-# Append a batch of a run's events to the chat's event log (a Redis Stream), if the run
-# is still the chat's current run. The first append of a run records where it starts;
-# a batch that ends the run records how it finished, and when.
+# Append a batch of a run's events to the chat's log (see log_append), if the run is
+# still the chat's current run.
 # KEYS: 1 events, 2 meta
 # ARGV: 1 run token, 2 approximate max length, 3 TTL (s), 4 finish reason ('' if the
 #       run goes on), 5 now (ms), 6 the batch: a JSON array of events (one entry),
 #       7 the batch's number in its run (1, 2, ...), 8 the chat's wake-up channel
 # Returns: the batch's entry id, or '' when the run is no longer current (nothing
 #          written).
-# Every append publishes on the chat's wake-up channel, so followers on any worker
-# read the log again (runner/logwatch.py); the message carries nothing else.
-# Replay: the number of the run's last batch and its entry id are kept in ``log_seq``
-# and ``log_last``; a batch already appended answers its entry id again, unwritten.
-APPEND = """
-local m = redis.call('HMGET', KEYS[2], 'run_token', 'log_seq', 'log_last')
-if m[1] ~= ARGV[1] then return '' end
-if tonumber(m[2] or '0') >= tonumber(ARGV[7]) then return m[3] or '' end
-local first = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'b', ARGV[6])
-redis.call('HSET', KEYS[2], 'log_seq', ARGV[7], 'log_last', first)
-redis.call('PUBLISH', ARGV[8], '1')
-if not redis.call('HGET', KEYS[2], 'run_start') then
-  redis.call('HSET', KEYS[2], 'run_start', first)
-end
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[2], 'last_finish', ARGV[4], 'finished_at', ARGV[5])
-end
+# Replay: see log_append.
+APPEND = (
+    _LOG_APPEND
+    + """
+if redis.call('HGET', KEYS[2], 'run_token') ~= ARGV[1] then return '' end
+local id = log_append(KEYS[1], KEYS[2], ARGV[6], ARGV[7], ARGV[2], ARGV[4], ARGV[5], ARGV[8])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-return first
+return id
 """
+)
 
 # Give up the run lease at once (a worker shutting down hands the chat over): the chat
 # stays running, but its lease has lapsed, so a resume or a new turn may take it over.

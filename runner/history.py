@@ -43,6 +43,7 @@ __all__ = [
     "assistant_entry",
     "call_entry",
     "decode_entries",
+    "dump_entry",
     "message_metadata",
     "messages_metadata",
     "result_entry",
@@ -166,6 +167,11 @@ def part_ids(tool_call_id: str, names: Sequence[str]) -> list[str]:
         n = seen[name] = seen.get(name, -1) + 1
         ids.append(tool_call_id if n == 0 else f"{tool_call_id}:{n}")
     return ids
+
+
+def dump_entry(entry: Mapping[str, Any]) -> str:
+    """One entry as stored: compact JSON, UTF-8 kept as is."""
+    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
 
 
 def decode_entries(raw: Sequence[str]) -> list[dict[str, Any]]:

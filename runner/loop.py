@@ -51,7 +51,7 @@ from parkway.runner.logwatch import LogWatch
 from parkway.runner.model import Model, ModelToolCall, ToolDescription
 from parkway.runner.outcomes import SUPERSEDED
 from parkway.runner.parking import ParkedCall
-from parkway.runner.run import Emit, Run, RunnerConfig, RunState, new_id
+from parkway.runner.run import Run, RunnerConfig, RunState, new_id
 from parkway.runner.settling import (
     Answer,
     AnswerReport,
@@ -60,7 +60,7 @@ from parkway.runner.settling import (
     SettleResult,
     Settling,
 )
-from parkway.runner.step import end_failed, end_with_notice, finish_message, stream_step
+from parkway.runner.step import end_failed, end_with_notice, finished, stream_step
 from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore
 from parkway.runner.supervisor import RunSupervisor, StopWatch, Work
 from parkway.runner.template import AgentTemplate, load_template
@@ -350,16 +350,14 @@ class Runner:
             calls = step.final_calls()
             state.unsaved.append(step.entry(state.message_id, calls))
             if not calls:
-                await supervisor.commit("idle", parked_ids=[])
-                emit(StepFinished())
                 reason = step.end.finish_reason if step.end is not None else None
-                finish_message(emit, state, _FINAL_REASONS.get(reason or "", "stop"))
+                end = finished(state, _FINAL_REASONS.get(reason or "", "stop"))
+                await supervisor.commit("idle", parked_ids=[], then=[StepFinished(), end])
                 return
             sorted_calls = await self._take_calls(supervisor, calls)
-            emit(StepFinished())
             if sorted_calls.parked:
-                finish_message(emit, state, "tool-calls")
-                return
+                return  # the step's commit ended the message
+            emit(StepFinished())
             # A step whose every call was refused (unknown tool, input the schema does
             # not accept, not JSON) goes back to the model to correct, a bounded number
             # of times in a row.
@@ -379,7 +377,8 @@ class Runner:
         self, supervisor: RunSupervisor, calls: Sequence[ModelToolCall]
     ) -> Triage:
         """Classify a step's calls (refuse, run now, park), persist the step with its
-        parked calls, announce the calls and run the server ones."""
+        parked calls, announce the calls and run the server ones. A step that parks
+        ends the message with its last commit."""
         state, emit = supervisor.state, supervisor.emit
         sorted_calls = triage(
             calls, state.template, self.config, message_id=state.message_id, now=self.clock()
@@ -387,26 +386,32 @@ class Runner:
         state.unsaved.extend(sorted_calls.refused)
         parked, to_run = sorted_calls.parked, sorted_calls.to_run
         ids = [p.tool_call_id for p in parked]
-        if to_run:
-            # Persist the step (and its parked calls) before server tools run, then
-            # tell the client: a widget never names a call the server does not have.
-            await supervisor.commit("running", calls=parked, parked_ids=ids or None)
-            _announce(emit, sorted_calls)
-            runs = await asyncio.gather(
-                *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
-            )
-            for call, tool_run in zip(to_run, runs, strict=True):
-                record_tool_run(state, call.id or "", call.name, tool_run, emit)
+        # The step is persisted (with its parked calls) before the client hears of its
+        # calls, in the same atomic step: a widget never names a call the server does
+        # not have.
+        if not to_run:
             if parked:
-                await supervisor.commit("parked", parked_ids=ids)
+                end = [StepFinished(), finished(state, "tool-calls")]
+                await supervisor.commit(
+                    "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
+                )
             else:
-                await supervisor.commit("running")
-        elif parked:
-            await supervisor.commit("parked", calls=parked, parked_ids=ids)
-            _announce(emit, sorted_calls)
+                await supervisor.commit("running", then=sorted_calls.events)
+            return sorted_calls
+        # Server tools run once the step is persisted.
+        await supervisor.commit(
+            "running", calls=parked, parked_ids=ids or None, then=sorted_calls.events
+        )
+        runs = await asyncio.gather(
+            *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
+        )
+        for call, tool_run in zip(to_run, runs, strict=True):
+            record_tool_run(state, call.id or "", call.name, tool_run, emit)
+        if parked:
+            end = [StepFinished(), finished(state, "tool-calls")]
+            await supervisor.commit("parked", parked_ids=ids, then=end)
         else:
             await supervisor.commit("running")
-            _announce(emit, sorted_calls)
         return sorted_calls
 
     # -- settling and the background resume (runner.settling) ------------------------
@@ -480,7 +485,3 @@ class Runner:
         return record
 
 
-def _announce(emit: Emit, sorted_calls: Triage) -> None:
-    """Tell the caller about a step's calls, once the step is persisted."""
-    for event in sorted_calls.events:
-        emit(event)

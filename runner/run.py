@@ -74,12 +74,6 @@ class Run:
         return [event async for event in self.events()]
 
 
-def _set_event() -> asyncio.Event:
-    event = asyncio.Event()
-    event.set()
-    return event
-
-
 @dataclass
 class RunState:
     keys: ChatKeys
@@ -101,7 +95,6 @@ class RunState:
     user_message_id: str | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer: asyncio.Task[None] | None = None
-    quiet: asyncio.Event = field(default_factory=_set_event)  # no commit in flight
     # How many commits and log batches the run has sent (each carries its number, so a
     # replay of one whose reply was lost is recognised by the script).
     commits: int = 0

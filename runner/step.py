@@ -58,7 +58,7 @@ __all__ = [
     "end_failed",
     "end_stopped",
     "end_with_notice",
-    "finish_message",
+    "finished",
     "stream_step",
 ]
 
@@ -73,6 +73,7 @@ class Commit(Protocol):
         *,
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
+        then: Sequence[Event] = (),
     ) -> Awaitable[None]: ...
 
 
@@ -226,10 +227,10 @@ async def stream_step(
     return step
 
 
-def finish_message(emit: Emit, state: RunState, reason: FinishReason) -> None:
+def finished(state: RunState, reason: FinishReason) -> MessageFinished:
     """The message's end, with its model and token use when the model reported them."""
     metadata = message_metadata([*state.entries, *state.unsaved], state.message_id)
-    emit(MessageFinished(reason, metadata))
+    return MessageFinished(reason, metadata)
 
 
 async def end_with_notice(
@@ -243,20 +244,18 @@ async def end_with_notice(
     emit(TextDelta(text_id, notice))
     emit(TextEnded(text_id))
     state.unsaved.append(assistant_entry(state.message_id, notice, []))
-    await commit("idle", parked_ids=[])
-    emit(StepFinished())
-    finish_message(emit, state, reason)
+    await commit("idle", parked_ids=[], then=[StepFinished(), finished(state, reason)])
 
 
 async def end_stopped(emit: Emit, state: RunState, step: StepReader | None, commit: Commit) -> None:
     """End a run someone asked to stop: keep the partial answer of the step that was
     streaming (if any), drop the tool calls the model had not finished, finish cleanly."""
+    then: list[Event] = []
     if step is not None:
         state.unsaved.append(step.entry(state.message_id))
-    await commit("idle")
-    if step is not None:
-        emit(StepFinished())
-    finish_message(emit, state, "stop")
+        then.append(StepFinished())
+    then.append(finished(state, "stop"))
+    await commit("idle", then=then)
 
 
 async def end_failed(
@@ -276,5 +275,4 @@ async def end_failed(
         emit(StepFinished())
     if not said and not any(e["t"] == "assistant" for e in state.unsaved):
         state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
-    await commit("idle", parked_ids=[])
-    emit(RunFailed(str(exc)))
+    await commit("idle", parked_ids=[], then=[RunFailed(str(exc))])

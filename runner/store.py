@@ -25,7 +25,7 @@ from parkway.runner.errors import (
     IncompatibleStateError,
     NothingToResumeError,
 )
-from parkway.runner.history import decode_entries
+from parkway.runner.history import decode_entries, dump_entry
 from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
 from parkway.runner.parking import ParkedCall, decode_call, encode_call
 
@@ -33,6 +33,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ChatRecord",
     "ChatStore",
+    "LogBatch",
     "ResumeClaim",
     "SettleReply",
     "SettleStatus",
@@ -57,6 +58,16 @@ def _flat(mapping: Mapping[str, int]) -> list[Any]:
 def _decode_pairs(flat: Sequence[Any]) -> list[ParkedCall]:
     """Calls from a flat list of (record JSON, outcome JSON or '') pairs."""
     return [decode_call(flat[i], flat[i + 1] or None) for i in range(0, len(flat), 2) if flat[i]]
+
+
+@dataclass(frozen=True)
+class LogBatch:
+    """Events of a run for its chat's log: a JSON array (one stream entry), the batch's
+    number in the run (from 1), and the run's finish reason if it ends the run."""
+
+    batch: str
+    seq: int
+    finish: str = ""
 
 
 @dataclass(frozen=True)
@@ -294,9 +305,14 @@ class ChatStore:
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
         last_uid: str | None = None,
-    ) -> bool:
-        """Persist a step if ``token`` still holds the lease; False if it was lost.
-        ``seq`` numbers the run's commits from 1 (a replayed commit is recognised by it)."""
+        log: LogBatch | None = None,
+    ) -> str | None:
+        """Persist a step if ``token`` still holds the lease, with ``log`` (the run's
+        events not yet logged) appended to the event log in the same atomic step.
+
+        Returns the log entry's id ('' when there was no batch), None if the lease was
+        lost (nothing written). ``seq`` numbers the run's commits from 1 (a replayed
+        commit is recognised by it)."""
         args: list[Any] = [
             token,
             state,
@@ -310,29 +326,42 @@ class ChatStore:
             len(calls),
             keys.chat_id,
             seq,
+            "" if log is None else log.batch,
+            0 if log is None else log.seq,
+            "" if log is None else log.finish,
+            EVENT_LOG_MAXLEN,
+            keys.wake,
         ]
-        args.extend(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in entries)
+        args.extend(dump_entry(e) for e in entries)
         for call in calls:
             deadline = "" if call.deadline is None else int(call.deadline * 1000)
             args.extend((call.tool_call_id, encode_call(call), call.seq, deadline))
-        script_keys = [keys.meta, keys.history, keys.calls, keys.pending, keys.outcomes]
+        script_keys = [
+            keys.meta,
+            keys.history,
+            keys.calls,
+            keys.pending,
+            keys.outcomes,
+            keys.events,
+        ]
         if not self.cluster:
             # One Redis: the deadlines go into the index inside the same atomic step.
-            return bool(await self._commit(keys=[*script_keys, DEADLINES], args=args))
+            reply = await self._commit(keys=[*script_keys, DEADLINES], args=args)
+            return _commit_reply(reply)
         deadlines = {
             deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
             for c in calls
             if c.deadline is not None
         }
         if not deadlines:
-            return bool(await self._commit(keys=script_keys, args=args))
+            return _commit_reply(await self._commit(keys=script_keys, args=args))
         # The deadline index is a global key (another Cluster slot), so it cannot be
         # written inside the script; it goes first in the same round trip. A deadline for
         # a call whose commit then fails is harmless: the sweeper finds no such call.
         results = await self._pipeline_with(
             self._commit, script_keys, args, [("ZADD", DEADLINES, *_flat(deadlines))]
         )
-        return bool(results[-1])
+        return _commit_reply(results[-1])
 
     async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> SettleReply:
         """Run SETTLE and drop the call's deadline (one round trip): once a call has an
@@ -531,6 +560,13 @@ class ChatStore:
             key=lambda c: c.seq,
         )
         return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)
+
+
+def _commit_reply(reply: Sequence[Any]) -> str | None:
+    """COMMIT's reply: the log entry's id ('' if no batch), None if the lease was lost."""
+    if not int(reply[0]):
+        return None
+    return _s(reply[1]) if len(reply) > 1 else ""
 
 
 def _raise_for_claim(result: Sequence[str]) -> None:

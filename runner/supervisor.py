@@ -39,7 +39,7 @@ from parkway.runner.events import (
 )
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Run, RunnerConfig, RunState
-from parkway.runner.store import ChatStore
+from parkway.runner.store import ChatStore, LogBatch
 
 __all__ = ["RunSupervisor", "StopWatch", "Work"]
 
@@ -120,6 +120,7 @@ class RunSupervisor:
         self._finish = ""
         self._closed = False
         self._wake = asyncio.Event()  # set when there is a batch to take, or on close
+        self._log_lock = asyncio.Lock()  # one log write (append or commit) at a time
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -134,10 +135,7 @@ class RunSupervisor:
         """Report ``event`` to the run's caller and queue it for the log."""
         self._queue.put_nowait(event)
         self._batch.append(event)
-        if isinstance(event, MessageFinished):
-            self._finish = event.reason
-        elif isinstance(event, RunFailed):
-            self._finish = "error"
+        self._finish = _finish_of(event) or self._finish
         self._wake.set()
 
     def close(self) -> None:
@@ -160,39 +158,66 @@ class RunSupervisor:
         *,
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
+        then: Sequence[Event] = (),
     ) -> None:
         """Persist the run's unsaved entries (and ``calls``, a step's parked calls) and
-        set the chat's state, if the run still holds the lease; the log writer waits
-        meanwhile (``state.quiet``). Raises :class:`ChatBusyError` if the lease was lost."""
+        set the chat's state, if the run still holds the lease; then emit ``then``.
+
+        The run's events not yet logged, and ``then`` (what announces the step: its
+        calls, the message's end), go to the event log in the same atomic step, so a
+        reader never sees a call the store does not have, and a run's end costs one
+        round trip. Raises :class:`ChatBusyError` if the lease was lost."""
         state = self.state
         if parked_ids is None and state.clear_parked:
             parked_ids = []
-        state.quiet.clear()
-        state.commits += 1
-        try:
-            ok = await self.store.commit(
-                state.keys,
-                token=state.token,
-                seq=state.commits,
-                state=next_state,
-                model_calls=state.model_calls,
-                now_ms=self._now_ms(),
-                lease_ms=self._lease_ms,
-                entries=state.unsaved,
-                calls=calls,
-                parked_ids=parked_ids,
-                # The duplicate guard is written with the user message itself, never before.
-                last_uid=state.user_message_id
-                if any(e["t"] == "user" for e in state.unsaved)
-                else None,
-            )
-        finally:
-            state.quiet.set()
-        if not ok:
-            raise ChatBusyError("this run lost the chat's lease to another worker")
+        async with self._log_lock:  # after an append in flight: the log keeps its order
+            pending, pending_finish = self._take_batch()
+            batch, finish = [*pending, *then], pending_finish
+            for event in then:
+                finish = _finish_of(event) or finish
+            log = None
+            if batch:
+                state.log_batches += 1
+                log = LogBatch(events_to_json(coalesce(batch)), state.log_batches, finish)
+            state.commits += 1
+            try:
+                entry_id = await self.store.commit(
+                    state.keys,
+                    token=state.token,
+                    seq=state.commits,
+                    state=next_state,
+                    model_calls=state.model_calls,
+                    now_ms=self._now_ms(),
+                    lease_ms=self._lease_ms,
+                    entries=state.unsaved,
+                    calls=calls,
+                    parked_ids=parked_ids,
+                    # The duplicate guard is written with the user message itself.
+                    last_uid=state.user_message_id
+                    if any(e["t"] == "user" for e in state.unsaved)
+                    else None,
+                    log=log,
+                )
+            except BaseException:
+                self._put_back(pending, pending_finish)
+                raise
+            if entry_id is None:
+                self._put_back(pending, pending_finish)
+                raise ChatBusyError("this run lost the chat's lease to another worker")
+            if entry_id:
+                self._logged(entry_id)
         state.entries.extend(state.unsaved)
         state.unsaved = []
         state.clear_parked = False
+        for event in then:
+            self._queue.put_nowait(event)
+
+    def _put_back(self, events: list[Event], finish: str) -> None:
+        """Events a failed commit did not log: the log writer takes them next."""
+        if events:
+            self._batch[:0] = events
+            self._finish = self._finish or finish
+            self._wake.set()
 
     # -- the run's life ----------------------------------------------------------------
 
@@ -255,27 +280,33 @@ class RunSupervisor:
 
     async def _write_log(self) -> None:
         """Append the run's events to the chat's log, a batch at a time, until the run is
-        closed and everything it emitted is written; resolve ``run.log_start``."""
-        state, log_start = self.state, self.run.log_start
+        closed and everything it emitted is written (a commit takes the batch instead
+        when one comes first)."""
         while True:
             await self._wake.wait()
             # The run goes first: its next step (the model call, a commit) is not held
-            # up by the log, a commit never queues behind the log in Redis, and more
-            # events gather into this batch meanwhile.
+            # up by the log, and more events gather into this batch meanwhile.
             for _ in range(WRITER_YIELDS):
                 await asyncio.sleep(0)
-            await state.quiet.wait()
-            await asyncio.sleep(0)
-            batch, finish = self._take_batch()
-            if batch:
-                first = await self._append(batch, finish)
-                if not log_start.done():
-                    if first:
-                        log_start.set_result(first)
-                    else:
-                        log_start.set_exception(ChatBusyError("no event log"))
+            async with self._log_lock:
+                batch, finish = self._take_batch()
+                if batch:
+                    self._logged(await self._append(batch, finish))
             if self._closed and not self._batch:
+                if not self.run.log_start.done():
+                    self.run.log_start.set_exception(ChatBusyError("no event log"))
                 return
+
+    def _logged(self, entry_id: str) -> None:
+        """A batch went to the log as ``entry_id`` ('' if it could not be written); the
+        run's first resolves ``run.log_start``."""
+        log_start = self.run.log_start
+        if log_start.done():
+            return
+        if entry_id:
+            log_start.set_result(entry_id)
+        else:
+            log_start.set_exception(ChatBusyError("no event log"))
 
     async def _append(self, batch: list[Event], finish: str) -> str:
         """Append one batch; the entry's id, '' if it could not be written."""
@@ -293,6 +324,15 @@ class RunSupervisor:
         except Exception:
             log.exception("could not append events of chat %s", state.chat_id)
             return ""
+
+
+def _finish_of(event: Event) -> str:
+    """The finish reason ``event`` ends a run with ('' if it does not end one)."""
+    if isinstance(event, MessageFinished):
+        return event.reason
+    if isinstance(event, RunFailed):
+        return "error"
+    return ""
 
 
 Work = Callable[[RunSupervisor], Awaitable[None]]

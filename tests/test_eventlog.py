@@ -280,3 +280,34 @@ async def test_a_timeout_resumes_an_auto_policy_chat(redis: Redis) -> None:
         record.entries[-1]["text"]
         == 'Thanks for [{"result":{"status":"timeout"},"tool":"pick"}] and goodbye.'
     )
+
+
+async def test_a_parked_run_ends_its_log_with_its_park_even_when_resumed_at_once(
+    redis: Redis,
+) -> None:
+    """The step that parks and the events that announce it (the call, the message's end)
+    are stored in one atomic step: a settle and resume that come the moment the caller
+    hears of the call (before the parked run's task has even finished) never cut the
+    parked run's log short, so its followers see it end."""
+    agent = parse_agent_file(agent_doc(TURNS))
+    runner = Runner(redis, agent.model, agent.template)
+    for i in range(20):
+        chat = f"fast-{i}"
+        run = await runner.start_turn(chat, "alice", "hi")
+        parked: list[Event] = []
+        async for event in run.events():
+            parked.append(event)
+            if event.kind == "tool-call-issued":
+                break  # answer at once: the run's task may still be running
+        call_id = next(e.tool_call_id for e in parked if e.kind == "tool-call-issued")  # type: ignore[attr-defined]
+        await runner.settle(chat, "alice", call_id, {"outcome": "output", "output": {"choice": "z"}})
+        resumed = await (await runner.resume(chat, "alice")).collect()
+        assert resumed[-1].kind == "message-finished"
+        start = await run.log_start
+        followed = [e async for e in runner.follow(chat, start)]
+        assert [e.kind for e in followed[-3:]] == [
+            "call-parked",
+            "step-finished",
+            "message-finished",
+        ]
+    await runner.aclose()

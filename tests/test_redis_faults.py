@@ -26,6 +26,7 @@ from parkway.runner.events import (
     coalesce,
     events_from_json,
 )
+from parkway.runner.model import Model, ModelEvent, ModelRequest
 from tests.faults import RedisProxy, RestartableRedis
 from tests.support import (
     Api,
@@ -91,9 +92,26 @@ async def proxied(proxy: RedisProxy) -> AsyncIterator[RedisClient]:
         await client.aclose()
 
 
-def runner_on(client: RedisClient, turns: list[list[dict[str, Any]]] = TWO_STEPS) -> Runner:
+class Thinking:
+    """A model that thinks a moment before it streams, so the run's first events go to
+    the log on their own (an APPEND) before the step's commit carries the rest."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        await asyncio.sleep(0.05)
+        async for item in self.inner.stream(request):
+            yield item
+
+
+def runner_on(
+    client: RedisClient, turns: list[list[dict[str, Any]]] = TWO_STEPS, *, thinking: bool = False
+) -> Runner:
     agent = parse_agent_file(agent_doc(turns))
-    return Runner(client, agent.model, agent.template)
+    assert agent.model is not None
+    model = Thinking(agent.model) if thinking else agent.model
+    return Runner(client, model, agent.template)
 
 
 async def history(direct: Redis, chat: str) -> list[dict[str, Any]]:
@@ -144,7 +162,7 @@ async def test_a_lost_reply_is_replayed_with_nothing_doubled(
     on a new connection: the run goes on as if nothing happened, and the history, the
     calls and the event log hold everything exactly once."""
     proxy.lose_reply_of(evalsha_of(script, *needles))
-    runner = runner_on(proxied)
+    runner = runner_on(proxied, thinking=True)
     events = await park_and_finish(runner, "c1")
     assert proxy.lost == 1
     assert not [e for e in events if isinstance(e, RunFailed)]
@@ -167,7 +185,7 @@ async def test_a_follower_sees_each_event_once_when_an_append_reply_is_lost(
     """A follower reading the log (the HTTP stream's view) gets the run's events once
     each, in the order the run emitted them, though one append was sent twice."""
     proxy.lose_reply_of(evalsha_of(scripts.APPEND))
-    runner = runner_on(proxied)
+    runner = runner_on(proxied, thinking=True)
     run = await runner.start_turn("f1", "alice", "hi")
     start = await asyncio.wait_for(asyncio.shield(run.log_start), 10)
     followed = [e async for e in runner.follow("f1", start)]
