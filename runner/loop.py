@@ -483,5 +483,3 @@ class Runner:
                 f"Parkway reads version {SCHEMA_VERSION}"
             )
         return record
-
-

@@ -300,7 +300,9 @@ async def test_a_parked_run_ends_its_log_with_its_park_even_when_resumed_at_once
             if event.kind == "tool-call-issued":
                 break  # answer at once: the run's task may still be running
         call_id = next(e.tool_call_id for e in parked if e.kind == "tool-call-issued")  # type: ignore[attr-defined]
-        await runner.settle(chat, "alice", call_id, {"outcome": "output", "output": {"choice": "z"}})
+        await runner.settle(
+            chat, "alice", call_id, {"outcome": "output", "output": {"choice": "z"}}
+        )
         resumed = await (await runner.resume(chat, "alice")).collect()
         assert resumed[-1].kind == "message-finished"
         start = await run.log_start
