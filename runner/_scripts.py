@@ -330,16 +330,24 @@ return out
 """
 
 # Settle one parked call: the first writer wins; a repeat is compared with the winner.
-# KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two only to keep
-#       the whole chat alive together), 6 the call's settle-attempt key
-# ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s), 4 the attempt's nonce
+# KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two to keep the
+#       whole chat alive together), 6 the call's settle-attempt key, and on a single
+#       Redis (not a Cluster) 7 the deadline index
+# ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s), 4 the attempt's nonce,
+#       5 the principal the chat must belong to ('' or absent = not checked: the
+#       server's own), 6 the call's member in the deadline index (with KEYS[7]): once
+#       a call has an outcome, settled now or earlier, it has nothing left to time out
 # Returns: {'settled', pending count left} | {'same', outcome} | {'conflict', outcome}
-#        | {'missing'}
+#        | {'missing'} | {'forbidden'} (the chat is another principal's)
 # Replay: the winner's nonce is kept for a minute (KEYS[6], far longer than the client
 # retries); the same attempt sent again finds its own nonce and answers 'settled' as the
 # first run did, so the caller still tells the listeners and resumes. Any other identical
 # settle answers 'same'.
 SETTLE = """
+if ARGV[5] and ARGV[5] ~= '' and redis.call('HGET', KEYS[4], 'owner') ~= ARGV[5] then
+  return {'forbidden'}
+end
+if KEYS[7] then redis.call('ZREM', KEYS[7], ARGV[6]) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {'missing'} end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then

@@ -12,7 +12,8 @@ cannot read fails closed with :class:`IncompatibleStateError`, never a crash mid
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,7 +22,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from parkway.runner.errors import IncompatibleStateError
 from parkway.runner.validation import describe_first_error
 
-__all__ = ["RECORD_VERSION", "CallKind", "ParkedCall", "decode_call", "encode_call"]
+__all__ = [
+    "RECORD_VERSION",
+    "CallCache",
+    "CallKind",
+    "ParkedCall",
+    "decode_call",
+    "encode_call",
+]
 
 RECORD_VERSION = 1
 
@@ -151,3 +159,33 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         auto_resume=rec.auto_resume,
         outcome=json.loads(outcome) if outcome is not None else None,
     )
+
+
+class CallCache:
+    """The records of parked calls this worker wrote or read lately, by chat and call
+    (at most ``size``, the least recently used dropped first).
+
+    A record never changes once written, so a worker that has one can judge a settle
+    without reading it again: the settle is then one round trip, with the chat's owner
+    and the call's existence checked by the SETTLE script itself. Outcomes change, so
+    none is kept here.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._records: OrderedDict[tuple[str, str], ParkedCall] = OrderedDict()
+
+    def remember(self, chat_id: str, calls: Iterable[ParkedCall]) -> None:
+        for call in calls:
+            key = (chat_id, call.tool_call_id)
+            self._records[key] = call if call.outcome is None else call.with_outcome(None)
+            self._records.move_to_end(key)
+        while len(self._records) > self.size:
+            self._records.popitem(last=False)
+
+    def recall(self, chat_id: str, tool_call_id: str) -> ParkedCall | None:
+        """The call's record (with no outcome), if this worker has it."""
+        call = self._records.get((chat_id, tool_call_id))
+        if call is not None:
+            self._records.move_to_end((chat_id, tool_call_id))
+        return call

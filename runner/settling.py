@@ -135,9 +135,25 @@ class Settling:
     ) -> SettleResult:
         """Record the outcome of one parked call. The first writer wins; an identical
         repeat returns the same result, a different one raises
-        :class:`SettleConflictError` carrying the winner's outcome."""
+        :class:`SettleConflictError` carrying the winner's outcome.
+
+        One round trip when this worker knows the call's record (it parked the call, or
+        read it lately): the outcome is judged by the record, and SETTLE checks the
+        chat's owner and the call's existence itself. Otherwise the record is read first.
+        """
+        keys = chat_keys(chat_id)
+        known = self.store.known_calls.recall(chat_id, tool_call_id)
+        if known is not None:
+            try:
+                normalized = normalize_outcome(
+                    known, outcome, by=by, max_bytes=self.max_output_bytes
+                )
+            except ParkwayError:
+                known = None  # judged below as before (a repeat of a server outcome, say)
+            else:
+                return await self._write(keys, known, outcome, normalized, principal, by=by)
         call = await self.call(chat_id, principal, tool_call_id)
-        return await self._settle_one(chat_keys(chat_id), call, outcome, by=by)
+        return await self._settle_one(keys, call, outcome, by=by)
 
     async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
         """One parked call of ``principal``'s chat, with its outcome. Another principal's
@@ -159,20 +175,27 @@ class Settling:
     ) -> SettleResult:
         if call.outcome is not None:
             # Already settled: an identical repeat is fine; anything else conflicts.
-            try:
-                same = canonical_json(dict(outcome)) == canonical_json(dict(call.outcome))
-                if not same:
-                    normalized = normalize_outcome(
-                        call, outcome, by="server", max_bytes=self.max_output_bytes
-                    )
-                    same = canonical_json(normalized) == canonical_json(dict(call.outcome))
-            except ParkwayError:
-                same = False
-            if same:
+            if self._same(call, outcome, call.outcome):
                 return SettleResult(call, fresh=False)
             raise SettleConflictError("the call is already settled", dict(call.outcome))
         normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.max_output_bytes)
-        reply = await self.store.settle(keys, call.tool_call_id, canonical_json(normalized))
+        return await self._write(keys, call, outcome, normalized, "", by=by)
+
+    async def _write(
+        self,
+        keys: ChatKeys,
+        call: ParkedCall,
+        outcome: Mapping[str, Any],
+        normalized: Mapping[str, Any],
+        principal: str,
+        *,
+        by: Literal["client", "server"],
+    ) -> SettleResult:
+        """SETTLE ``normalized`` for ``call`` (in ``principal``'s chat, when given), and
+        tell the listeners if this write won."""
+        reply = await self.store.settle(
+            keys, call.tool_call_id, canonical_json(normalized), principal=principal
+        )
         if reply.status == "settled":
             settled = call.with_outcome(normalized)
             for listener in self.listeners:
@@ -183,11 +206,27 @@ class Settling:
             if reply.pending == 0 and self.on_all_settled is not None:
                 self.on_all_settled(keys.chat_id, settled)
             return SettleResult(settled, fresh=True, pending=reply.pending)
-        if reply.status == "same":
-            return SettleResult(call.with_outcome(normalized), fresh=False)
-        if reply.status == "conflict":
-            raise SettleConflictError("the call is already settled", json.loads(reply.existing))
+        if reply.status in {"same", "conflict"}:
+            existing = json.loads(reply.existing)
+            if reply.status == "same" or self._same(call, outcome, existing):
+                return SettleResult(call.with_outcome(existing), fresh=False)
+            raise SettleConflictError("the call is already settled", existing)
+        if reply.status == "forbidden":
+            raise ChatNotFoundError("no such chat")
         raise CallNotFoundError(f"no parked call {call.tool_call_id!r} in this chat")
+
+    def _same(self, call: ParkedCall, outcome: Mapping[str, Any], existing: Any) -> bool:
+        """Whether ``outcome`` repeats the recorded ``existing`` one: identical as sent,
+        or once checked (as the server would record it)."""
+        try:
+            if canonical_json(dict(outcome)) == canonical_json(existing):
+                return True
+            normalized = normalize_outcome(
+                call, outcome, by="server", max_bytes=self.max_output_bytes
+            )
+            return canonical_json(normalized) == canonical_json(existing)
+        except ParkwayError:
+            return False
 
     async def answer(
         self,

@@ -27,7 +27,7 @@ from parkway.runner.errors import (
 )
 from parkway.runner.history import decode_entries, dump_entry
 from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
-from parkway.runner.parking import ParkedCall, decode_call, encode_call
+from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -109,7 +109,7 @@ class ResumeClaim:
     entries: list[dict[str, Any]]
 
 
-SettleStatus = Literal["settled", "same", "conflict", "missing", "error"]
+SettleStatus = Literal["settled", "same", "conflict", "missing", "forbidden", "error"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class SettleReply:
 
     ``settled``: this write recorded the outcome, and ``pending`` calls of the chat still
     wait; ``same``: the identical outcome was already there; ``conflict``: another
-    outcome was (``existing``, its JSON); ``missing``: no such call. ``error`` (only from
+    outcome was (``existing``, its JSON); ``missing``: no such call; ``forbidden``: the
+    chat is another principal's (nothing written). ``error`` (only from
     :meth:`ChatStore.settle_many`): the script failed inside Redis, ``error`` says how.
     """
 
@@ -136,8 +137,8 @@ def _settle_reply(raw: Sequence[Any]) -> SettleReply:
         return SettleReply("same", existing=_s(raw[1]))
     if status == "conflict":
         return SettleReply("conflict", existing=_s(raw[1]))
-    if status == "missing":
-        return SettleReply("missing")
+    if status in {"missing", "forbidden"}:
+        return SettleReply(status)  # type: ignore[arg-type]
     return SettleReply("error", error=f"unexpected SETTLE reply {status!r}")
 
 
@@ -150,6 +151,9 @@ class ChatStore:
         # On a Cluster the global deadline index lives in another slot than a chat, so
         # it cannot be written by a chat's script.
         self.cluster = isinstance(redis, RedisCluster)
+        # Records of parked calls this worker wrote or read (a settle of one is one
+        # round trip).
+        self.known_calls = CallCache()
         self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
         self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
         self._commit = redis.register_script(_scripts.COMMIT)
@@ -224,12 +228,14 @@ class ChatStore:
         if _s(raw[0]) != "ok":
             _raise_for_claim([_s(x) for x in raw])
         count = int(raw[5])
+        calls = _decode_pairs(raw[6 : 6 + 2 * count])
+        self.known_calls.remember(keys.chat_id, calls)
         return ResumeClaim(
             model_calls=int(raw[1]),
             message_id=_s(raw[2]),
             parked_ids=json.loads(_s(raw[3])),
             template_json=_s(raw[4]),
-            calls=_decode_pairs(raw[6 : 6 + 2 * count]),
+            calls=calls,
             entries=decode_entries([_s(x) for x in raw[6 + 2 * count :]]),
         )
 
@@ -347,40 +353,47 @@ class ChatStore:
         if not self.cluster:
             # One Redis: the deadlines go into the index inside the same atomic step.
             reply = await self._commit(keys=[*script_keys, DEADLINES], args=args)
-            return _commit_reply(reply)
-        deadlines = {
-            deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
-            for c in calls
-            if c.deadline is not None
-        }
-        if not deadlines:
-            return _commit_reply(await self._commit(keys=script_keys, args=args))
-        # The deadline index is a global key (another Cluster slot), so it cannot be
-        # written inside the script; it goes first in the same round trip. A deadline for
-        # a call whose commit then fails is harmless: the sweeper finds no such call.
-        results = await self._pipeline_with(
-            self._commit, script_keys, args, [("ZADD", DEADLINES, *_flat(deadlines))]
-        )
-        return _commit_reply(results[-1])
+        else:
+            deadlines = {
+                deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
+                for c in calls
+                if c.deadline is not None
+            }
+            # The deadline index is a global key (another Cluster slot), so it cannot be
+            # written inside the script; it goes first in the same round trip. A deadline
+            # for a call whose commit then fails is harmless: the sweeper finds no such
+            # call.
+            extra = [("ZADD", DEADLINES, *_flat(deadlines))] if deadlines else []
+            reply = (await self._pipeline_with(self._commit, script_keys, args, extra))[-1]
+        entry_id = _commit_reply(reply)
+        if entry_id is not None:
+            self.known_calls.remember(keys.chat_id, calls)
+        return entry_id
 
-    async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str) -> SettleReply:
+    async def settle(
+        self, keys: ChatKeys, tool_call_id: str, outcome_json: str, *, principal: str = ""
+    ) -> SettleReply:
         """Run SETTLE and drop the call's deadline (one round trip): once a call has an
-        outcome, settled now or earlier, it has nothing left to time out."""
-        results = await self._pipeline_with(
-            self._settle,
-            [
-                keys.calls,
-                keys.outcomes,
-                keys.pending,
-                keys.meta,
-                keys.history,
-                keys.settle_attempt(tool_call_id),
-            ],
-            [tool_call_id, outcome_json, self.ttl_s, secrets.token_hex(8)],
-            [("ZREM", DEADLINES, deadline_member(keys.chat_id, tool_call_id))],
-            script_last=False,
-        )
-        return _settle_reply(results[0])
+        outcome, settled now or earlier, it has nothing left to time out. With
+        ``principal``, a chat of anyone else's answers ``forbidden``, and nothing is
+        written, its deadline left alone. (On a Cluster the deadline index is in another
+        slot: it is dropped in a second round trip.)"""
+        script_keys = [
+            keys.calls,
+            keys.outcomes,
+            keys.pending,
+            keys.meta,
+            keys.history,
+            keys.settle_attempt(tool_call_id),
+        ]
+        member = deadline_member(keys.chat_id, tool_call_id)
+        args = [tool_call_id, outcome_json, self.ttl_s, secrets.token_hex(8), principal, member]
+        if not self.cluster:
+            return _settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
+        reply = _settle_reply(await self._settle(keys=script_keys, args=args))
+        if reply.status != "forbidden":
+            await self.redis.zrem(DEADLINES, member)
+        return reply
 
     # -- the deadline sweep (runner/sweeper.py) ---------------------------------------
 
@@ -472,10 +485,8 @@ class ChatStore:
         keys: Sequence[str],
         args: Sequence[Any],
         extra: Sequence[tuple[Any, ...]],
-        *,
-        script_last: bool = True,
     ) -> list[Any]:
-        """A script and a few plain commands in one round trip.
+        """A few plain commands, then a script, in one round trip.
 
         The script goes as a raw EVALSHA: a registered Script inside a pipeline makes
         redis-py send SCRIPT EXISTS first, an extra round trip. On NOSCRIPT (the first use
@@ -484,15 +495,11 @@ class ChatStore:
         """
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
-            if not script_last:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             for command in extra:
                 pipe.execute_command(*command)
-            if script_last:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             results = await pipe.execute(raise_on_error=False)
-            position = -1 if script_last else 0
-            outcome = results[position]
+            outcome = results[-1]
             missing = isinstance(outcome, NoScriptError) or (
                 isinstance(outcome, ResponseError) and "NOSCRIPT" in str(outcome)
             )
@@ -524,7 +531,9 @@ class ChatStore:
                 keys=[keys.meta, keys.pending, keys.calls, keys.outcomes], args=[]
             )
             owner_raw = _s(raw[0])
-            return (owner_raw or None), _decode_pairs(raw[2:])
+            pending = _decode_pairs(raw[2:])
+            self.known_calls.remember(keys.chat_id, pending)
+            return (owner_raw or None), pending
         if not ids:
             owner = await self.redis.hget(keys.meta, "owner")
             return (None if owner is None else _s(owner)), []
@@ -536,6 +545,7 @@ class ChatStore:
             pipe.zrem(DEADLINES, *(deadline_member(keys.chat_id, i) for i in ids))
         owner, records, outcomes, *_ = await pipe.execute()
         calls = [decode_call(rec, out) for rec, out in zip(records, outcomes, strict=True) if rec]
+        self.known_calls.remember(keys.chat_id, calls)
         return (None if owner is None else _s(owner)), calls
 
     async def existing_calls(self, keys: ChatKeys, ids: Sequence[str]) -> set[str]:

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from parkway.runner import (
     Answer,
     AnswerMismatchError,
+    CallNotFoundError,
     ChatBusyError,
     ChatNotFoundError,
     IncompatibleStateError,
@@ -36,6 +37,7 @@ from parkway.runner.events import (
     ToolInputRejected,
     ToolSucceeded,
 )
+from parkway.runner.keys import DEADLINES, deadline_member
 from tests import tools as test_tools
 from tests.runner_rig import finish, make_runner, parked, said, turn
 from tests.support import PICK_TOOL as PICK
@@ -392,6 +394,38 @@ async def test_another_principal_cannot_see_settle_or_resume_a_chat(redis: Redis
     with pytest.raises(ChatNotFoundError):
         await runner.start_turn("p1", "mallory", "hi")
     assert (await runner.call("p1", "alice", pending.tool_call_id)).outcome is None
+
+
+@pytest.mark.parametrize("worker", ["parking", "cold"])
+async def test_a_settle_is_judged_alike_by_the_parking_worker_and_a_cold_one(
+    redis: Redis, worker: str
+) -> None:
+    """The worker that parked a call settles it in one round trip from the record it
+    wrote; another reads the record first. Both answer every case alike: a first
+    settle, an identical repeat, a different one, another principal (nothing written,
+    the call's deadline kept), an unknown call."""
+    parking = make_runner(redis, [[call("pick", {"q": "a"})]])
+    [pending] = parked(await turn(parking, "w1"))
+    settler = parking if worker == "parking" else make_runner(redis, [])
+    cached = settler.store.known_calls.recall("w1", pending.tool_call_id)
+    assert (cached is not None) == (worker == "parking")
+    member = deadline_member("w1", pending.tool_call_id)
+    with pytest.raises(ChatNotFoundError):
+        await settler.settle("w1", "mallory", pending.tool_call_id, {"outcome": "declined"})
+    assert await redis.zscore(DEADLINES, member) is not None
+    assert (await settler.call("w1", "alice", pending.tool_call_id)).outcome is None
+    with pytest.raises(CallNotFoundError):
+        await settler.settle("w1", "alice", "call_unknown", {"outcome": "declined"})
+    first = await settler.settle("w1", "alice", pending.tool_call_id, {"outcome": "declined"})
+    assert first.fresh and first.pending == 0 and first.call.outcome == {"outcome": "declined"}
+    assert await redis.zscore(DEADLINES, member) is None
+    again = await settler.settle("w1", "alice", pending.tool_call_id, {"outcome": "declined"})
+    assert not again.fresh and again.call.outcome == {"outcome": "declined"}
+    with pytest.raises(SettleConflictError) as conflict:
+        await settler.settle(
+            "w1", "alice", pending.tool_call_id, {"outcome": "output", "output": {"choice": "b"}}
+        )
+    assert conflict.value.existing == {"outcome": "declined"}
 
 
 async def test_a_record_with_an_unknown_schema_version_fails_closed(redis: Redis) -> None:
