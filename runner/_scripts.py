@@ -26,6 +26,7 @@ caller reads the same way).
 from __future__ import annotations
 
 __all__ = [
+    "ANSWER",
     "APPEND",
     "CLAIM_RESUME",
     "CLAIM_TURN",
@@ -95,9 +96,10 @@ return with_history({'ok', m[5] or '0', m[6] or '[]', previous})
 """
 
 # Resume a chat whose parked calls are all settled, or take over one whose worker died
-# (state running, lease lapsed): exactly one caller wins the lease.
-# KEYS: 1 meta, 2 pending, 3 history, 4 calls, 5 outcomes
-# ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms), 6 TTL (s)
+# (state running, lease lapsed): exactly one caller wins the lease. Shared by
+# CLAIM_RESUME and ANSWER.
+# claim_resume(meta, pending, history, calls, outcomes keys, schema version, principal,
+#              lease token, now (ms), lease (ms), TTL (s))
 # Returns: {'ok', model_calls, message id, parked ids JSON, template JSON, C,
 #           C pairs (call record JSON, outcome JSON or ''), history entry, ...}
 #        | {'missing'} | {'incompatible', version} | {'forbidden'} | {'busy'}
@@ -105,47 +107,119 @@ return with_history({'ok', m[5] or '0', m[6] or '[]', previous})
 # Replay: a chat running under this very (new) lease token was claimed by the lost first
 # run, which wrote nothing else (its caller never had the reply); the checks are skipped
 # and the same fields are written and returned again.
-CLAIM_RESUME = """
+_CLAIM_RESUME = """
+local function claim_resume(meta, pending, history, calls, outcomes, version, principal,
+                            token, now, lease, ttl)
+  local v = redis.call('HGET', meta, 'v')
+  if not v then return {'missing'} end
+  if v ~= version then return {'incompatible', v} end
+  local m = redis.call('HMGET', meta, 'owner', 'state', 'model_calls', 'message_id',
+                       'parked_ids', 'template', 'lease_until', 'run', 'run_committed',
+                       'lease')
+  if m[1] ~= principal then return {'forbidden'} end
+  local replay = m[2] == 'running' and m[10] == token
+  if replay then
+    -- (checked and claimed by the first run)
+  elseif m[2] == 'running' then
+    if tonumber(m[7] or '0') > tonumber(now) then return {'busy'} end
+    -- A dead turn that stored nothing has nothing to continue: its message must be
+    -- sent again. A dead resume, or a run that stored a step, continues from what is
+    -- stored.
+    if m[8] ~= 'resume' and m[9] ~= '1' then return {'not_parked', 'interrupted'} end
+  elseif m[2] ~= 'parked' then
+    return {'not_parked', m[2]}
+  end
+  local n = redis.call('ZCARD', pending)
+  if n > 0 and not replay then return {'pending', n} end
+  redis.call('HSET', meta, 'state', 'running', 'lease', token,
+             'lease_until', tonumber(now) + tonumber(lease), 'run', 'resume',
+             'run_token', token, 'run_hist', redis.call('LLEN', history),
+             'run_commits', '0', 'log_seq', '0')
+  redis.call('HDEL', meta, 'run_start', 'stop_for', 'log_last')
+  redis.call('EXPIRE', meta, ttl)
+  local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
+  -- The parked step's records and outcomes come along: resuming is one round trip.
+  local ids = cjson.decode(m[5] or '[]')
+  table.insert(out, tostring(#ids))
+  if #ids > 0 then
+    local recs = redis.call('HMGET', calls, unpack(ids))
+    local outs = redis.call('HMGET', outcomes, unpack(ids))
+    for i = 1, #ids do
+      table.insert(out, recs[i] or '')
+      table.insert(out, outs[i] or '')
+    end
+  end
+  for _, entry in ipairs(redis.call('LRANGE', history, 0, -1)) do table.insert(out, entry) end
+  return out
+end
+"""
+
+# Resume a chat (claim_resume).
+# KEYS: 1 meta, 2 pending, 3 history, 4 calls, 5 outcomes
+# ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms), 6 TTL (s)
+# Returns and Replay: as claim_resume.
+CLAIM_RESUME = (
+    _CLAIM_RESUME
+    + """
+return claim_resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3],
+                    ARGV[4], ARGV[5], ARGV[6])
+"""
+)
+
+# Answers and the resume they allow, in one step (the AI SDK path: a client sends the
+# outputs of a parked step's calls and expects the run to go on in the same response).
+# Settles the answered calls of the chat's parked step; if that leaves none pending,
+# claims the resume (claim_resume). The caller matched the answers against the parked
+# step it knows of (the one its worker parked), taking its calls for pending; if the
+# chat has moved on since (another step, or an answered call no longer pending),
+# nothing is written and the caller takes the general path (read the pending calls,
+# SETTLE each, CLAIM_RESUME), which decides what such answers mean.
+# KEYS: 1 meta, 2 pending, 3 history, 4 calls, 5 outcomes, 6 the deadline index (one
+#       Redis only: on a Cluster it is in another slot, and the general path is taken),
+#       7 the settle-attempt key of the first answered call
+# ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
+#       6 TTL (s), 7 the parked ids JSON the answers were matched against, 8 K, then K
+#       triples (toolCallId, canonical outcome JSON, its deadline member)
+# Returns: claim_resume's 'ok' reply | {'settled', pending count left}
+#        | {'stale'} (nothing written) | {'missing'} | {'incompatible', version}
+#        | {'forbidden'}
+# Replay: a chat running under this very lease token was claimed by the lost first run:
+# claim_resume answers again. A first run that settled and left calls pending kept its
+# lease token in KEYS[7] (for a minute, as SETTLE keeps its nonce): it answers the same.
+ANSWER = (
+    _CLAIM_RESUME
+    + """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then return {'missing'} end
 if v ~= ARGV[1] then return {'incompatible', v} end
-local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'model_calls', 'message_id',
-                     'parked_ids', 'template', 'lease_until', 'run', 'run_committed', 'lease')
+local m = redis.call('HMGET', KEYS[1], 'owner', 'state', 'lease', 'parked_ids')
 if m[1] ~= ARGV[2] then return {'forbidden'} end
-local replay = m[2] == 'running' and m[10] == ARGV[3]
-if replay then
-  -- (checked and claimed by the first run)
-elseif m[2] == 'running' then
-  if tonumber(m[7] or '0') > tonumber(ARGV[4]) then return {'busy'} end
-  -- A dead turn that stored nothing has nothing to continue: its message must be sent
-  -- again. A dead resume, or a run that stored a step, continues from what is stored.
-  if m[8] ~= 'resume' and m[9] ~= '1' then return {'not_parked', 'interrupted'} end
-elseif m[2] ~= 'parked' then
-  return {'not_parked', m[2]}
+local function claim()
+  return claim_resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2],
+                      ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 end
-local n = redis.call('ZCARD', KEYS[2])
-if n > 0 and not replay then return {'pending', n} end
-redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
-           'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'run', 'resume',
-           'run_token', ARGV[3], 'run_hist', redis.call('LLEN', KEYS[3]),
-           'run_commits', '0', 'log_seq', '0')
-redis.call('HDEL', KEYS[1], 'run_start', 'stop_for', 'log_last')
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
--- The parked step's records and outcomes come along: resuming is one round trip.
-local ids = cjson.decode(m[5] or '[]')
-table.insert(out, tostring(#ids))
-if #ids > 0 then
-  local recs = redis.call('HMGET', KEYS[4], unpack(ids))
-  local outs = redis.call('HMGET', KEYS[5], unpack(ids))
-  for i = 1, #ids do
-    table.insert(out, recs[i] or '')
-    table.insert(out, outs[i] or '')
-  end
+if m[2] == 'running' and m[3] == ARGV[3] then return claim() end
+if redis.call('GET', KEYS[7]) == ARGV[3] then return {'settled', redis.call('ZCARD', KEYS[2])} end
+if m[2] ~= 'parked' or (m[4] or '[]') ~= ARGV[7] then return {'stale'} end
+local k = tonumber(ARGV[8])
+for i = 0, k - 1 do
+  if not redis.call('ZSCORE', KEYS[2], ARGV[9 + i * 3]) then return {'stale'} end
 end
-for _, entry in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do table.insert(out, entry) end
-return out
+for i = 0, k - 1 do
+  local id = ARGV[9 + i * 3]
+  redis.call('HSET', KEYS[5], id, ARGV[10 + i * 3])
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[6], ARGV[11 + i * 3])
+end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
+local left = redis.call('ZCARD', KEYS[2])
+if left > 0 then
+  redis.call('SET', KEYS[7], ARGV[3], 'EX', 60)
+  return {'settled', left}
+end
+return claim()
 """
+)
 
 # Appending a batch of a run's events to the chat's event log (a Redis Stream), shared
 # by APPEND and COMMIT: the run's first entry records where it starts (``run_start``); a

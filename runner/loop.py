@@ -61,7 +61,7 @@ from parkway.runner.settling import (
     Settling,
 )
 from parkway.runner.step import end_failed, end_with_notice, finished, stream_step
-from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore
+from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, ResumeClaim
 from parkway.runner.supervisor import RunSupervisor, StopWatch, Work
 from parkway.runner.template import AgentTemplate, load_template
 from parkway.runner.triage import Triage, triage
@@ -255,8 +255,59 @@ class Runner:
         claim = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
+        return await self._resumed(chat_id, principal, token, claim, skip_echo)
+
+    async def answer_and_resume(
+        self, chat_id: str, principal: str, answers: Sequence[Answer]
+    ) -> tuple[AnswerReport, Run | None]:
+        """Settle the pending calls ``answers`` answer and, when none is left pending,
+        resume the chat (the AI SDK path: a client sends tool outputs and reads the run's
+        continuation in the same response). The run is None while calls are pending.
+
+        On the worker that parked the step, in one round trip (the ANSWER script);
+        otherwise, or when the chat has moved on, as :meth:`answer` then :meth:`resume`.
+        The answered client calls are not echoed back (``skip_echo``).
+        """
+        self._refuse_if_closing()
+        if not answers:
+            return AnswerReport((), 0), await self.resume(chat_id, principal)
+        plan = self.settling.plan(chat_id, answers)
+        if plan is not None:
+            keys = chat_keys(chat_id)
+            token = secrets.token_hex(16)
+            claimed = await self.store.answer(
+                keys,
+                principal=principal,
+                token=token,
+                now_ms=self._now_ms(),
+                lease_ms=self._lease_ms,
+                parked_ids=plan.parked_ids,
+                outcomes=[(c.tool_call_id, canonical_json(o)) for c, o in plan.outcomes],
+            )
+            if claimed is not None:
+                await self.settling.settled_by(plan)
+                if isinstance(claimed, int):
+                    return AnswerReport(plan.call_ids, claimed), None
+                run = await self._resumed(
+                    chat_id, principal, token, claimed, frozenset(plan.call_ids)
+                )
+                return AnswerReport(plan.call_ids, 0), run
+        report = await self.answer(chat_id, principal, answers)
+        if report.pending:
+            return report, None
+        return report, await self.resume(chat_id, principal, skip_echo=frozenset(report.settled))
+
+    async def _resumed(
+        self,
+        chat_id: str,
+        principal: str,
+        token: str,
+        claim: ResumeClaim,
+        skip_echo: frozenset[str],
+    ) -> Run:
+        """Start the run of a resume whose claim (under ``token``) was won."""
         state = RunState(
-            keys=keys,
+            keys=chat_keys(chat_id),
             chat_id=chat_id,
             principal=principal,
             token=token,

@@ -168,12 +168,35 @@ class CallCache:
     A record never changes once written, so a worker that has one can judge a settle
     without reading it again: the settle is then one round trip, with the chat's owner
     and the call's existence checked by the SETTLE script itself. Outcomes change, so
-    none is kept here.
+    none is kept here. Nor is the chat's state: the parked step a chat was left at by
+    this worker (:meth:`step`) is a guess that the ANSWER script checks.
     """
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._records: OrderedDict[tuple[str, str], ParkedCall] = OrderedDict()
+        self._steps: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def remember_step(self, chat_id: str, parked_ids: Iterable[str]) -> None:
+        """This worker parked the chat at a step with these calls."""
+        self._steps[chat_id] = tuple(parked_ids)
+        self._steps.move_to_end(chat_id)
+        while len(self._steps) > self.size:
+            self._steps.popitem(last=False)
+
+    def forget_step(self, chat_id: str) -> None:
+        self._steps.pop(chat_id, None)
+
+    def step(self, chat_id: str) -> tuple[tuple[str, ...], list[ParkedCall]] | None:
+        """The ids and records of the parked step this worker left the chat at, if it
+        has them all."""
+        ids = self._steps.get(chat_id)
+        if not ids:
+            return None
+        calls = [self._records.get((chat_id, i)) for i in ids]
+        if any(c is None for c in calls):
+            return None
+        return ids, [c for c in calls if c is not None]
 
     def remember(self, chat_id: str, calls: Iterable[ParkedCall]) -> None:
         for call in calls:

@@ -41,6 +41,7 @@ from parkway.runner.store import ChatStore
 __all__ = [
     "AllSettled",
     "Answer",
+    "AnswerPlan",
     "AnswerReport",
     "AutoResume",
     "SettleListener",
@@ -76,6 +77,20 @@ class AnswerReport:
 
     settled: tuple[str, ...]
     pending: int
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    """Answers matched to calls of a chat's parked step (``parked_ids``), each with its
+    judged outcome: what the ANSWER script writes (:meth:`Settling.plan`)."""
+
+    chat_id: str
+    parked_ids: tuple[str, ...]
+    outcomes: list[tuple[ParkedCall, dict[str, Any]]]
+
+    @property
+    def call_ids(self) -> tuple[str, ...]:
+        return tuple(call.tool_call_id for call, _ in self.outcomes)
 
 
 @dataclass(frozen=True)
@@ -245,21 +260,72 @@ class Settling:
         owner, pending = await self.store.calls(keys)
         if owner is None or owner != principal:
             raise ChatNotFoundError("no such chat")
+        # An answer naming a call this chat has (settled already) is that call's answer,
+        # never a stand-in for another pending call with the same key.
+        # (Looked up only for answers that could otherwise take a pending call's place.)
+        candidates = self._stand_ins(pending, answers)
+        known = await self.store.existing_calls(keys, candidates) if candidates else set()
+        matched = self._match(pending, answers, known)
+        left: int | None = len(pending)
+        for call, answer in matched:
+            result = await self._settle_one(keys, call, answer.outcome, by="client")
+            left = result.pending  # SETTLE counts what is still pending; a repeat does not
+        if left is None:
+            left = await self.store.pending_count(keys)
+        return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
+
+    def plan(self, chat_id: str, answers: Sequence[Answer]) -> AnswerPlan | None:
+        """The answers matched against the chat's parked step as this worker parked it,
+        and their outcomes judged, without reading anything; None when that is not
+        possible (this worker did not park the step, an answer could stand in for
+        another call, or one is refused) and :meth:`answer` must decide instead."""
+        step = self.store.known_calls.step(chat_id)
+        if step is None:
+            return None
+        parked_ids, calls = step
+        try:
+            if self._stand_ins(calls, answers):
+                return None
+            matched = self._match(calls, answers, set())
+            limit = self.max_output_bytes
+            outcomes = [
+                (call, normalize_outcome(call, a.outcome, by="client", max_bytes=limit))
+                for call, a in matched
+            ]
+        except ParkwayError:
+            return None
+        return AnswerPlan(chat_id, parked_ids, outcomes) if outcomes else None
+
+    async def settled_by(self, plan: AnswerPlan) -> None:
+        """Tell the listeners of the calls ``plan`` settled (its ANSWER won)."""
+        for call, outcome in plan.outcomes:
+            settled = call.with_outcome(outcome)
+            for listener in self.listeners:
+                try:
+                    await listener(Settled(plan.chat_id, settled, "client"))
+                except Exception:
+                    log.exception("settle listener failed (chat %s)", plan.chat_id)
+
+    def _stand_ins(self, pending: Sequence[ParkedCall], answers: Sequence[Answer]) -> list[str]:
+        """Ids of answers that name no pending call but could take one's place by key."""
+        pending_keys = {self._call_key(c) for c in pending}
+        by_id = {c.tool_call_id for c in pending}
+        return [
+            a.tool_call_id
+            for a in answers
+            if a.match_by_key and a.tool_call_id not in by_id and self._key_of(a) in pending_keys
+        ]
+
+    def _match(
+        self, pending: Sequence[ParkedCall], answers: Sequence[Answer], known: set[str]
+    ) -> list[tuple[ParkedCall, Answer]]:
+        """Pending calls and the answers that answer them (see :meth:`answer`); ``known``:
+        ids of the chat's calls that are not pending."""
         by_id = {c.tool_call_id: c for c in pending}
         # Each call's key, recomputed from its stored input: a call parked before keys
         # were RFC 8785 holds an older form of its key (``{"x":1.0}``), and recomputing
         # gives the form an answer's key has now (``{"x":1}``), with no migration.
         call_keys = {c.tool_call_id: self._call_key(c) for c in pending}
-        # An answer naming a call this chat has (settled already) is that call's answer,
-        # never a stand-in for another pending call with the same key.
-        # (Looked up only for answers that could otherwise take a pending call's place.)
-        pending_keys = set(call_keys.values())
-        candidates = [
-            a.tool_call_id
-            for a in answers
-            if a.match_by_key and a.tool_call_id not in by_id and self._key_of(a) in pending_keys
-        ]
-        known = await self.store.existing_calls(keys, candidates) if candidates else set()
         used: set[str] = set()
         matched: list[tuple[ParkedCall, Answer]] = []
         for answer in answers:
@@ -295,13 +361,7 @@ class Settling:
                 continue
             used.add(call.tool_call_id)
             matched.append((call, answer))
-        left: int | None = len(pending)
-        for call, answer in matched:
-            result = await self._settle_one(keys, call, answer.outcome, by="client")
-            left = result.pending  # SETTLE counts what is still pending; a repeat does not
-        if left is None:
-            left = await self.store.pending_count(keys)
-        return AnswerReport(settled=tuple(c.tool_call_id for c, _ in matched), pending=left)
+        return matched
 
     @staticmethod
     def _key_of(answer: Answer) -> str | None:

@@ -156,6 +156,7 @@ class ChatStore:
         self.known_calls = CallCache()
         self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
         self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
+        self._answer = redis.register_script(_scripts.ANSWER)
         self._commit = redis.register_script(_scripts.COMMIT)
         self._settle = redis.register_script(_scripts.SETTLE)
         self._renew = redis.register_script(_scripts.RENEW)
@@ -208,6 +209,7 @@ class ChatStore:
         )
         fields = [_s(x) for x in result]
         _raise_for_claim(fields)
+        self.known_calls.forget_step(keys.chat_id)
         return TurnClaim(
             model_calls=int(fields[1]),
             parked_ids=json.loads(fields[2]),
@@ -227,6 +229,11 @@ class ChatStore:
         )
         if _s(raw[0]) != "ok":
             _raise_for_claim([_s(x) for x in raw])
+        return self._resume_claim(keys, raw)
+
+    def _resume_claim(self, keys: ChatKeys, raw: Sequence[Any]) -> ResumeClaim:
+        """The ResumeClaim of claim_resume's 'ok' reply."""
+        self.known_calls.forget_step(keys.chat_id)
         count = int(raw[5])
         calls = _decode_pairs(raw[6 : 6 + 2 * count])
         self.known_calls.remember(keys.chat_id, calls)
@@ -238,6 +245,60 @@ class ChatStore:
             calls=calls,
             entries=decode_entries([_s(x) for x in raw[6 + 2 * count :]]),
         )
+
+    async def answer(
+        self,
+        keys: ChatKeys,
+        *,
+        principal: str,
+        token: str,
+        now_ms: int,
+        lease_ms: int,
+        parked_ids: Sequence[str],
+        outcomes: Sequence[tuple[str, str]],
+    ) -> ResumeClaim | int | None:
+        """Run ANSWER: settle ``outcomes`` ((toolCallId, canonical outcome JSON) of calls
+        of the parked step ``parked_ids``) and, if none is left pending, claim the resume.
+
+        Returns the claim, or the number of calls still pending, or None when the chat
+        is not at that parked step any more (nothing written: take the general path).
+        Raises the domain error of a chat that is missing or another principal's. Not
+        for a Cluster (the deadline index is in another slot): None there."""
+        if self.cluster:
+            return None
+        args: list[Any] = [
+            SCHEMA_VERSION,
+            principal,
+            token,
+            now_ms,
+            lease_ms,
+            self.ttl_s,
+            json.dumps(list(parked_ids)),
+            len(outcomes),
+        ]
+        for call_id, outcome_json in outcomes:
+            args.extend((call_id, outcome_json, deadline_member(keys.chat_id, call_id)))
+        raw = await self._answer(
+            keys=[
+                keys.meta,
+                keys.pending,
+                keys.history,
+                keys.calls,
+                keys.outcomes,
+                DEADLINES,
+                keys.settle_attempt(outcomes[0][0]),
+            ],
+            args=args,
+        )
+        status = _s(raw[0])
+        if status == "ok":
+            return self._resume_claim(keys, raw)
+        if status == "settled":
+            return int(raw[1])
+        if status == "stale":
+            return None
+        _raise_for_claim([_s(x) for x in raw])
+        return None
 
     async def append_events(
         self, keys: ChatKeys, *, token: str, batch: str, finish: str, now_ms: int, seq: int
@@ -368,6 +429,8 @@ class ChatStore:
         entry_id = _commit_reply(reply)
         if entry_id is not None:
             self.known_calls.remember(keys.chat_id, calls)
+            if state == "parked" and parked_ids:
+                self.known_calls.remember_step(keys.chat_id, parked_ids)
         return entry_id
 
     async def settle(

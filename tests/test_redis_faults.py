@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner import Run, Runner, RunnerConfig, chat_keys, parse_agent_file
+from parkway.runner import Answer, Run, Runner, RunnerConfig, chat_keys, parse_agent_file
 from parkway.runner import _scripts as scripts
 from parkway.runner.connection import RedisClient, connect
 from parkway.runner.events import (
@@ -192,6 +192,40 @@ async def test_a_follower_sees_each_event_once_when_an_append_reply_is_lost(
     emitted = await run.collect()
     assert proxy.lost == 1
     assert coalesce(followed) == coalesce(emitted)
+    await runner.aclose()
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+async def test_a_lost_answer_reply_is_replayed_with_the_same_answer(
+    proxy: RedisProxy, proxied: RedisClient, direct: Redis, calls: int
+) -> None:
+    """ANSWER (settle the answered calls, and claim the resume when none is left) runs,
+    its reply is lost, the client sends it again: the second run answers as the first
+    would have, whether it claimed the resume (one call) or left a call pending (two),
+    and the run goes on with each result once."""
+    step = [call("pick", {"q": f"q{i}"}) for i in range(calls)]
+    runner = runner_on(proxied, [step, [text("got it")]])
+    first = await collected(await runner.start_turn("a1", "alice", "hi"))
+    parked = [e.call for e in first if isinstance(e, CallParked)]
+    answers = [
+        Answer(
+            c.tool_call_id, c.tool_name, c.input, {"outcome": "output", "output": {"choice": "x"}}
+        )
+        for c in parked
+    ]
+    proxy.lose_reply_of(evalsha_of(scripts.ANSWER))
+    report, run = await runner.answer_and_resume("a1", "alice", answers[:1])
+    assert proxy.lost == 1
+    assert report.settled == (parked[0].tool_call_id,) and report.pending == calls - 1
+    if calls == 2:
+        assert run is None
+        report, run = await runner.answer_and_resume("a1", "alice", answers[1:])
+        assert report.settled == (parked[1].tool_call_id,) and report.pending == 0
+    assert run is not None
+    events = await collected(run)
+    assert isinstance(events[-1], MessageFinished) and events[-1].reason == "stop"
+    entries = await history(direct, "a1")
+    assert [e["t"] for e in entries] == ["user", "assistant", *["result"] * calls, "assistant"]
     await runner.aclose()
 
 

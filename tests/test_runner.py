@@ -428,6 +428,38 @@ async def test_a_settle_is_judged_alike_by_the_parking_worker_and_a_cold_one(
     assert conflict.value.existing == {"outcome": "declined"}
 
 
+@pytest.mark.parametrize("worker", ["parking", "cold"])
+async def test_answers_and_the_resume_are_alike_on_the_parking_worker_and_a_cold_one(
+    redis: Redis, worker: str
+) -> None:
+    """The AI SDK path: the worker that parked the step settles answers and claims the
+    resume in one script; another one reads the pending calls first. Both give the same
+    reports and the same run: an answer to one of two calls leaves one pending and no
+    run, an answer under a fresh id stands in for the call with its key, a repeat of a
+    settled call's answer is ignored, and the last answer resumes the chat."""
+    both = [call("pick", {"q": "a"}), call("pick", {"q": "b"})]
+    parking = make_runner(redis, [both, [text("done")]])
+    calls = parked(await turn(parking, "aw"))
+    answerer = parking if worker == "parking" else make_runner(redis, [both, [text("done")]])
+    output = {"outcome": "output", "output": {"choice": "x"}}
+    first = Answer(calls[0].tool_call_id, "pick", {"q": "a"}, output)
+    report, run = await answerer.answer_and_resume("aw", "alice", [first])
+    assert (report.settled, report.pending, run) == ((calls[0].tool_call_id,), 1, None)
+    report, run = await answerer.answer_and_resume("aw", "alice", [first])
+    assert (report.settled, report.pending, run) == ((), 1, None)
+    with pytest.raises(ChatNotFoundError):
+        await answerer.answer_and_resume("aw", "mallory", [first])
+    fresh = Answer("call_fresh", "pick", {"q": "b"}, output)
+    report, run = await answerer.answer_and_resume("aw", "alice", [first, fresh])
+    assert (report.settled, report.pending) == ((calls[1].tool_call_id,), 0)
+    assert run is not None
+    assert said(await run.collect()) == "done"
+    record = await parking.chat("aw", "alice")
+    assert [c.outcome for c in record.calls] == [
+        {"outcome": "output", "output": {"choice": "x"}}
+    ] * 2
+
+
 async def test_a_record_with_an_unknown_schema_version_fails_closed(redis: Redis) -> None:
     """Parked state is versioned: a chat written by a newer Parkway is refused with a
     clear error, never half-read."""

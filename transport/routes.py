@@ -7,6 +7,7 @@ the encoder; SSE framing happens in :mod:`parkway.transport.streaming` alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from parkway.runner.canonical import parked_call_key
 from parkway.runner.errors import ChatNotFoundError, NothingToResumeError, NotPlainJSONError
 from parkway.runner.eventlog import INTERRUPTED
 from parkway.runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
-from parkway.runner.loop import Run, Runner
+from parkway.runner.loop import AnswerReport, Run, Runner
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import ChatRecord
 from parkway.transport.admission import Admission, AdmittedStream
@@ -133,65 +134,77 @@ async def post_chat(request: Request) -> Response:
     check_chat_id(post.chat_id)
     _check_body_ids(post, body)
     runner = runner_of(request)
-    settled: tuple[str, ...] = ()
-    pending = 0
+    if post.user_text is None:
+        return await _answer_and_resume(request, principal, post)
     if post.answers:
-        try:
-            report = await runner.answer(post.chat_id, principal, post.answers)
-            settled, pending = report.settled, report.pending
-        except ChatNotFoundError:
-            if post.user_text is None:
-                raise
-    if post.user_text is not None:
-        template = None
-        if isinstance(body, dict) and body.get("agentTemplate") is not None:
-            # the playground's working copy (build kit on, or edits not yet committed)
-            agents = getattr(request.app.state, "agents", None)
-            if agents is None or not agents.editable:
-                raise HTTPError(
-                    403, "agent_editing_off", "agent editing (and working copies) is off here"
-                )
-            # anyone may run one in their own chats; only an editor's may reach further
-            # on the server than the committed agent (transport/agent_routes.py)
-            committed = await agents.current_template()
-            template = working_template(
-                body["agentTemplate"],
-                committed,
-                editor=is_editor(request, principal),
-                seed=agents.seed,
+        # (answers that come with a new message: the turn supersedes what is still
+        # pending; a chat that does not exist yet is simply new)
+        with contextlib.suppress(ChatNotFoundError):
+            await runner.answer(post.chat_id, principal, post.answers)
+    template = None
+    if isinstance(body, dict) and body.get("agentTemplate") is not None:
+        # the playground's working copy (build kit on, or edits not yet committed)
+        agents = getattr(request.app.state, "agents", None)
+        if agents is None or not agents.editable:
+            raise HTTPError(
+                403, "agent_editing_off", "agent editing (and working copies) is off here"
             )
-        user_text = post.user_text
-        return await _run_streamed(
-            request,
-            principal,
-            post.chat_id,
-            lambda: runner.start_turn(
-                post.chat_id,
-                principal,
-                user_text,
-                user_message_id=post.user_message_id,
-                template=template,
-            ),
+        # anyone may run one in their own chats; only an editor's may reach further
+        # on the server than the committed agent (transport/agent_routes.py)
+        committed = await agents.current_template()
+        template = working_template(
+            body["agentTemplate"],
+            committed,
+            editor=is_editor(request, principal),
+            seed=agents.seed,
         )
-    if pending and not settled:
+    user_text = post.user_text
+    return await _run_streamed(
+        request,
+        principal,
+        post.chat_id,
+        lambda: runner.start_turn(
+            post.chat_id,
+            principal,
+            user_text,
+            user_message_id=post.user_message_id,
+            template=template,
+        ),
+    )
+
+
+class _StillPending(Exception):
+    """Answers left calls of the chat pending: there is no run to stream."""
+
+    def __init__(self, report: AnswerReport) -> None:
+        self.report = report
+
+
+async def _answer_and_resume(request: Request, principal: str, post: ChatPost) -> Response:
+    """Answers alone: settle what they answer and, once every parked call is settled (by
+    these answers, or earlier: the settle endpoint, the server itself), stream the
+    resumed run, which continues with the stored outcomes."""
+    runner = runner_of(request)
+
+    async def start() -> Run:
+        report, run = await runner.answer_and_resume(post.chat_id, principal, post.answers)
+        if run is None:
+            raise _StillPending(report)
+        return run
+
+    try:
+        return await _run_streamed(request, principal, post.chat_id, start)
+    except _StillPending as still:
+        settled, pending = still.report.settled, still.report.pending
+    except NothingToResumeError as exc:
+        raise HTTPError(409, "nothing_to_resume", str(exc)) from None
+    if not settled:
         raise HTTPError(
             409,
             "no_pending_call_answered",
             "none of the answers matches a call this chat has pending; nothing was changed",
         )
-    if pending:
-        return JSONResponse({"settled": list(settled), "pending": pending}, status_code=202)
-    # Every parked call is settled (by these answers, or earlier: the settle endpoint, the
-    # server itself). The stored outcomes are what the run continues with.
-    try:
-        return await _run_streamed(
-            request,
-            principal,
-            post.chat_id,
-            lambda: runner.resume(post.chat_id, principal, skip_echo=frozenset(settled)),
-        )
-    except NothingToResumeError as exc:
-        raise HTTPError(409, "nothing_to_resume", str(exc)) from None
+    return JSONResponse({"settled": list(settled), "pending": pending}, status_code=202)
 
 
 async def get_chat(request: Request) -> Response:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -322,10 +323,25 @@ def _new_spill_file(folder: Path) -> tuple[int, str]:
 
 
 def _credentials(user: int | None) -> dict[str, Any]:
-    """Popen's arguments that drop to ``user`` (uid and gid, no other groups)."""
+    """The spawn's arguments that drop to ``user`` (uid and gid, no other groups).
+
+    On asyncio's own loop, Popen's ``user``/``group``/``extra_groups``, done in C between
+    fork and exec. uvloop (which uvicorn picks when it is installed) spawns through
+    libuv and takes none of them, only ``preexec_fn``, which it runs in the child
+    before exec: the same three calls, in the order that keeps the right to make them.
+    """
     if user is None:
         return {}
-    return {"user": user, "group": user, "extra_groups": []}
+    if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+        return {"user": user, "group": user, "extra_groups": []}
+    return {"preexec_fn": functools.partial(_drop_to, user)}
+
+
+def _drop_to(user: int) -> None:
+    """In the child, before exec: no supplementary groups, then the gid, then the uid."""
+    os.setgroups([])
+    os.setgid(user)
+    os.setuid(user)
 
 
 def _memfd(data: bytes) -> int:
