@@ -83,6 +83,8 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9],
            'run', 'turn', 'run_committed', '0', 'run_token', ARGV[3],
            'run_hist', redis.call('LLEN', KEYS[4]), 'run_commits', '0', 'log_seq', '0')
+local ran = redis.call('HGET', KEYS[1], 'run_start')
+if ran then redis.call('HSET', KEYS[1], 'prev_start', ran) end
 redis.call('HDEL', KEYS[1], 'run_start', 'stop_for', 'claim_prev', 'log_last')
 -- Calls of the previous step are finished with the template they were made under.
 local previous = ''
@@ -135,6 +137,8 @@ local function claim_resume(meta, pending, history, calls, outcomes, version, pr
              'lease_until', tonumber(now) + tonumber(lease), 'run', 'resume',
              'run_token', token, 'run_hist', redis.call('LLEN', history),
              'run_commits', '0', 'log_seq', '0')
+  local ran = redis.call('HGET', meta, 'run_start')
+  if ran then redis.call('HSET', meta, 'prev_start', ran) end
   redis.call('HDEL', meta, 'run_start', 'stop_for', 'log_last')
   redis.call('EXPIRE', meta, ttl)
   local out = {'ok', m[3], m[4] or '', m[5] or '[]', m[6] or ''}
@@ -228,17 +232,29 @@ return claim()
 # (runner/logwatch.py); the message carries nothing else. The number of the run's last
 # batch and its entry id are kept in ``log_seq`` and ``log_last``: a batch whose number
 # is not above ``log_seq`` was appended (a replay) and answers that id, unwritten.
+# What the log keeps: the current (or last) run and the one before it (``prev_start``,
+# recorded by the claims). A run that ended is replayable from the history and only a
+# follower still catching up reads its entries, so a run's end drops the entries of
+# every run before the previous one and lets the log expire after ``keep`` seconds; a
+# run that goes on keeps the log for the chat's TTL.
 # log_append(events key, meta key, batch JSON, batch number, approximate max length,
-#            finish reason or '', now (ms), wake-up channel) -> entry id
+#            finish reason or '', now (ms), wake-up channel, TTL (s), keep (s))
+#   -> entry id
 _LOG_APPEND = """
-local function log_append(events, meta, batch, seq, maxlen, finish, now, wake)
-  local m = redis.call('HMGET', meta, 'log_seq', 'log_last', 'run_start')
+local function log_append(events, meta, batch, seq, maxlen, finish, now, wake, ttl, keep)
+  local m = redis.call('HMGET', meta, 'log_seq', 'log_last', 'run_start', 'prev_start')
   if tonumber(m[1] or '0') >= tonumber(seq) then return m[2] or '' end
   local id = redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'b', batch)
   redis.call('HSET', meta, 'log_seq', seq, 'log_last', id)
   if not m[3] then redis.call('HSET', meta, 'run_start', id) end
-  if finish ~= '' then redis.call('HSET', meta, 'last_finish', finish, 'finished_at', now) end
   redis.call('PUBLISH', wake, '1')
+  if finish == '' then
+    redis.call('EXPIRE', events, ttl)
+  else
+    redis.call('HSET', meta, 'last_finish', finish, 'finished_at', now)
+    if m[4] then redis.call('XTRIM', events, 'MINID', m[4]) end
+    redis.call('EXPIRE', events, keep)
+  end
   return id
 end
 """
@@ -255,8 +271,9 @@ end
 #       10 number of calls C, 11 chat id, 12 the commit's number in its run (1, 2, ...),
 #       13 the events' batch JSON ('' = none), 14 the batch's number, 15 its finish
 #       reason ('' if the run goes on), 16 the log's approximate max length, 17 the
-#       chat's wake-up channel, then N entry JSONs, then C quadruples (toolCallId,
-#       record JSON, park order, deadline in ms or '')
+#       chat's wake-up channel, 18 how long the log of an ended run is kept (s), then
+#       N entry JSONs, then C quadruples (toolCallId, record JSON, park order, deadline
+#       in ms or '')
 # Returns: {1, the batch's entry id or ''} on success, {0} when the lease was lost
 #          (nothing written).
 # Replay: each commit of a run carries the next number, recorded in ``run_commits``
@@ -280,7 +297,7 @@ end
 if cur[1] ~= ARGV[1] then return {0} end
 local n = tonumber(ARGV[9])
 local c = tonumber(ARGV[10])
-local first = 18
+local first = 19
 if n > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, first - 1 + n))
 end
@@ -301,11 +318,12 @@ if ARGV[2] == 'running' then
 else
   redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
 end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 local id = ''
 if ARGV[13] ~= '' then
-  id = log_append(KEYS[6], KEYS[1], ARGV[13], ARGV[14], ARGV[16], ARGV[15], ARGV[5], ARGV[17])
+  id = log_append(KEYS[6], KEYS[1], ARGV[13], ARGV[14], ARGV[16], ARGV[15], ARGV[5], ARGV[17],
+                  ARGV[3], ARGV[18])
 end
-for i = 1, 6 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return {1, id}
 """
 )
@@ -315,7 +333,8 @@ return {1, id}
 # KEYS: 1 events, 2 meta
 # ARGV: 1 run token, 2 approximate max length, 3 TTL (s), 4 finish reason ('' if the
 #       run goes on), 5 now (ms), 6 the batch: a JSON array of events (one entry),
-#       7 the batch's number in its run (1, 2, ...), 8 the chat's wake-up channel
+#       7 the batch's number in its run (1, 2, ...), 8 the chat's wake-up channel,
+#       9 how long the log of an ended run is kept (s)
 # Returns: the batch's entry id, or '' when the run is no longer current (nothing
 #          written).
 # Replay: see log_append.
@@ -323,9 +342,8 @@ APPEND = (
     _LOG_APPEND
     + """
 if redis.call('HGET', KEYS[2], 'run_token') ~= ARGV[1] then return '' end
-local id = log_append(KEYS[1], KEYS[2], ARGV[6], ARGV[7], ARGV[2], ARGV[4], ARGV[5], ARGV[8])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return id
+return log_append(KEYS[1], KEYS[2], ARGV[6], ARGV[7], ARGV[2], ARGV[4], ARGV[5], ARGV[8],
+                  ARGV[3], ARGV[9])
 """
 )
 

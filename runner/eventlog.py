@@ -10,7 +10,10 @@ produced them died:
   :class:`RunFailed` saying the run was interrupted;
 - a run that committed its end but died before logging it (a narrow window) is
   finished by the follower from the stored state;
-- a run replaced by another (a takeover) ends the follow the same way.
+- a run replaced by another (a takeover) ends the follow the same way;
+- a follower that starts after the log has dropped the run (it keeps the last two runs,
+  for a while: runner/_scripts.py, log_append) ends saying so, instead of reading a
+  later run's events as its own.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from parkway.runner.keys import ChatKeys
 from parkway.runner.logwatch import LogWatch
 from parkway.runner.store import ChatStore
 
-__all__ = ["INTERRUPTED", "cancel_requested", "follow", "id_before"]
+__all__ = ["FELL_BEHIND", "INTERRUPTED", "cancel_requested", "follow", "id_before"]
 
 INTERRUPTED = "The run was interrupted before it finished. Send the message again or resume."
+FELL_BEHIND = "This stream fell too far behind the chat to go on. Reload the chat to see it."
 _MAX_SEQ = 18446744073709551615
 POLL_WHILE_DOWN_S = 0.5  # how often a follower reads while the log watch reconnects
 LONGEST_QUIET = 12  # a quiet follower of a live run checks it at least every 12 quiet_s
@@ -88,7 +92,7 @@ async def follow(
     ``MessageStarted`` (for a caller that already sent the message's start while
     rebuilding its earlier parts).
     """
-    after = id_before(start_id)
+    after = first = id_before(start_id)
     quiet_rounds = 0
     quiet = quiet_s
     async with watch.watching(keys.wake) as woken:
@@ -98,6 +102,9 @@ async def follow(
             woken.clear()
             # (followers of one chat woken at one entry share one read, decoded once)
             entries = await watch.shared(keys.events, after, partial(_read, store, keys, after))
+            if entries and after == first and entries[0][0] != start_id:
+                yield RunFailed(FELL_BEHIND)  # the run's entries are gone (_scripts.py)
+                return
             for entry_id, batch in entries:
                 after = entry_id
                 for event in batch:

@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from parkway.runner.connection import as_text
 from parkway.runner.model import (
     AssistantTurn,
     ModelMessage,
@@ -40,6 +41,7 @@ from parkway.runner.model import (
 
 __all__ = [
     "UNKNOWN_RESULT",
+    "ModelView",
     "assistant_entry",
     "call_entry",
     "decode_entries",
@@ -174,13 +176,18 @@ def dump_entry(entry: Mapping[str, Any]) -> str:
     return json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
 
 
-def decode_entries(raw: Sequence[str]) -> list[dict[str, Any]]:
-    """Parse stored entries: each is one JSON object this runner wrote, so the list is
-    parsed as one JSON array (one C-level parse, not one call per entry); if the count
-    comes out different, something odd is stored and each entry is parsed alone."""
+def decode_entries(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
+    """Parse stored entries (as Redis returned them, bytes or text): each is one JSON
+    object this runner wrote, so the list is parsed as one JSON array (one C-level
+    parse, not one call per entry); if the count comes out different, something odd is
+    stored and each entry is parsed alone."""
     if not raw:
         return []
-    entries: list[dict[str, Any]] = json.loads("[" + ",".join(raw) + "]")
+    if all(isinstance(item, bytes) for item in raw):
+        joined: bytes | str = b"[" + b",".join(raw) + b"]"  # type: ignore[arg-type]
+    else:
+        joined = "[" + ",".join(as_text(item) for item in raw) + "]"
+    entries: list[dict[str, Any]] = json.loads(joined)
     if len(entries) != len(raw):
         entries = [json.loads(item) for item in raw]
     return entries
@@ -188,42 +195,93 @@ def decode_entries(raw: Sequence[str]) -> list[dict[str, Any]]:
 
 def to_model_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:
     """The conversation as the model sees it, with every tool call answered."""
-    answered = {e["id"] for e in entries if e["t"] == "result"}
-    messages: list[ModelMessage] = []
-    open_calls: list[ModelToolCall] = []
+    return ModelView().update(entries)
 
-    def close_open() -> None:
-        for call in open_calls:
-            if call.id not in answered:
+
+def _assistant_turn(entry: Mapping[str, Any]) -> AssistantTurn:
+    calls = tuple(
+        ModelToolCall(c["name"], c["input"], c["id"], provider_id=c.get("pid"))
+        for c in entry["calls"]
+    )
+    return AssistantTurn(entry["text"], calls, tuple(entry.get("parts", ())), entry.get("resp"))
+
+
+def _tool_result(entry: Mapping[str, Any]) -> ToolResult:
+    return ToolResult(
+        entry["id"],
+        entry["name"],
+        entry["result"],
+        is_error=entry["status"] in {"error", "input_error"},
+    )
+
+
+class ModelView:
+    """:func:`to_model_messages` of a run's entries, kept as they grow.
+
+    A run asks the model once per step with the whole conversation; the view turns each
+    entry into its model message once, when it first sees it, instead of rebuilding
+    every message at every step. The entries handed to :meth:`update` must be the same
+    list as before plus new ones at the end (a run's history only grows); anything else
+    (checked by the identity of the last entry seen) is converted from scratch.
+
+    A call with no result when the next user or assistant entry comes is answered
+    "result unknown" there. If its result turns up later after all (never written by
+    this runner, but the stored form allows it), the view is rebuilt, so it is always
+    exactly what a conversion of the whole list gives.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._seen = 0
+        self._last: Mapping[str, Any] | None = None
+        self._messages: list[ModelMessage] = []
+        self._open: list[ModelToolCall] = []  # calls of the last assistant entry
+        self._answered: set[str] = set()
+        self._unknown: set[str] = set()  # calls closed with "result unknown"
+
+    def update(self, entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:
+        """The model's view of ``entries``."""
+        seen = self._seen
+        if seen and (len(entries) < seen or entries[seen - 1] is not self._last):
+            self._reset()
+            seen = 0
+        fresh = entries[seen:]
+        late = any(e["t"] == "result" and e["id"] in self._unknown for e in fresh)
+        if late:
+            # A result after its call was closed as unknown: the whole list, once more.
+            self._reset()
+            fresh = entries
+        # (a result anywhere in what is new answers its call, also one closed before it)
+        self._answered.update(e["id"] for e in fresh if e["t"] == "result")
+        messages = self._messages
+        for entry in fresh:
+            tag = entry["t"]
+            if tag == "result":
+                messages.append(_tool_result(entry))
+            elif tag in {"user", "assistant"}:
+                self._close()
+                if tag == "user":
+                    messages.append(UserTurn(entry["text"]))
+                else:
+                    turn = _assistant_turn(entry)
+                    messages.append(turn)
+                    self._open = list(turn.tool_calls)
+        self._seen = len(entries)
+        self._last = entries[-1] if entries else None
+        unanswered = [
+            ToolResult(c.id or "", c.name, UNKNOWN_RESULT, is_error=True)
+            for c in self._open
+            if c.id not in self._answered
+        ]
+        return (*messages, *unanswered)
+
+    def _close(self) -> None:
+        """The last assistant entry's calls are done: those with no result are unknown."""
+        for call in self._open:
+            if call.id not in self._answered:
                 assert call.id is not None
-                messages.append(ToolResult(call.id, call.name, UNKNOWN_RESULT, is_error=True))
-        open_calls.clear()
-
-    for entry in entries:
-        tag = entry["t"]
-        if tag == "user":
-            close_open()
-            messages.append(UserTurn(entry["text"]))
-        elif tag == "assistant":
-            close_open()
-            calls = tuple(
-                ModelToolCall(c["name"], c["input"], c["id"], provider_id=c.get("pid"))
-                for c in entry["calls"]
-            )
-            messages.append(
-                AssistantTurn(
-                    entry["text"], calls, tuple(entry.get("parts", ())), entry.get("resp")
-                )
-            )
-            open_calls.extend(calls)
-        elif tag == "result":
-            messages.append(
-                ToolResult(
-                    entry["id"],
-                    entry["name"],
-                    entry["result"],
-                    is_error=entry["status"] in {"error", "input_error"},
-                )
-            )
-    close_open()
-    return tuple(messages)
+                self._messages.append(ToolResult(call.id, call.name, UNKNOWN_RESULT, is_error=True))
+                self._unknown.add(call.id)
+        self._open = []

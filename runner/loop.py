@@ -97,7 +97,7 @@ class Runner:
         self.config = config or RunnerConfig()
         self.credentials = credentials
         self.agents = agents
-        self.store = ChatStore(redis, self.config.chat_ttl_s)
+        self.store = ChatStore(redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s)
         self.auto_resume = AutoResume(self.store, self.resume)
         self.settling = Settling(
             self.store,
@@ -442,7 +442,7 @@ class Runner:
         # not have.
         if not to_run:
             if parked:
-                end = [StepFinished(), finished(state, "tool-calls")]
+                end: list[Event] = [StepFinished(), finished(state, "tool-calls")]
                 await supervisor.commit(
                     "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
                 )
@@ -459,8 +459,9 @@ class Runner:
         for call, tool_run in zip(to_run, runs, strict=True):
             record_tool_run(state, call.id or "", call.name, tool_run, emit)
         if parked:
-            end = [StepFinished(), finished(state, "tool-calls")]
-            await supervisor.commit("parked", parked_ids=ids, then=end)
+            await supervisor.commit(
+                "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
+            )
         else:
             await supervisor.commit("running")
         return sorted_calls

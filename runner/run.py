@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parkway.runner.events import Event
+from parkway.runner.history import ModelView
 from parkway.runner.keys import ChatKeys
 from parkway.runner.parking import ParkedCall
 from parkway.runner.template import AgentTemplate
@@ -38,6 +39,9 @@ class RunnerConfig:
     client_deadline_s: float = 15 * 60
     connection_deadline_s: float = 10 * 60
     follow_quiet_s: float = 5.0  # a follower's read and liveness check without wake-ups
+    # How long the event log keeps a run that ended (it is replayable from the history;
+    # a follower still reading it has this long): runner/_scripts.py, log_append.
+    log_keep_s: int = 600
     # followers' reads in flight at once on a worker (the rest of its Redis connections
     # stay free for the runs' own commands)
     follower_reads: int = 16
@@ -99,6 +103,8 @@ class RunState:
     # replay of one whose reply was lost is recognised by the script).
     commits: int = 0
     log_batches: int = 0
+    # The model's view of the history, grown as the run appends (not rebuilt per step).
+    view: ModelView = field(default_factory=ModelView)
 
 
 def new_id(prefix: str) -> str:

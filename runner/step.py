@@ -35,7 +35,7 @@ from parkway.runner.events import (
     ToolInputDelta,
     ToolInputStarted,
 )
-from parkway.runner.history import assistant_entry, call_entry, message_metadata, to_model_messages
+from parkway.runner.history import assistant_entry, call_entry, message_metadata
 from parkway.runner.model import (
     Model,
     ModelEvent,
@@ -209,7 +209,7 @@ async def stream_step(
         chat_id=state.chat_id,
         call_index=state.model_calls,
         instructions=state.template.instructions,
-        messages=to_model_messages([*state.entries, *state.unsaved]),
+        messages=state.view.update([*state.entries, *state.unsaved]),
         tools=tuple(tools),
     )
     step = StepReader(emit, f"t{state.model_calls}")

@@ -145,9 +145,12 @@ def _settle_reply(raw: Sequence[Any]) -> SettleReply:
 class ChatStore:
     """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
 
-    def __init__(self, redis: RedisClient, ttl_s: int) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: int, *, log_keep_s: int = 600) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        # How long the event log of a chat whose last run ended is kept (_scripts.py,
+        # log_append): a follower still reading that run has this long to finish.
+        self.log_keep_s = log_keep_s
         # On a Cluster the global deadline index lives in another slot than a chat, so
         # it cannot be written by a chat's script.
         self.cluster = isinstance(redis, RedisCluster)
@@ -207,14 +210,14 @@ class ChatStore:
                 template_json,
             ],
         )
-        fields = [_s(x) for x in result]
+        fields = [_s(x) for x in result[:4]]
         _raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
         return TurnClaim(
             model_calls=int(fields[1]),
             parked_ids=json.loads(fields[2]),
             previous_template=fields[3],
-            entries=decode_entries(fields[4:]),
+            entries=decode_entries(result[4:]),
         )
 
     async def claim_resume(
@@ -243,7 +246,7 @@ class ChatStore:
             parked_ids=json.loads(_s(raw[3])),
             template_json=_s(raw[4]),
             calls=calls,
-            entries=decode_entries([_s(x) for x in raw[6 + 2 * count :]]),
+            entries=decode_entries(raw[6 + 2 * count :]),
         )
 
     async def answer(
@@ -308,7 +311,17 @@ class ChatStore:
         the run's batches from 1 (a replayed append is recognised by it)."""
         entry = await self._append(
             keys=[keys.events, keys.meta],
-            args=[token, EVENT_LOG_MAXLEN, self.ttl_s, finish, now_ms, batch, seq, keys.wake],
+            args=[
+                token,
+                EVENT_LOG_MAXLEN,
+                self.ttl_s,
+                finish,
+                now_ms,
+                batch,
+                seq,
+                keys.wake,
+                self.log_keep_s,
+            ],
         )
         return _s(entry)
 
@@ -398,6 +411,7 @@ class ChatStore:
             "" if log is None else log.finish,
             EVENT_LOG_MAXLEN,
             keys.wake,
+            self.log_keep_s,
         ]
         args.extend(dump_entry(e) for e in entries)
         for call in calls:
@@ -450,7 +464,14 @@ class ChatStore:
             keys.settle_attempt(tool_call_id),
         ]
         member = deadline_member(keys.chat_id, tool_call_id)
-        args = [tool_call_id, outcome_json, self.ttl_s, secrets.token_hex(8), principal, member]
+        args: list[Any] = [
+            tool_call_id,
+            outcome_json,
+            self.ttl_s,
+            secrets.token_hex(8),
+            principal,
+            member,
+        ]
         if not self.cluster:
             return _settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
         reply = _settle_reply(await self._settle(keys=script_keys, args=args))

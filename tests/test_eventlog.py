@@ -20,7 +20,7 @@ from parkway.runner import (
     chat_keys,
     parse_agent_file,
 )
-from parkway.runner.eventlog import INTERRUPTED
+from parkway.runner.eventlog import FELL_BEHIND, INTERRUPTED
 from parkway.runner.events import (
     Event,
     MessageStarted,
@@ -305,7 +305,7 @@ async def test_a_parked_run_ends_its_log_with_its_park_even_when_resumed_at_once
         )
         resumed = await (await runner.resume(chat, "alice")).collect()
         assert resumed[-1].kind == "message-finished"
-        start = await run.log_start
+        start = await run.log_start  # (the log keeps the last two runs)
         followed = [e async for e in runner.follow(chat, start)]
         assert [e.kind for e in followed[-3:]] == [
             "call-parked",
@@ -313,3 +313,33 @@ async def test_a_parked_run_ends_its_log_with_its_park_even_when_resumed_at_once
             "message-finished",
         ]
     await runner.aclose()
+
+
+async def test_the_log_keeps_the_last_two_runs_for_a_while(redis: Redis) -> None:
+    """What the event log keeps: a run's end drops every run before the previous one
+    (both replayable from the history) and lets the log expire after ``log_keep_s``; a
+    follower of a dropped run is told it fell behind, never handed a later run's
+    events as its own."""
+    turns = [[text(f"answer {i}")] for i in range(3)]
+    agent = parse_agent_file(agent_doc(turns))
+    runner = Runner(redis, agent.model, agent.template, config=RunnerConfig(log_keep_s=90))
+    keys = chat_keys("kept")
+    starts = []
+    for i in range(3):
+        run = await runner.start_turn("kept", "alice", f"question {i}")
+        await run.collect()
+        assert run.task is not None
+        await run.task
+        starts.append(await run.log_start)
+        logged = [entry_id.decode() for entry_id, _ in await redis.xrange(keys.events)]
+        assert logged[0] == starts[max(0, i - 1)]  # this run and the one before it
+        assert 0 < await redis.ttl(keys.events) <= 90
+    followed = [e async for e in runner.follow("kept", starts[1])]
+    assert said_events(followed) == "answer 1"
+    gone = [e async for e in runner.follow("kept", starts[0])]
+    assert gone == [RunFailed(FELL_BEHIND)]
+    await runner.aclose()
+
+
+def said_events(events: list[Event]) -> str:
+    return "".join(e.delta for e in events if isinstance(e, TextDelta))

@@ -163,17 +163,30 @@ async def test_a_lost_reply_is_replayed_with_nothing_doubled(
     calls and the event log hold everything exactly once."""
     proxy.lose_reply_of(evalsha_of(script, *needles))
     runner = runner_on(proxied, thinking=True)
-    events = await park_and_finish(runner, "c1")
+    logs: list[list[Event]] = []
+
+    async def collected_and_logged(run: Run) -> list[Event]:
+        events = await collected(run)
+        logged: list[Event] = []
+        for _, fields in await direct.xrange(chat_keys("c1").events):
+            logged.extend(events_from_json(fields[b"b"].decode()))
+        logs.append(logged)
+        return events
+
+    first = await collected_and_logged(await runner.start_turn("c1", "alice", "hi"))
+    [parked] = [e.call for e in first if isinstance(e, CallParked)]
+    output = {"outcome": "output", "output": {"choice": "red"}}
+    assert (await runner.settle("c1", "alice", parked.tool_call_id, output)).fresh
+    second = await collected_and_logged(await runner.resume("c1", "alice"))
+    events = first + second
     assert proxy.lost == 1
     assert not [e for e in events if isinstance(e, RunFailed)]
     assert "".join(e.delta for e in events if isinstance(e, TextDelta)) == "Pick one.got it"
     entries = await history(direct, "c1")
     assert [e["t"] for e in entries] == ["user", "assistant", "result", "assistant"]
-    # the log, as a follower reads it: each event once, in the order the runs emitted them
-    logged: list[Event] = []
-    for _, fields in await direct.xrange(chat_keys("c1").events):
-        logged.extend(events_from_json(fields[b"b"].decode()))
-    assert coalesce(logged) == coalesce(events)  # (the log joins adjacent text deltas)
+    # the log, as a follower reads it: each event once, in the order the runs emitted
+    # them (the log joins adjacent text deltas)
+    assert [coalesce(log) for log in logs] == [coalesce(first), coalesce(first) + coalesce(second)]
     meta = await direct.hgetall(chat_keys("c1").meta)
     assert meta[b"state"] == b"idle" and meta[b"model_calls"] == b"2"
     await runner.aclose()
