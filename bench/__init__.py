@@ -7,7 +7,10 @@ It measures, on a loopback Redis, what parking and resuming a chat costs:
   and the bytes a parked chat keeps in Redis;
 - HTTP level (:mod:`bench.http_level`): the same operations through the real app
   served by uvicorn in its own process, measured with an HTTP client;
-- a reference: a bare ``SET`` + ``GETDEL`` of 4 KB on the same Redis.
+- concurrency (:mod:`bench.concurrency`): parks and resumes per second, 100 at once,
+  and 1,000 runs at once on one runner;
+- the floor (:mod:`bench.floor`): bare ``SET`` and ``GETDEL`` of 4 KB and a 200-message
+  history read on the same Redis, which the targets (:mod:`bench.targets`) are ratios to.
 
 Results are printed as Markdown and written to ``docs/benchmarks.md``
 (:mod:`bench.report`). What each metric measures is defined there and in the module

@@ -14,13 +14,15 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 
 from bench.code_mode import CodeModeResult, run_code_mode
+from bench.concurrency import ConcurrencyResult, run_concurrency
 from bench.eventlog import EventLogResult, run_eventlog
+from bench.floor import run_floor
 from bench.http_level import HttpResult, run_http_size
 from bench.models import ModelsResult, run_models
 from bench.redis_server import LoopbackRedis
 from bench.report import Report, machine_facts
 from bench.roundtrips import install
-from bench.runner_level import SizeResult, run_baseline, run_size
+from bench.runner_level import SizeResult, run_size
 from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
 
@@ -50,6 +52,17 @@ def _parser() -> argparse.ArgumentParser:
         "--http-iterations", type=int, default=600, help="HTTP samples per size (600)"
     )
     parser.add_argument("--skip-http", action="store_true", help="no HTTP measurements")
+    parser.add_argument(
+        "--skip-concurrency",
+        action="store_true",
+        help="no concurrent parks/resumes and no many-runs-at-once measurement",
+    )
+    parser.add_argument(
+        "--concurrent-runs",
+        type=int,
+        default=1000,
+        help="runs started at once on one runner (1000; 0: not measured)",
+    )
     parser.add_argument(
         "--skip-sweeper", action="store_true", help="no deadline sweeper measurements"
     )
@@ -105,13 +118,23 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         info = await helper.info("server")
         version = f"Redis {info.get('redis_version', '?')}"
         log = _progress()
-        log("reference: PING, SET + GETDEL 4 KB")
-        baseline = await run_baseline(redis, max(iterations, 500))
+        log("floor: PING, SET and GETDEL of 4 KB, GETDEL of a 200-message history + json.loads")
+        floor = await run_floor(redis, max(iterations, 500))
         runner: list[SizeResult] = []
         for size in sizes:
             log(f"runner level, {size} messages, {iterations} samples")
             runner.append(
                 await run_size(redis, helper, Workload(size), iterations=iterations, warmup=warmup)
+            )
+        concurrency: ConcurrencyResult | None = None
+        if not args.skip_concurrency:
+            rounds = 3 if args.quick else 10
+            log(
+                f"concurrency: 100 parks and 100 resumes at once, {rounds} rounds; "
+                f"{args.concurrent_runs} runs at once"
+            )
+            concurrency = await run_concurrency(
+                helper, url, width=100, rounds=rounds, many=max(args.concurrent_runs, 0)
             )
         http: list[HttpResult] = []
         if not args.skip_http:
@@ -164,14 +187,13 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
             code = await run_code_mode(
                 redis, samples=30 if args.quick else 200, warmup=3 if args.quick else 10
             )
-        await helper.delete("bench:baseline")
     finally:
         await redis.aclose()
         await helper.aclose()
     return Report(
         arguments=shlex.join(sys.argv[1:]),
         machine=machine_facts(version, where, ROOT),
-        baseline=baseline,
+        floor=floor,
         runner=runner,
         http=http,
         iterations=iterations,
@@ -180,6 +202,7 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         eventlog=eventlog,
         models=models,
         code=code,
+        concurrency=concurrency,
     )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from bench.stats import Latency
+from bench.workload import finished_run
 from parkway.runner import Runner, parse_agent_file
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.events import CallParked, ToolSucceeded
@@ -124,7 +125,7 @@ async def _after_approval(redis: Redis, code: CodeMode, samples: int, warmup: in
     try:
         for index in range(samples + warmup):
             chat = f"bench-code-{index}"
-            events = await (await runner.start_turn(chat, "bench", "go")).collect()
+            events = await finished_run(await runner.start_turn(chat, "bench", "go"))
             [parked] = [e.call for e in events if isinstance(e, CallParked)]
             start = time.perf_counter()
             await runner.settle(chat, "bench", parked.tool_call_id, {"outcome": "approved"})
@@ -136,6 +137,8 @@ async def _after_approval(redis: Redis, code: CodeMode, samples: int, warmup: in
                         raise RuntimeError(f"execute_code: {event.output}")
                     if index >= warmup:
                         latency.add(elapsed)
+            if run.task is not None:
+                await run.task  # its last log batch, before the chat's keys are deleted
             keys = chat_keys(chat)
             await redis.delete(*keys.all(), keys.artifacts, keys.artifact_data)
     finally:

@@ -19,7 +19,13 @@ Definitions (client-side wall clock, from sending the request):
   message (the AI SDK's ``addToolOutput`` + ``sendAutomaticallyWhen``): settles and
   resumes in one response; until the first chunk and until ``[DONE]``.
   Settle + resume and answer + resume alternate between samples.
-- **healthz**: ``GET /healthz`` (one Redis ``PING``), the floor of an HTTP request here.
+- **healthz**: ``GET /healthz`` (one Redis ``PING``).
+- **bare**: ``POST /bench/bare`` with the park request's body, until the JSON response
+  is read; **bare SSE**: ``POST /bench/bare-sse`` with the park request's body (and, in
+  answer + resume cycles, with the answer request's body), until ``[DONE]``. Both are
+  bare Starlette routes on the same server (:mod:`bench.serve`: no Parkway code, no
+  Redis): the floor of an HTTP request and of an SSE response here, which the
+  overhead of Parkway's HTTP layer is measured net of.
 
 Redis round trips per request are read from the server's ``/_bench/redis`` probe in a
 separate, untimed pass.
@@ -45,7 +51,7 @@ import httpx
 from redis.asyncio import Redis
 
 from bench.redis_server import free_port
-from bench.serve import PROBE_PATH
+from bench.serve import BARE_PATH, BARE_SSE_PATH, PROBE_PATH, SERVER_PATH
 from bench.stats import Counts, Latency
 from bench.workload import CHOICE, PARK_TOOL, SeedSnapshot, Workload, measured_user_text, seed_chat
 from parkway.runner.loop import Runner
@@ -62,6 +68,9 @@ HTTP_OPERATIONS = (
     "resume_done",
     "answer_first",
     "answer_done",
+    "bare",
+    "bare_sse_park",
+    "bare_sse_answer",
 )
 HTTP_REQUESTS = ("healthz", "park", "settle", "resume", "answer")
 
@@ -79,6 +88,9 @@ class HttpResult:
     )
     park_body_bytes: int = 0
     answer_body_bytes: int = 0
+    # The server's event loop and HTTP protocol, as it reports them (bench/serve.py).
+    server_loop: str = ""
+    server_http: str = ""
 
 
 class _Server:
@@ -268,6 +280,8 @@ async def _run(
     session = await client.post("/api/sessions")
     session.raise_for_status()
     principal = str(session.json()["principal"])
+    facts = (await client.get(SERVER_PATH)).json()
+    result.server_loop, result.server_http = str(facts["loop"]), str(facts["http"])
     client.headers["authorization"] = f"Bearer {session.json()['token']}"
     seed_id = f"bench-http-seed-{workload.messages}"
     await SeedSnapshot.drop(helper, seed_id)
@@ -296,8 +310,17 @@ async def _run(
     await SeedSnapshot.drop(helper, seed_id)
 
 
+async def _references(
+    client: httpx.AsyncClient, park_body: bytes, timed: HttpResult | None
+) -> None:
+    """``GET /healthz``, then the bare routes with the park request's body."""
+    await _healthz(client, timed)
+    await _bare(client, park_body, timed, "bare")
+    await _bare(client, park_body, timed, "bare_sse_park")
+
+
 async def _healthz(client: httpx.AsyncClient, timed: HttpResult | None) -> None:
-    """The bare route's latency: ``GET /healthz`` (one Redis PING)."""
+    """``GET /healthz`` (one Redis PING)."""
     t0 = time.perf_counter()
     health = await client.get("/healthz")
     t1 = time.perf_counter()
@@ -323,16 +346,16 @@ async def _cycle(
         if probe:
             result.round_trips[name].add(await _round_trips(client) - rt_before)
 
-    rt = await _round_trips(client) if probe else 0
-    await _healthz(client, timed)
-    await counted("healthz", rt)
-
     user = {
         "id": f"hu{i}",
         "role": "user",
         "parts": [{"type": "text", "text": measured_user_text(i)}],
     }
     park_body = _encode({"id": chat_id, "messages": [*history, user], "trigger": "submit-message"})
+    rt = await _round_trips(client) if probe else 0
+    await _references(client, park_body, timed)
+    await counted("healthz", rt)  # the bare routes make none
+
     rt = await _round_trips(client) if probe else 0
     t0 = time.perf_counter()
     parked = await _post_stream(client, "/api/chat", park_body)
@@ -367,6 +390,7 @@ async def _cycle(
         answer_body = _encode(
             {"id": chat_id, "messages": [*history, user, assistant], "trigger": "submit-message"}
         )
+        await _bare(client, answer_body, timed, "bare_sse_answer")
         rt = await _round_trips(client) if probe else 0
         t0 = time.perf_counter()
         resumed = await _post_stream(client, "/api/chat", answer_body)
@@ -379,3 +403,24 @@ async def _cycle(
         timed.latency[names[0]].add(resumed.first_at - t0)
         timed.latency[names[1]].add(resumed.done_at - t0)
     await counted(names[2], rt)
+
+
+async def _bare(
+    client: httpx.AsyncClient, body: bytes, timed: HttpResult | None, name: str
+) -> None:
+    """One request to a bare route: ``bare`` (JSON), else the SSE one."""
+    t0 = time.perf_counter()
+    if name == "bare":
+        response = await client.post(
+            BARE_PATH, content=body, headers={"content-type": "application/json"}
+        )
+        done_at = time.perf_counter()
+        if response.status_code != 200 or response.json()["bytes"] != len(body):
+            raise RuntimeError(f"POST {BARE_PATH}: {response.status_code}")
+    else:
+        stream = await _post_stream(client, BARE_SSE_PATH, body)
+        done_at = stream.done_at
+        if len(stream.chunks) != 2:
+            raise RuntimeError(f"POST {BARE_SSE_PATH}: {len(stream.chunks)} chunks")
+    if timed is not None:
+        timed.latency[name].add(done_at - t0)

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.code_mode import CodeModeResult
+from bench.concurrency import ConcurrencyResult
 from bench.eventlog import EventLogResult
+from bench.floor import Floor
 from bench.http_level import HttpResult
 from bench.models import ModelsResult
-from bench.runner_level import Baseline, SizeResult
+from bench.runner_level import SizeResult
 from bench.sweeper_lag import SweeperResult
 from bench.tables import ResultTables
 
@@ -128,7 +130,7 @@ class Report:
 
     arguments: str
     machine: Machine
-    baseline: Baseline
+    floor: Floor
     runner: list[SizeResult]
     http: list[HttpResult]
     iterations: int
@@ -137,6 +139,7 @@ class Report:
     eventlog: EventLogResult | None = None
     models: ModelsResult | None = None
     code: CodeModeResult | None = None
+    concurrency: ConcurrencyResult | None = None
 
     @property
     def command(self) -> str:
@@ -155,13 +158,14 @@ class Report:
     def results(self) -> ResultTables:
         """The run's results, as the tables show them."""
         return ResultTables(
-            baseline=self.baseline,
+            floor=self.floor,
             runner=self.runner,
             http=self.http,
             sweeper=self.sweeper,
             eventlog=self.eventlog,
             models=self.models,
             code=self.code,
+            concurrency=self.concurrency,
         )
 
     def tables(self) -> str:
@@ -187,16 +191,19 @@ class Report:
                 "make bench                 # = .venv/bin/python -m bench",
                 ".venv/bin/python -m bench --redis-url redis://127.0.0.1:6379/0  # another Redis",
                 ".venv/bin/python -m bench --quick --no-write   # a fast smoke run",
+                ".venv/bin/python -m bench --skip-concurrency   # without the concurrency runs",
                 "```",
                 "",
                 "By default the suite starts its own `redis-server` (the binary the embedded "
                 "default uses) on a free 127.0.0.1 TCP port with `--save '' --appendonly no`, "
                 "and stops it at the end. With `--redis-url` it uses that Redis instead; it "
-                "only writes keys under `pw:{bench-...}` and `bench:baseline` and deletes "
-                "them afterwards, and members `bench-sweep-...` of the deadline index "
+                "only writes keys under `pw:{bench-...}` and `bench:baseline*` and deletes "
+                "them afterwards, and members `bench-...` of the deadline index "
                 "`pw:deadlines`, which it removes too. Its sweeper settles `timeout` any call "
                 "of that Redis whose deadline has passed, as a worker would; "
                 "`--skip-sweeper` leaves the sweeper out.",
+                "",
+                FLOOR,
                 "",
                 "## This run",
                 "",
@@ -279,25 +286,60 @@ one operation at a time, `time.perf_counter`):
   the final `COMMIT` and the events.
 - **Redis round trips**: network round trips, not commands: a pipeline or a Lua script
   call is one, and so is the `SCRIPT EXISTS` redis-py sends before any pipeline that
-  contains a script (`bench/roundtrips.py` counts `send_packed_command` calls).
-- **bytes**: *payload* is the stored strings (hash fields and values, list elements,
-  sorted-set members + 8 B per score); *MEMORY USAGE* is Redis' own figure
-  (`MEMORY USAGE key SAMPLES 0`), summed over the chat's keys `pw:{chat}:*` right after
-  the park. *Bytes sent* is the request bytes the runner wrote to Redis.
+  contains a script (`bench/roundtrips.py` counts `send_packed_command` calls). The
+  runner's worker-wide stop poll (one pipelined read every 0.2 s for all running runs)
+  is left out: it belongs to no operation and fell into a region only by chance. Before
+  the first sample a few connections are opened, so that no connection handshake
+  (`CLIENT SETINFO`) lands in a measured region.
+- **bytes**: *payload* is the stored strings (hash fields and values, list and set
+  elements, strings, stream fields and values, sorted-set members + 8 B per score);
+  *MEMORY USAGE* is Redis' own figure (`MEMORY USAGE key SAMPLES 0`), summed over every
+  key of the chat, found with `SCAN MATCH pw:{chat}:*` (keys `<kind>:<id>` are summed
+  as `<kind>:*`), once the parking run has ended. The seeded chats are copied without
+  the keys of their seeding that expire within 10 minutes (a settle's 60 s nonce), which
+  a chat built over a real conversation would not hold. *Bytes sent* is the request
+  bytes the runner wrote to Redis.
+- **settle + resume**, **answer + resume** (round trips): a settle (or an answer) and
+  the resume after it, up to the model request, summed per cycle.
 - **where the time goes**: p50 of the `ChatStore` calls timed inside the same runs
   (with their round trips), and of the pure-Python history steps
   (`decode_entries`, `to_model_messages`, `load_template`) timed separately on the
   same seeded history of each size.
 
+Concurrency (`bench/concurrency.py`; 2-message chats, one `Runner` on a client built as
+the server builds it (`connect(url)`: a `BlockingConnectionPool` of 32 connections), the
+floor's commands on the same client, every operation of a phase started at once with
+`asyncio.gather`, wall time from the start until the last caller holds its
+`MessageFinished`): per round, 100 SETs of 4 KB and then 100 GETDELs on that client (the
+floor's SET/s and GETDEL/s), then 100 turns that park, one per fresh chat (parks/s),
+then, once all 100 calls are settled (untimed), 100 `Runner.resume`, each until
+`MessageFinished("stop")`: the whole resume, model answer and final commit included
+(resumes/s). Between phases every run's task is awaited, untimed. One warm-up round,
+then the median over the rounds (10; 3 with `--quick`). *Many runs at once*: 1,000 turns
+that park started at once on one `Runner` whose client is built as the server builds it
+(`connect(url)`: a `BlockingConnectionPool` of 32), then all 1,000 calls settled at
+once, then all 1,000 chats resumed at once; an error is an exception, a run that ended
+otherwise (`RunFailed`, another finish reason) or one not done within 60 s.
+
 HTTP (`bench/http_level.py`): the app built by `create_app` with the CLI's uvicorn
-options runs in its own process (`bench/serve.py`); an `httpx.AsyncClient` with
-keep-alive and a bearer session drives it one request at a time. Request bodies carry
-the whole UI-message history, as the AI SDK sends it. *first chunk* is the `start`
-chunk (the run's lease is claimed and its state loaded); *[DONE]* is the end of the
-stream. Round trips are read from a counter the server process exposes, in an untimed
-pass. The reference row `GET /healthz` is one Redis `PING` behind HTTP. The server's own
-deadline sweeper runs once an hour here (`PARKWAY_SWEEP_INTERVAL_S`), so that its
-`ZRANGEBYSCORE` never lands in the round-trip counts; it is measured on its own below.
+options (its HTTP protocol with the header read timeout, uvicorn's `loop="auto"`; the
+HTTP table says which event loop and parser the server reports) runs in its own process
+(`bench/serve.py`); an `httpx.AsyncClient` with keep-alive and a bearer session drives
+it one request at a time. Request bodies carry the whole UI-message history, as the AI
+SDK sends it. *first chunk* is the `start` chunk (the run's lease is claimed and its
+state loaded); *[DONE]* is the end of the stream. Round trips are read from a counter
+the server process exposes, in an untimed pass. The reference row `GET /healthz` is one
+Redis `PING` behind HTTP. The server's own deadline sweeper runs once an hour here
+(`PARKWAY_SWEEP_INTERVAL_S`), so that its `ZRANGEBYSCORE` never lands in the round-trip
+counts; it is measured on its own below. The same server answers two bare Starlette
+routes outside Parkway's app (no middleware, no Redis), measured with the same client in
+the same cycles: `POST /bench/bare` reads the body and answers a small JSON object;
+`POST /bench/bare-sse` reads it and answers three SSE events with sse-starlette (two
+chunks and `[DONE]`), sent the park request's body and, in answer + resume cycles, the
+answer's. *HTTP overhead* = p50(HTTP) - p50(runner level) - p50(bare SSE route, same
+body), at each size: for a park, against *turn that parks*; for answer + resume to
+`[DONE]`, against p50(answer) + p50(resume -> finished). The raw difference (HTTP -
+runner level) is shown beside it.
 
 Sweeper (`bench/sweeper_lag.py`): real turns of a `Runner` park 100,000 client calls
 (2,000 chats of 50 `choose_option` calls), each with its member in the deadline index.
@@ -310,6 +352,35 @@ lag is the wall-clock time at which the sweeper's `on_timeout` reports it (after
 round trip that settled it) minus its deadline. Only the index entries move: the
 sweeper reads nothing else. In a worker the sweeper shares its event loop with
 requests, which this measurement leaves out."""
+
+FLOOR = """\
+**The floor.** Every run first measures, on the same Redis with the same client
+(redis-py asyncio), one command at a time (`bench/floor.py`): `PING`; a `SET` of 4 KB;
+a `GETDEL` of 4 KB, timed apart from its `SET`; `SET` + `GETDEL` of 4 KB together; and
+*`GETDEL` of 64 KB + `json.loads`*: the stored history of a really seeded 200-message
+chat joined into one JSON array (about 59 KB), `SET` untimed, then `GETDEL` and
+`json.loads` of the reply timed: a 200-message history read. *Concurrency* adds the
+floor's rates: 100 `SET`s of 4 KB at once (SET/s) and 100 `GETDEL`s at once
+(GETDEL/s), on the client the runner uses there (the server's: a pool of 32
+connections), in the same rounds as the runner's.
+
+**Ratios.** The *Targets* table holds issue 13's targets ("close to the floor") as
+ratios to the floor of the same run, p50 to p50 (ratio column; PASS or MISS):
+
+- park / `SET` of 4 KB <= 3, at 2 and at 200 messages;
+- settle + resume / `GETDEL` of 4 KB <= 3 at 2 messages, and settle + resume /
+  (`GETDEL` of 64 KB + `json.loads`) <= 4 at 200 messages, where settle + resume =
+  p50(settle) + p50(resume -> model request) of the runner-level table;
+- park at 200 messages / park at 2 within 1 ± 0.10 (park independent of history length);
+- parks/s / SET/s >= 0.5 and resumes/s / GETDEL/s >= 0.5 (100 at once, medians);
+- memory of a parked 200-message chat (`MEMORY USAGE` of every key) / the text it holds
+  <= 1.5; the text it holds is the history payload: the sum of the stored history
+  entries' JSON, the conversation the chat keeps.
+
+The other rows are absolute: round trips per operation (the largest count of any sample
+of any size), 1,000 concurrent runs without errors, events/s through one worker's log
+and the log's overhead per turn, and the HTTP overhead over the runner level net of a
+bare route (defined under *What is measured*)."""
 
 COMPARISON = """\
 Figures given in the project's issue, **not measured by us** (we have not reproduced

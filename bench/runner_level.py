@@ -13,10 +13,13 @@ and the benchmark in one asyncio event loop, Redis on loopback TCP):
   ``COMMIT`` script: history entry, call record, pending set, chat state) and emits the
   events. This is the work parking adds to a turn.
 - **park commit**: just the ``ChatStore.commit`` call inside *park* (the Redis write).
-- **settle**: ``Runner.settle`` of the parked call with ``{"choice": "Oslo"}``.
-- **answer**: ``Runner.answer`` with the same outcome, the path ``POST /api/chat``
-  takes when an AI SDK client sends a tool output (matches pending calls, settles,
-  counts what is left). Settle and answer alternate between samples.
+- **settle**: ``Runner.settle`` of the parked call with ``{"choice": "Oslo"}`` (even
+  samples, each followed by a resume).
+- **answer + resume -> model request / -> finished** (odd samples): the path
+  ``POST /api/chat`` takes when an AI SDK client sends a tool output,
+  ``Runner.answer_and_resume`` with the same outcome (matches the pending call, settles
+  it and claims the resume: one ``ANSWER`` script on the worker that parked the call),
+  until the model is called, and until the caller receives ``MessageFinished("stop")``.
 - **resume -> model request**: from calling ``Runner.resume`` until the model is called
   with the rebuilt request (lease claimed, history, template snapshot and outcomes
   loaded, tool result added, model messages built). This is the cold-resume cost.
@@ -24,11 +27,19 @@ and the benchmark in one asyncio event loop, Redis on loopback TCP):
   ``MessageFinished("stop")``: the above, plus the scripted model streaming a 14-word
   answer, the final ``COMMIT`` and the events.
 
-Round trips are counted by :mod:`bench.roundtrips` over the same regions.
+Round trips are counted by :mod:`bench.roundtrips` over the same regions. Per cycle
+they are also counted over the two regions the issue sets targets for: **settle +
+resume** (``Runner.settle``, then ``Runner.resume`` up to the model request) and
+**answer + resume** (``Runner.answer_and_resume`` up to the model request).
+
+The chat's stored bytes (:func:`bench.workload.stored_bytes`, every key of the chat) are
+measured once per size after the first measured park, once its run has ended (its last
+event-log batch written), and once after the first measured resume.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import time
@@ -61,9 +72,12 @@ from parkway.runner.model import Model, ModelEvent, ModelRequest
 from parkway.runner.store import ChatStore
 from parkway.runner.template import load_template
 
-__all__ = ["Baseline", "SizeResult", "run_baseline", "run_size"]
+__all__ = ["SizeResult", "run_size"]
 
 PRINCIPAL = "bench-principal"
+# Connections opened before the first sample: one opened inside a measured region would
+# add its handshake (CLIENT SETINFO) to that operation's round trips.
+WARM_CONNECTIONS = 8
 
 
 # -- instruments ------------------------------------------------------------------------
@@ -142,10 +156,14 @@ OPERATIONS = (
     "park",
     "commit",
     "settle",
-    "answer",
+    "answer_request",
+    "answer_finish",
     "resume_request",
     "resume_finish",
 )
+# Round trips summed over a settle (or answer) and the resume that follows it, up to the
+# model request.
+TRIP_SUMS = ("settle_resume", "answer_resume")  # (answer_resume: to the model request)
 
 
 @dataclass
@@ -155,7 +173,7 @@ class SizeResult:
     messages: int
     latency: dict[str, Latency] = field(default_factory=lambda: {k: Latency() for k in OPERATIONS})
     round_trips: dict[str, Counts] = field(
-        default_factory=lambda: {k: Counts() for k in OPERATIONS}
+        default_factory=lambda: {k: Counts() for k in (*OPERATIONS, *TRIP_SUMS)}
     )
     bytes_sent: dict[str, Counts] = field(default_factory=lambda: {k: Counts() for k in OPERATIONS})
     breakdown: dict[str, Latency] = field(default_factory=dict)
@@ -169,14 +187,6 @@ class SizeResult:
         if round_trips is not None:
             self.breakdown_trips.setdefault(name, Counts()).add(round_trips)
         return self.breakdown.setdefault(name, Latency())
-
-
-@dataclass
-class Baseline:
-    """Reference operations on the same Redis and client library."""
-
-    ping: Latency = field(default_factory=Latency)
-    set_getdel: Latency = field(default_factory=Latency)
 
 
 # -- the benchmark ------------------------------------------------------------------------
@@ -198,6 +208,7 @@ async def run_size(
 ) -> SizeResult:
     """Measure ``iterations`` park/settle-or-answer/resume cycles at one history size."""
     marks = _Marks()
+    await asyncio.gather(*(redis.ping() for _ in range(WARM_CONNECTIONS)))
     runner = Runner(redis, _MarkingModel(workload.model(), marks), workload.template())
     store = _StoreTimer(runner.store)
     seed_id = f"bench-seed-{workload.messages}"
@@ -236,8 +247,13 @@ async def _cycle(
 ) -> None:
     """One measured park, settle (or answer) and resume of a fresh copy of the seed."""
     call_id, call_input = await _park(runner, store, marks, helper, chat_id, i=i, result=result)
-    await _settle(runner, store, chat_id, call_id, call_input, i=i, result=result)
-    await _resume(runner, store, marks, helper, chat_id, result=result)
+    if i % 2:
+        await _answer_and_resume(
+            runner, store, marks, chat_id, call=(call_id, call_input), result=result
+        )
+        return
+    settled = await _settle(runner, store, chat_id, call_id, result=result)
+    await _resume(runner, store, marks, helper, chat_id, settled=settled, result=result)
 
 
 async def _park(
@@ -276,13 +292,13 @@ async def _park(
         result.part("turn: start_turn -> model request", marks.request_rt - rt0).add(
             marks.request_at - t0
         )
-        if result.stored_parked is None:
-            result.stored_parked = await stored_bytes(helper, chat_id)
 
     # Let the run finish (its last event-log batch) before the next operation is timed,
     # so that operation's round trips are its own.
     if run.task is not None:
         await run.task
+    if result is not None and result.stored_parked is None:
+        result.stored_parked = await stored_bytes(helper, chat_id)
     return call_id, call_input
 
 
@@ -291,28 +307,55 @@ async def _settle(
     store: _StoreTimer,
     chat_id: str,
     call_id: str,
-    call_input: Any,
     *,
-    i: int,
     result: SizeResult | None,
-) -> None:
-    """The measured settle (even samples) or answer (odd samples) of the parked call."""
+) -> int:
+    """The measured settle of the parked call (even samples); its round trips."""
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
     t0 = time.perf_counter()
-    name = "settle" if i % 2 == 0 else "answer"
-    if name == "settle":
-        await runner.settle(chat_id, PRINCIPAL, call_id, CHOICE)
-    else:
-        answer = Answer(call_id, PARK_TOOL, call_input, CHOICE)
-        report = await runner.answer(chat_id, PRINCIPAL, [answer])
-        if report.pending != 0 or report.settled != (call_id,):
-            raise RuntimeError(f"the answer did not settle the call: {report}")
+    await runner.settle(chat_id, PRINCIPAL, call_id, CHOICE)
     t1 = time.perf_counter()
+    trips = ROUND_TRIPS.count - rt0
     if result is not None:
-        result.latency[name].add(t1 - t0)
-        result.round_trips[name].add(ROUND_TRIPS.count - rt0)
-        result.bytes_sent[name].add(ROUND_TRIPS.bytes_sent - sent0)
+        result.latency["settle"].add(t1 - t0)
+        result.round_trips["settle"].add(trips)
+        result.bytes_sent["settle"].add(ROUND_TRIPS.bytes_sent - sent0)
+    return trips
+
+
+async def _answer_and_resume(
+    runner: Runner,
+    store: _StoreTimer,
+    marks: _Marks,
+    chat_id: str,
+    *,
+    call: tuple[str, Any],
+    result: SizeResult | None,
+) -> None:
+    """The measured answer and resume of the AI SDK path (odd samples):
+    ``Runner.answer_and_resume`` with the parked call's output, to the model request and
+    to the end of the run."""
+    marks.reset()
+    store.log.clear()
+    rt0, sent0 = ROUND_TRIPS.snapshot()
+    call_id, call_input = call
+    t0 = time.perf_counter()
+    answer = Answer(call_id, PARK_TOOL, call_input, CHOICE)
+    report, run = await runner.answer_and_resume(chat_id, PRINCIPAL, [answer])
+    if run is None or report.settled != (call_id,):
+        raise RuntimeError(f"the answer did not settle the call and resume: {report}")
+    events, t1, rt1 = await _events_until_finished(run.events())
+    if finished_reason(events) != "stop":
+        raise RuntimeError("the resumed run did not finish with an answer")
+    if result is not None:
+        result.latency["answer_request"].add(marks.request_at - t0)
+        result.latency["answer_finish"].add(t1 - t0)
+        result.round_trips["answer_resume"].add(marks.request_rt - rt0)
+        result.round_trips["answer_finish"].add(rt1 - rt0)
+        result.bytes_sent["answer_finish"].add(ROUND_TRIPS.bytes_sent - sent0)
+    if run.task is not None:
+        await run.task
 
 
 async def _resume(
@@ -322,9 +365,11 @@ async def _resume(
     helper: Redis,
     chat_id: str,
     *,
+    settled: int,
     result: SizeResult | None,
 ) -> None:
-    """The measured resume, to the model request and to the end of the run."""
+    """The measured resume, to the model request and to the end of the run; ``settled``
+    is the round trips of the settle before it."""
     marks.reset()
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
@@ -338,6 +383,7 @@ async def _resume(
         result.latency["resume_request"].add(marks.request_at - t0)
         result.latency["resume_finish"].add(t1 - t0)
         result.round_trips["resume_request"].add(marks.request_rt - rt0)
+        result.round_trips["settle_resume"].add(settled + marks.request_rt - rt0)
         result.round_trips["resume_finish"].add(rt1 - rt0)
         result.bytes_sent["resume_finish"].add(sent1 - sent0)
         claim = store.took("claim_resume")
@@ -350,10 +396,10 @@ async def _resume(
             marks.request_at - t0 - claim - calls
         )
         result.part("resume: final commit", store.trips("commit")).add(store.took("commit"))
-        if result.stored_idle is None:
-            result.stored_idle = await stored_bytes(helper, chat_id)
     if run.task is not None:
         await run.task  # the next cycle starts with nothing of this one still running
+    if result is not None and result.stored_idle is None:
+        result.stored_idle = await stored_bytes(helper, chat_id)
 
 
 def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> None:
@@ -372,20 +418,3 @@ def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> 
         result.part("python: decode_entries(history)").add(mid - start)
         result.part("python: to_model_messages(history)").add(end - mid)
         result.part("python: load_template(snapshot), cached").add(after - end)
-
-
-async def run_baseline(redis: Redis, iterations: int) -> Baseline:
-    """PING, and SET + GETDEL of a 4 KB value, with the same client library."""
-    base = Baseline()
-    value = b"x" * 4096
-    for i in range(iterations + 100):
-        t0 = time.perf_counter()
-        await redis.ping()
-        t1 = time.perf_counter()
-        await redis.set("bench:baseline", value)
-        await redis.getdel("bench:baseline")
-        t2 = time.perf_counter()
-        if i >= 100:
-            base.ping.add(t1 - t0)
-            base.set_getdel.add(t2 - t1)
-    return base

@@ -1,6 +1,6 @@
 """The results of one ``make bench`` run as Markdown tables: what stdout shows, and the
 body of ``docs/benchmarks.md`` (written by :mod:`bench.report`). The *Targets* table
-holds the run against the targets the issue set.
+(:mod:`bench.targets`) holds the run against the targets the issues set.
 """
 
 from __future__ import annotations
@@ -8,31 +8,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.code_mode import AFTER_APPROVAL_TARGET_MS, FIRST_OUTPUT_TARGET_MS, CodeModeResult
+from bench.code_mode import CodeModeResult
+from bench.concurrency import ConcurrencyResult
 from bench.eventlog import EventLogResult
+from bench.floor import Floor
 from bench.http_level import HttpResult
 from bench.models import ModelsResult
-from bench.runner_level import Baseline, SizeResult
+from bench.runner_level import SizeResult
 from bench.stats import Counts, Latency, fmt_bytes, fmt_ms, markdown_table
 from bench.sweeper_lag import SPREAD_WINDOW_S, SweeperResult
+from bench.targets import Targets, http_overheads
+from bench.workload import KEY_NAMES
 
-__all__ = [
-    "PARK_TARGET_MS",
-    "RESUME_TARGET_MS",
-    "SWEEP_LAG_TARGET_MS",
-    "ResultTables",
-]
-
-PARK_TARGET_MS = 0.5
-RESUME_TARGET_MS = 1.0
-SWEEP_LAG_TARGET_MS = 1000.0
+__all__ = ["ResultTables"]
 
 RUNNER_ROWS = (
     ("park", "park (model's tool call -> MessageFinished)"),
     ("commit", "park, of which: commit (ChatStore.commit)"),
     ("turn", "turn that parks (start_turn -> MessageFinished)"),
     ("settle", "settle (Runner.settle)"),
-    ("answer", "answer (Runner.answer, AI SDK path)"),
+    ("answer_request", "answer + resume -> model request (AI SDK path, Runner.answer_and_resume)"),
+    ("answer_finish", "answer + resume -> finished"),
     ("resume_request", "resume -> model request"),
     ("resume_finish", "resume -> finished (MessageFinished)"),
 )
@@ -73,13 +69,14 @@ class ResultTables:
     """The Markdown tables of one run's results (HTTP, the sweeper, the event log and the
     real models are each optional: a run may skip them)."""
 
-    baseline: Baseline
+    floor: Floor
     runner: Sequence[SizeResult]
     http: Sequence[HttpResult] = ()
     sweeper: SweeperResult | None = None
     eventlog: EventLogResult | None = None
     models: ModelsResult | None = None
     code: CodeModeResult | None = None
+    concurrency: ConcurrencyResult | None = None
 
     def runner_table(self) -> str:
         sizes = [r.messages for r in self.runner]
@@ -110,7 +107,93 @@ class ResultTables:
             f"{h.messages} msgs: park {h.park_body_bytes:,} B, answer {h.answer_body_bytes:,} B"
             for h in self.http
         )
-        return f"{table}\n\nRequest bodies (the whole UI-message history): {bodies}."
+        server = self.http[0]
+        return (
+            f"{table}\n\nRequest bodies (the whole UI-message history): {bodies}.\n\n"
+            f"Server (as it reports itself): event loop {server.server_loop}; HTTP "
+            f"{server.server_http}."
+        )
+
+    def http_overhead_table(self) -> str:
+        """What Parkway's HTTP layer adds, net of a bare route (p50s, ms)."""
+        found = http_overheads(self.runner, self.http)
+        sizes = [o.messages for o in found["park"]]
+        if not sizes:
+            return "(not measured: no size was measured both over HTTP and at the runner level)"
+        by_size = {h.messages: h for h in self.http}
+        rows: list[list[str]] = [
+            [
+                "bare route: POST /bench/bare, park body -> JSON",
+                *[fmt_ms(by_size[n].latency["bare"].p50_ms) for n in sizes],
+            ]
+        ]
+        labels = {
+            "park": (
+                "park: POST /api/chat -> [DONE]",
+                "runner level: turn that parks",
+                "bare SSE route: POST /bench/bare-sse, park body -> [DONE]",
+            ),
+            "answer": (
+                "answer + resume: POST /api/chat -> [DONE]",
+                "runner level: answer + resume -> finished",
+                "bare SSE route: POST /bench/bare-sse, answer body -> [DONE]",
+            ),
+        }
+        for key, (http_label, runner_label, bare_label) in labels.items():
+            items = found[key]
+            rows.extend(
+                [
+                    [http_label, *[fmt_ms(o.http) for o in items]],
+                    [runner_label, *[fmt_ms(o.runner) for o in items]],
+                    [bare_label, *[fmt_ms(o.bare) for o in items]],
+                    [f"{key}: raw difference (HTTP - runner)", *[fmt_ms(o.raw) for o in items]],
+                    [
+                        f"**{key}: overhead (HTTP - runner - bare)**",
+                        *[f"**{fmt_ms(o.overhead)}**" for o in items],
+                    ],
+                ]
+            )
+        header = ["HTTP overhead, p50 (ms)", *[f"{n} msgs" for n in sizes]]
+        return markdown_table(header, rows)
+
+    def concurrency_table(self) -> str:
+        conc = self.concurrency
+        if conc is None:
+            return "(skipped)"
+        med = ConcurrencyResult.median
+
+        def row(label: str, rates: list[float]) -> list[str]:
+            return [
+                label,
+                f"{med(rates):,.0f}",
+                f"{min(rates, default=0):,.0f}",
+                f"{max(rates, default=0):,.0f}",
+            ]
+
+        w = conc.width
+        rows = [
+            row(f"floor: {w} SETs of 4 KB at once, SET/s", conc.set_rates),
+            row(f"floor: {w} GETDELs of 4 KB at once, GETDEL/s", conc.getdel_rates),
+            row(f"{w} turns that park at once ({conc.messages} msgs), parks/s", conc.park_rates),
+            row(f"{w} resumes at once, each to MessageFinished, resumes/s", conc.resume_rates),
+        ]
+        header = [f"{w} at once (per second)", "median", "min", "max"]
+        table = markdown_table(header, rows)
+        text = (
+            f"{len(conc.park_rates)} rounds after a warm-up round; the runner and the floor's "
+            "commands share one client built as the server builds it (`connect(url)`, a "
+            "blocking pool of 32 connections)."
+        )
+        many = conc.many
+        if many is not None:
+            errors = "; ".join(f"{n} x {e}" for e, n in many.errors.most_common(5)) or "none"
+            text += (
+                f" {many.runs:,} runs at once on one Runner (client from `connect(url)`, "
+                f"pool of {many.pool} connections): {many.parked:,} parked in "
+                f"{many.park_s:.2f} s, all settled in {many.settle_s:.2f} s, {many.finished:,} "
+                f"resumed to MessageFinished in {many.resume_s:.2f} s; errors: {errors}."
+            )
+        return f"{table}\n\n{text}"
 
     def bytes_table(self) -> str:
         header = ["stored per parked chat", *[f"{r.messages} msgs" for r in self.runner]]
@@ -124,7 +207,9 @@ class ResultTables:
             return "(not measured)"
         stored = [p for p in parked if p is not None]
         row("history entries when parked", [str(p.history_entries) for p in stored])
-        for name in ("meta", "history", "calls", "outcomes", "pending", "events"):
+        names = [*KEY_NAMES]
+        names.extend(sorted({n for p in stored for n in p.memory} - set(names)))
+        for name in names:
             row(
                 f"`{name}` payload / MEMORY USAGE",
                 [
@@ -142,15 +227,16 @@ class ResultTables:
             [r.bytes_sent["turn"].text() + " B" for r in self.runner],
         )
         row(
-            "bytes sent to Redis: settle / answer",
-            [
-                f"{r.bytes_sent['settle'].text()} / {r.bytes_sent['answer'].text()} B"
-                for r in self.runner
-            ],
+            "bytes sent to Redis: settle",
+            [r.bytes_sent["settle"].text() + " B" for r in self.runner],
         )
         row(
             "bytes sent to Redis: resume (whole)",
             [r.bytes_sent["resume_finish"].text() + " B" for r in self.runner],
+        )
+        row(
+            "bytes sent to Redis: answer + resume (whole)",
+            [r.bytes_sent["answer_finish"].text() + " B" for r in self.runner],
         )
         row("history read back by a resume", [fmt_bytes(r.history_bytes) for r in self.runner])
         return markdown_table(header, rows)
@@ -178,120 +264,36 @@ class ResultTables:
         header = ["p50 in ms (Redis round trips)", *[f"{n} msgs" for n in sizes]]
         return markdown_table(header, rows)
 
-    def baseline_table(self) -> str:
+    def floor_table(self) -> str:
+        f = self.floor
         rows = [
-            ["PING", fmt_ms(self.baseline.ping.p50_ms), fmt_ms(self.baseline.ping.p99_ms), "1"],
-            [
-                "SET + GETDEL of 4 KB",
-                fmt_ms(self.baseline.set_getdel.p50_ms),
-                fmt_ms(self.baseline.set_getdel.p99_ms),
-                "2",
-            ],
+            [label, fmt_ms(lat.p50_ms), fmt_ms(lat.p99_ms), trips]
+            for label, lat, trips in (
+                ("PING", f.ping, "1"),
+                ("SET of 4 KB", f.set_4k, "1"),
+                ("GETDEL of 4 KB", f.getdel_4k, "1"),
+                ("SET + GETDEL of 4 KB", f.set_getdel_4k, "2"),
+                (
+                    f"GETDEL of 64 KB + json.loads: the {f.history_messages}-msg history as one "
+                    f"JSON array ({f.history_bytes:,} B)",
+                    f.getdel_history,
+                    "1",
+                ),
+            )
         ]
-        return markdown_table(["reference on this Redis (ms)", "p50", "p99", "round trips"], rows)
+        return markdown_table(["floor on this Redis (ms)", "p50", "p99", "round trips"], rows)
 
     def targets_table(self) -> str:
-        largest = max(self.runner, key=lambda r: r.messages)
-        smallest = min(self.runner, key=lambda r: r.messages)
-        park = largest.latency["park"].p50_ms
-        commit = largest.latency["commit"].p50_ms
-        resume = largest.latency["resume_request"].p50_ms
-        finish = largest.latency["resume_finish"].p50_ms
-        same_rt = len({r.round_trips["park"].text() for r in self.runner}) == 1
-        sent = [r.bytes_sent["turn"].typical for r in self.runner]
-        n = largest.messages
-        rows = [
-            [
-                f"park p50 at {n} msgs <= {PARK_TARGET_MS} ms",
-                f"{fmt_ms(park)} ms (commit alone {fmt_ms(commit)} ms)",
-                _verdict(park <= PARK_TARGET_MS),
-            ],
-            [
-                f"resume p50 at {n} msgs <= {RESUME_TARGET_MS} ms",
-                f"{fmt_ms(resume)} ms to the model request; {fmt_ms(finish)} ms to finished",
-                _verdict(resume <= RESUME_TARGET_MS),
-            ],
-            [
-                "park cost independent of history length",
-                f"round trips {largest.round_trips['park'].text()} at every size: "
-                f"{'yes' if same_rt else 'no'}; bytes sent per parking turn "
-                f"{min(sent):,}-{max(sent):,} B; park p50 {fmt_ms(smallest.latency['park'].p50_ms)}"
-                f" ms at {smallest.messages} msgs vs {fmt_ms(park)} ms at {n}",
-                _independence(
-                    same_rt and max(sent) - min(sent) < 64,
-                    park - smallest.latency["park"].p50_ms,
-                    park / smallest.latency["park"].p50_ms - 1,
-                ),
-            ],
-        ]
-        sweep = self.sweeper
-        if sweep is not None:
-            worst = sweep.worst_lag_ms
-            rows.append(
-                [
-                    f"expired call settled < {SWEEP_LAG_TARGET_MS / 1000:.0f} s after its "
-                    f"deadline at {sweep.parked:,} parked",
-                    f"lag p99 {fmt_ms(sweep.spread_lag.p99_ms)} ms, max "
-                    f"{fmt_ms(max(sweep.spread_lag.samples, default=0) * 1000)} ms (spread "
-                    f"deadlines); {sweep.burst:,} due at once: all settled within "
-                    f"{fmt_ms(max(sweep.burst_lag.samples, default=0) * 1000)} ms",
-                    _verdict(sweep.missed == 0 and worst < SWEEP_LAG_TARGET_MS),
-                ]
-            )
-        logged = self.eventlog
-        if logged is not None:
-            added = logged.via_log.p50_ms - logged.direct.p50_ms
-            rows.append(
-                [
-                    "streaming through the log adds < 1 ms p50 per turn over direct streaming",
-                    f"{fmt_ms(added)} ms ({fmt_ms(logged.via_log.p50_ms)} ms through the log vs "
-                    f"{fmt_ms(logged.direct.p50_ms)} ms direct)",
-                    _verdict(added < 1.0),
-                ]
-            )
-        models = self.models
-        if models is not None:
-            size = max(models.sizes)
-            overhead = models.overhead[size].p50_ms
-            rows.append(
-                [
-                    f"provider adapter per model step at {size} msgs (history conversion + "
-                    "request build, no network) p50 <= 1 ms",
-                    f"{fmt_ms(overhead)} ms",
-                    _verdict(overhead <= 1.0),
-                ]
-            )
-            first = models.first_token.p50_ms
-            rows.append(
-                [
-                    "provider's first byte to the first SSE chunk leaving Parkway p50 <= 2 ms",
-                    f"{fmt_ms(first)} ms (p99 {fmt_ms(models.first_token.p99_ms)} ms)",
-                    _verdict(first <= 2.0),
-                ]
-            )
-        rows.extend(self._code_targets())
-        return markdown_table(["target (from the issue)", "measured", "verdict"], rows)
-
-    def _code_targets(self) -> list[list[str]]:
-        code = self.code
-        if code is None or code.unavailable:
-            return []
-        first, after = code.first_output.p50_ms, code.after_approval.p50_ms
-        return [
-            [
-                "sandbox start to first output, trivial code, p50 <= "
-                f"{FIRST_OUTPUT_TARGET_MS:g} ms",
-                f"{fmt_ms(first)} ms (p99 {fmt_ms(code.first_output.p99_ms)} ms; start to the "
-                "result, which includes the first byte)",
-                _verdict(first <= FIRST_OUTPUT_TARGET_MS),
-            ],
-            [
-                f"execute_code end to end after approval, trivial code, p50 <= "
-                f"{AFTER_APPROVAL_TARGET_MS:g} ms",
-                f"{fmt_ms(after)} ms (p99 {fmt_ms(code.after_approval.p99_ms)} ms)",
-                _verdict(after <= AFTER_APPROVAL_TARGET_MS),
-            ],
-        ]
+        return Targets(
+            floor=self.floor,
+            runner=self.runner,
+            http=self.http,
+            sweeper=self.sweeper,
+            eventlog=self.eventlog,
+            models=self.models,
+            code=self.code,
+            concurrency=self.concurrency,
+        ).table()
 
     def code_table(self) -> str:
         code = self.code
@@ -419,12 +421,17 @@ class ResultTables:
         """Every table under its heading (what stdout shows)."""
         parts = [
             "### Targets",
-            "Park and resume are the runner-level measures defined under *What is measured*.",
+            "Park, settle and resume are the runner-level measures defined under *What is "
+            "measured*; ratios are to the floor (*Reference*, and *Concurrency* for rates) "
+            "measured in the same run.",
             self.targets_table(),
             "### Runner level",
             self.runner_table(),
+            "### Concurrency",
+            self.concurrency_table(),
             "### HTTP",
             self.http_table() if self.http else "(skipped)",
+            *(["#### HTTP overhead", self.http_overhead_table()] if self.http else []),
             "### Event log",
             self.eventlog_table(),
             "### Sweeper",
@@ -438,7 +445,7 @@ class ResultTables:
             "### Where the time goes (runner level, p50)",
             self.breakdown_table(),
             "### Reference",
-            self.baseline_table(),
+            self.floor_table(),
         ]
         return "\n\n".join(parts) + "\n"
 
@@ -449,12 +456,3 @@ def _part_cell(result: SizeResult, name: str) -> str:
     cell = fmt_ms(result.breakdown[name].p50_ms)
     trips = result.breakdown_trips.get(name)
     return f"{cell} ({trips.text()} RT)" if trips is not None and trips.typical else cell
-
-
-def _independence(redis_constant: bool, delta_ms: float, ratio: float) -> str:
-    redis = "met" if redis_constant else "**missed**"
-    return f"Redis work: {redis}; wall time: {delta_ms:+.3f} ms ({ratio:+.0%}) at the largest size"
-
-
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "**missed**"

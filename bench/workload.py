@@ -22,12 +22,16 @@ Building 200-message histories for every sample would dominate the benchmark, so
 size is seeded once per principal and copied for every sample with ``DUMP`` /
 ``RESTORE`` (:class:`SeedSnapshot`): a copy is byte-for-byte the seeded chat under a
 new chat id. Copying and deleting copies happen outside the measured regions.
+
+A chat's keys are found with ``SCAN MATCH`` on its hash tag (:func:`chat_key_names`),
+not taken from a fixed list, so copies, deletions and :func:`stored_bytes` cover every
+key the runner writes for a chat, including keys added after this module was written.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +39,8 @@ from redis.asyncio import Redis
 
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
-from parkway.runner.keys import ChatKeys, chat_keys
-from parkway.runner.loop import Runner
+from parkway.runner.keys import DEADLINES, chat_keys
+from parkway.runner.loop import Run, Runner
 from parkway.runner.scripted import ScriptedModel
 from parkway.runner.template import AgentTemplate, load_template
 
@@ -47,7 +51,10 @@ __all__ = [
     "SeedSnapshot",
     "StoredBytes",
     "Workload",
+    "chat_key_names",
+    "drop_chats",
     "finished_reason",
+    "finished_run",
     "measured_user_text",
     "parked_call_id",
     "seed_chat",
@@ -56,8 +63,13 @@ __all__ = [
 
 PARK_TOOL = "choose_option"
 CHOICE: Mapping[str, Any] = {"outcome": "output", "output": {"choice": "Oslo"}}
+# The chat's keys in the order the tables list them; keys found beyond these follow.
 KEY_NAMES = ("meta", "history", "calls", "outcomes", "pending", "events")
 CLONE_TTL_MS = 3600 * 1000
+# Keys that expire this soon are transient (a settle's nonce lives 60 s): a chat built
+# over a real conversation would not hold those of its seeding, so copies leave them out.
+TRANSIENT_MS = 10 * 60 * 1000
+_SCAN_COUNT = 1000
 
 
 def _user_text(i: int) -> str:
@@ -165,14 +177,27 @@ def _failure(events: list[Event]) -> str:
     return failed[0] if failed else f"events {[e.kind for e in events]}"
 
 
+async def finished_run(run: Run) -> list[Event]:
+    """All of ``run``'s events, once its task has ended too.
+
+    The caller holds ``MessageFinished`` before the run's last event-log batch is
+    written; an operation started on the chat meanwhile takes the lease from under that
+    write (``ChatBusyError('no event log')``). Waiting for ``run.task`` prevents that."""
+    events = await run.collect()
+    if run.task is not None:
+        await run.task
+    return events
+
+
 async def seed_chat(runner: Runner, chat_id: str, principal: str, messages: int) -> None:
-    """Run real turns until ``chat_id`` holds ``messages`` history entries."""
+    """Run real turns until ``chat_id`` holds ``messages`` history entries, each
+    operation starting only once the previous run has ended (:func:`finished_run`)."""
     cycles, rest = divmod(messages, 4)
     for i in range(cycles):
         run = await runner.start_turn(chat_id, principal, _user_text(i), user_message_id=f"s{i}")
-        call_id = parked_call_id(await run.collect())
+        call_id = parked_call_id(await finished_run(run))
         await runner.settle(chat_id, principal, call_id, CHOICE)
-        resumed = await (await runner.resume(chat_id, principal)).collect()
+        resumed = await finished_run(await runner.resume(chat_id, principal))
         if finished_reason(resumed) != "stop":
             raise RuntimeError("a seeding cycle did not end with an answer")
     for j in range(rest // 2):
@@ -180,7 +205,7 @@ async def seed_chat(runner: Runner, chat_id: str, principal: str, messages: int)
         run = await runner.start_turn(
             chat_id, principal, _user_text(cycles + j), user_message_id=uid
         )
-        if finished_reason(await run.collect()) != "stop":
+        if finished_reason(await finished_run(run)) != "stop":
             raise RuntimeError("a plain seeding turn did not end with an answer")
     stored = await runner.store.redis.llen(chat_keys(chat_id).history)
     if stored != messages:
@@ -191,8 +216,40 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _named(keys: ChatKeys) -> dict[str, str]:
-    return {name: getattr(keys, name) for name in KEY_NAMES}
+def _tag(chat_id: str) -> str:
+    """The prefix every key of the chat starts with: its hash tag (runner/keys.py)."""
+    return chat_keys(chat_id).meta.removesuffix(":meta")
+
+
+async def _scan(redis: Redis, pattern: str) -> AsyncIterator[str]:
+    async for key in redis.scan_iter(match=pattern, count=_SCAN_COUNT):
+        yield _text(key)
+
+
+async def chat_key_names(redis: Redis, chat_id: str) -> dict[str, str]:
+    """Every key of the chat, by its name after the tag (``meta``, ``history``, ...,
+    ``settled:<call>``): ``SCAN MATCH`` on the chat's hash tag, never ``KEYS``."""
+    tag = _tag(chat_id)
+    return {key[len(tag) + 1 :]: key async for key in _scan(redis, f"{tag}:*")}
+
+
+async def drop_chats(redis: Redis, id_prefix: str) -> int:
+    """Delete every key of the chats whose id starts with ``id_prefix`` (a ``SCAN``
+    over their tags), and their members of the deadline index; the keys deleted."""
+    tag = chat_keys(id_prefix).meta.removesuffix("}:meta")
+    deleted = 0
+    batch: list[str] = []
+    async for key in _scan(redis, f"{tag}*"):
+        batch.append(key)
+        if len(batch) >= _SCAN_COUNT:
+            deleted += await redis.unlink(*batch)
+            batch = []
+    if batch:
+        deleted += await redis.unlink(*batch)
+    members = [_text(m) async for m, _ in redis.zscan_iter(DEADLINES, match=f"{id_prefix}*")]
+    if members:
+        await redis.zrem(DEADLINES, *members)
+    return deleted
 
 
 class SeedSnapshot:
@@ -203,8 +260,11 @@ class SeedSnapshot:
 
     @classmethod
     async def take(cls, redis: Redis, chat_id: str) -> SeedSnapshot:
+        """Every key of the chat but the transient ones (:data:`TRANSIENT_MS`)."""
         payloads: dict[str, bytes] = {}
-        for name, key in _named(chat_keys(chat_id)).items():
+        for name, key in (await chat_key_names(redis, chat_id)).items():
+            if 0 <= await redis.pttl(key) < TRANSIENT_MS:
+                continue
             payload = await redis.dump(key)
             if payload is not None:
                 payloads[name] = payload
@@ -212,25 +272,30 @@ class SeedSnapshot:
 
     async def clone(self, redis: Redis, chat_id: str) -> None:
         """Write a copy of the seeded chat as ``chat_id`` (replacing any such chat)."""
-        names = _named(chat_keys(chat_id))
+        tag = _tag(chat_id)
         pipe = redis.pipeline(transaction=False)
         for name, payload in self.payloads.items():
-            pipe.restore(names[name], CLONE_TTL_MS, payload, replace=True)
+            pipe.restore(f"{tag}:{name}", CLONE_TTL_MS, payload, replace=True)
         await pipe.execute()
 
     @staticmethod
     async def drop(redis: Redis, chat_id: str) -> None:
-        await redis.delete(*chat_keys(chat_id).all())
+        keys = {*chat_keys(chat_id).all(), *(await chat_key_names(redis, chat_id)).values()}
+        await redis.delete(*keys)
 
 
 @dataclass(frozen=True)
 class StoredBytes:
-    """What one chat keeps in Redis, per key: payload bytes and ``MEMORY USAGE``."""
+    """What one chat keeps in Redis, per key name: payload bytes and ``MEMORY USAGE``.
+
+    Keys named ``<kind>:<id>`` (``settled:<call>``) are summed under ``<kind>:*``;
+    ``keys`` is the number of keys."""
 
     payload: Mapping[str, int]
     memory: Mapping[str, int]
     history_entries: int
     template_bytes: int
+    keys: int = 0
 
     @property
     def payload_total(self) -> int:
@@ -242,35 +307,45 @@ class StoredBytes:
 
 
 async def stored_bytes(redis: Redis, chat_id: str) -> StoredBytes:
-    """Measure a chat's keys.
+    """Measure every key of the chat (:func:`chat_key_names`).
 
     Payload bytes are the stored strings themselves: hash field names and values,
-    list elements, sorted-set members (plus 8 bytes per score). ``MEMORY USAGE ...
-    SAMPLES 0`` adds Redis' own overhead (key, encodings, dict entries).
+    list and set elements, strings, stream field names and values, sorted-set members
+    (plus 8 bytes per score). ``MEMORY USAGE ... SAMPLES 0`` adds Redis' own overhead
+    (key, encodings, dict entries).
     """
     payload: dict[str, int] = {}
     memory: dict[str, int] = {}
     entries = 0
     template = 0
-    for name, key in _named(chat_keys(chat_id)).items():
+    found = await chat_key_names(redis, chat_id)
+    names = [n for n in KEY_NAMES if n in found] + sorted(set(found) - set(KEY_NAMES))
+    for name in names:
+        key = found[name]
         kind = _text(await redis.type(key))
         if kind == "none":
             continue
-        memory[name] = int(await redis.memory_usage(key, samples=0) or 0)
+        group = f"{name.split(':', 1)[0]}:*" if ":" in name else name
+        memory[group] = memory.get(group, 0) + int(await redis.memory_usage(key, samples=0) or 0)
         if kind == "hash":
             fields = await redis.hgetall(key)
-            payload[name] = sum(len(k) + len(v) for k, v in fields.items())
+            size = sum(len(k) + len(v) for k, v in fields.items())
             template += len(fields.get(b"template", b""))
         elif kind == "list":
             items = await redis.lrange(key, 0, -1)
-            payload[name] = sum(len(x) for x in items)
-            entries = len(items)
+            size = sum(len(x) for x in items)
+            if name == "history":
+                entries = len(items)
         elif kind == "zset":
-            members = await redis.zrange(key, 0, -1)
-            payload[name] = sum(len(m) + 8 for m in members)
+            size = sum(len(m) + 8 for m in await redis.zrange(key, 0, -1))
+        elif kind == "set":
+            size = sum(len(m) for m in await redis.smembers(key))
+        elif kind == "string":
+            size = int(await redis.strlen(key))
         elif kind == "stream":
             logged: Any = await redis.xrange(key)
-            payload[name] = sum(len(k) + len(v) for _, f in logged for k, v in f.items())
+            size = sum(len(k) + len(v) for _, f in logged for k, v in f.items())
         else:
             raise RuntimeError(f"unexpected Redis type {kind} for {key}")
-    return StoredBytes(payload, memory, entries, template)
+        payload[group] = payload.get(group, 0) + size
+    return StoredBytes(payload, memory, entries, template, keys=len(found))
