@@ -379,8 +379,9 @@ class ResultTables:
         table = markdown_table(["event log (ms)", "p50", "p99", "samples"], rows)
         return (
             f"{table}\n\nThroughput: {logged.events_per_s:,.0f} events/s through the log on one "
-            f"worker ({logged.concurrency} turns started at once, each followed through the "
-            "log; 5 rounds)."
+            f"worker ({logged.concurrency} turns of {logged.events_per_turn} events started at "
+            "once, all followed through the log at once; 5 rounds); the followers received "
+            f"{logged.followed_per_s:,.0f} events/s, adjacent text deltas joined in the log."
         )
 
     def sweeper_table(self) -> str:

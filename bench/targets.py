@@ -328,7 +328,8 @@ class Targets:
             ],
             [
                 f">= {EVENTS_PER_S_TARGET:,} events/s through one worker's log",
-                f"{logged.events_per_s:,.0f} events/s ({logged.concurrency} turns at once)",
+                f"{logged.events_per_s:,.0f} events/s ({logged.concurrency} turns of "
+                f"{logged.events_per_turn} events at once, followed through the log)",
                 "-",
                 _verdict(logged.events_per_s >= EVENTS_PER_S_TARGET),
             ],
