@@ -136,8 +136,15 @@ def messages_metadata(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[st
 def message_metadata(
     entries: Sequence[Mapping[str, Any]], message_id: str
 ) -> dict[str, Any] | None:
-    """:func:`messages_metadata` of one message, or None."""
-    return messages_metadata(entries).get(message_id)
+    """:func:`messages_metadata` of one message, or None. A message's entries are the
+    last ones when it ends, so only those are read (not the whole history)."""
+    start = len(entries)
+    while start > 0:
+        entry = entries[start - 1]
+        if entry["t"] == "user" or (entry["t"] == "assistant" and entry["mid"] != message_id):
+            break
+        start -= 1
+    return messages_metadata(entries[start:]).get(message_id)
 
 
 def result_entry(

@@ -62,7 +62,7 @@ from parkway.runner.settling import (
 )
 from parkway.runner.step import end_failed, end_with_notice, finished, stream_step
 from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, ResumeClaim
-from parkway.runner.supervisor import RunSupervisor, StopWatch, Work
+from parkway.runner.supervisor import RunSupervisor, RunWatch, Work
 from parkway.runner.template import AgentTemplate, load_template
 from parkway.runner.triage import Triage, triage
 
@@ -105,7 +105,7 @@ class Runner:
             on_all_settled=self.auto_resume.on_all_settled,
         )
         self.logwatch = LogWatch(redis, read_slots=self.config.follower_reads)
-        self.stops = StopWatch(self.store)
+        self.watch = RunWatch(self.store, lease_s=self.config.lease_s, clock=clock)
         # Large tool results are kept as the chat's artifacts; ``code`` runs execute_code.
         self.artifacts = ArtifactStore(
             redis, self.config.chat_ttl_s, threshold_bytes=self.config.artifact_threshold_bytes
@@ -154,7 +154,7 @@ class Runner:
     def _start(self, state: RunState, work: Work) -> Run:
         """Run ``work`` in a task of its own, beside its supervisor."""
         supervisor = RunSupervisor(
-            state, store=self.store, config=self.config, clock=self.clock, stops=self.stops
+            state, store=self.store, config=self.config, clock=self.clock, watch=self.watch
         )
         task = asyncio.create_task(supervisor.supervise(work), name=f"parkway-run-{state.chat_id}")
         supervisor.run.task = task

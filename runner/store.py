@@ -368,8 +368,15 @@ class ChatStore:
         no longer the caller's."""
         return _s(await self._fail(keys=[keys.meta], args=[token, now_ms]))
 
-    async def renew(self, keys: ChatKeys, *, token: str, now_ms: int, lease_ms: int) -> bool:
-        return bool(await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms]))
+    async def renew_many(
+        self, runs: Sequence[tuple[ChatKeys, str]], *, now_ms: int, lease_ms: int
+    ) -> list[bool]:
+        """Extend the leases of many (chat, lease token) runs, each only if its token
+        still holds it: one pipelined round trip (RENEW per run). Whether each held."""
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, token in runs:
+            await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms], client=pipe)
+        return [bool(r) for r in await pipe.execute()]
 
     async def commit(
         self,

@@ -3,16 +3,17 @@
 A :class:`RunSupervisor` is made for each run (the runner's ``_start``). It owns the
 run's events: :meth:`RunSupervisor.emit` hands each one to the caller (the queue behind
 :meth:`Run.events <runner.run.Run.events>`) and to the batch the log writer takes next.
-It persists the run's steps under the run's lease (:meth:`RunSupervisor.commit`). While
-the run's work executes (:meth:`RunSupervisor.supervise`), two tasks run beside it:
+It persists the run's steps under the run's lease (:meth:`RunSupervisor.commit`), each
+step with the events not yet logged and those that announce it, in one script. While
+the run's work executes (:meth:`RunSupervisor.supervise`):
 
-- the lease keeper renews the run's lease (a long tool must not let it lapse, or another
-  worker would take the chat over), and enrols the run with the runner's
-  :class:`StopWatch`, which notices stop requests (``POST .../stop``, from any worker)
-  for all the runner's runs in one round trip, cancelling the model stream at once;
-- the log writer appends the run's events to the chat's event log in batches, which
-  every HTTP response and every reconnecting browser follows (the reader is
-  :func:`parkway.runner.eventlog.follow`).
+- the runner's :class:`RunWatch` (one task per worker, whatever its number of runs)
+  renews the run's lease with all the others' in one round trip, and notices stop
+  requests (``POST .../stop``, from any worker) for all of them in another, cancelling
+  the model stream at once;
+- the run's log writer appends the events emitted between commits (a model's streamed
+  text, say) to the chat's event log in batches, which every HTTP response and every
+  reconnecting browser follows (the reader is :func:`parkway.runner.eventlog.follow`).
 
 A run that fails or is cancelled is ended here too: its chat is handed over, its
 followers told.
@@ -41,59 +42,97 @@ from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Run, RunnerConfig, RunState
 from parkway.runner.store import ChatStore, LogBatch
 
-__all__ = ["RunSupervisor", "StopWatch", "Work"]
+__all__ = ["RunSupervisor", "RunWatch", "Work"]
 
 log = logging.getLogger(__name__)
 
-STOP_POLL_S = 0.2  # how often a running run checks for a stop request
+STOP_POLL_S = 0.2  # how often the running runs are checked for a stop request
 WRITER_YIELDS = 3  # event-loop turns the log writer lets the run have before each batch
 LOG_FLUSH_S = 5.0  # how long a finished run waits for its last events to reach the log
 FAILED_HINT = "Send your message again, or resume the chat."
 
 
-class StopWatch:
-    """Notices stop requests for all the running runs of one runner.
+class RunWatch:
+    """Keeps the leases of all the running runs of one runner, and notices stop requests
+    for them: one task per worker, not one per run.
 
-    Stop requests are read together, in one pipelined round trip every ``STOP_POLL_S``,
-    not one read per run; the poll ends when no run is left to watch.
+    Stop requests are read together, in one pipelined round trip every ``STOP_POLL_S``;
+    every ``lease_s / 3`` the leases are renewed together, in another (a long tool must
+    not let a lease lapse, or another worker would take the chat over). The task ends
+    when no run is left to watch. A run whose lease was lost is no longer renewed; its
+    next commit fails (fenced by its token).
     """
 
-    def __init__(self, store: ChatStore) -> None:
+    def __init__(self, store: ChatStore, *, lease_s: float, clock: Callable[[], float]) -> None:
         self.store = store
+        self.lease_s = lease_s
+        self.clock = clock
         self._watched: dict[str, RunState] = {}  # by lease token
+        self._lost: set[str] = set()
         self._poller: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def watching(self, state: RunState) -> Iterator[None]:
-        """Watch ``state``'s run for a stop request while the block runs."""
+        """Keep ``state``'s lease and watch its run for a stop request while the block
+        runs."""
         self._watched[state.token] = state
         if self._poller is None or self._poller.done():
-            self._poller = asyncio.create_task(self._poll(), name="parkway-stop-poll")
+            self._poller = asyncio.create_task(self._poll(), name="parkway-run-watch")
         try:
             yield
         finally:
             self._watched.pop(state.token, None)
+            self._lost.discard(state.token)
 
     async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        renew_every = self.lease_s / 3
+        renew_at = loop.time() + renew_every
         while self._watched and not cancel_requested():
-            await asyncio.sleep(STOP_POLL_S)
-            states = [s for s in self._watched.values() if not s.stop.is_set()]
-            if not states:
-                continue
-            try:
-                stopped = await self.store.stops_requested([(s.keys, s.token) for s in states])
-            except Exception:
-                log.warning("could not check %d runs for stop requests", len(states))
-                continue
-            for state, stop in zip(states, stopped, strict=True):
-                if stop:
-                    state.stop.set()
-                    if state.consumer is not None:
-                        state.consumer.cancel()
+            await asyncio.sleep(min(STOP_POLL_S, renew_every))
+            await self._check_stops()
+            if loop.time() >= renew_at:
+                renew_at = loop.time() + renew_every
+                await self._renew()
+
+    async def _check_stops(self) -> None:
+        states = [s for s in self._watched.values() if not s.stop.is_set()]
+        if not states:
+            return
+        try:
+            stopped = await self.store.stops_requested([(s.keys, s.token) for s in states])
+        except Exception:
+            log.warning("could not check %d runs for stop requests", len(states))
+            return
+        for state, stop in zip(states, stopped, strict=True):
+            if stop:
+                state.stop.set()
+                if state.consumer is not None:
+                    state.consumer.cancel()
+
+    async def _renew(self) -> None:
+        states = [s for t, s in self._watched.items() if t not in self._lost]
+        if not states:
+            return
+        try:
+            held = await self.store.renew_many(
+                [(s.keys, s.token) for s in states],
+                now_ms=int(self.clock() * 1000),
+                lease_ms=int(self.lease_s * 1000),
+            )
+        except Exception:
+            # Try again next period; commits stay fenced by the token.
+            log.warning("could not renew the leases of %d runs", len(states))
+            return
+        for state, ok in zip(states, held, strict=True):
+            if not ok:
+                log.warning("run of chat %s lost its lease", state.chat_id)
+                self._lost.add(state.token)
 
 
 class RunSupervisor:
-    """One run's events, commits, lease renewal, stop watch and batched log writer.
+    """One run's events, commits and batched log writer (its lease and stops are the
+    :class:`RunWatch`'s).
 
     ``run`` is the handle for the run's caller. Events go to its queue at once, and to
     the log in batches: each batch is what was emitted since the writer last took one,
@@ -107,13 +146,13 @@ class RunSupervisor:
         store: ChatStore,
         config: RunnerConfig,
         clock: Callable[[], float],
-        stops: StopWatch,
+        watch: RunWatch,
     ) -> None:
         self.state = state
         self.store = store
         self.config = config
         self.clock = clock
-        self.stops = stops
+        self.watch = watch
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self.run = Run(state.message_id, self._queue)
         self._batch: list[Event] = []
@@ -230,11 +269,11 @@ class RunSupervisor:
         told, and the run waits (up to ``LOG_FLUSH_S``) for its last events to be logged.
         """
         state = self.state
-        keeper = asyncio.create_task(self._keep_lease())
         writer = asyncio.create_task(self._write_log())
         try:
             self.emit(MessageStarted(state.message_id))
-            await work(self)
+            with self.watch.watching(state):
+                await work(self)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release(state.keys, token=state.token))
@@ -250,33 +289,9 @@ class RunSupervisor:
                 await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
             self.emit(RunFailed(f"The run failed (reference {ref}). {FAILED_HINT}"))
         finally:
-            keeper.cancel()
             self.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(writer), LOG_FLUSH_S)
-
-    async def _keep_lease(self) -> None:
-        """Renew the lease, with the run watched for a stop, until cancelled or the lease
-        is lost."""
-        state = self.state
-        renew_every = self.config.lease_s / 3
-        with self.stops.watching(state):
-            while not cancel_requested():
-                await asyncio.sleep(renew_every)
-                try:
-                    held = await self.store.renew(
-                        state.keys,
-                        token=state.token,
-                        now_ms=self._now_ms(),
-                        lease_ms=self._lease_ms,
-                    )
-                except Exception:
-                    # Try again next period; commits stay fenced by the token.
-                    log.warning("could not renew the lease of chat %s", state.chat_id)
-                    continue
-                if not held:
-                    log.warning("run of chat %s lost its lease", state.chat_id)
-                    return
 
     async def _write_log(self) -> None:
         """Append the run's events to the chat's log, a batch at a time, until the run is

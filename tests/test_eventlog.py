@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import (
+    ChatBusyError,
     ChatRecord,
     Runner,
     RunnerConfig,
@@ -343,3 +344,25 @@ async def test_the_log_keeps_the_last_two_runs_for_a_while(redis: Redis) -> None
 
 def said_events(events: list[Event]) -> str:
     return "".join(e.delta for e in events if isinstance(e, TextDelta))
+
+
+async def test_a_tool_that_outlasts_the_lease_keeps_its_chat(redis: Redis, tmp_path: Any) -> None:
+    """The worker's run watch renews the leases of its running runs (all in one round
+    trip): a server tool that runs three times as long as the lease keeps its chat, so
+    no other worker can take it over meanwhile, and the run ends normally."""
+    hang = {"type": "function", "name": "hang", "ref": "tests.tools:hang", "timeout_s": 10}
+    marker = tmp_path / "marker"
+    turns = [[call("hang", {"marker": str(marker), "seconds": 1.5})], [text("done")]]
+    agent = parse_agent_file(agent_doc(turns, tools=[hang]))
+    config = RunnerConfig(lease_s=0.5)
+    runner = Runner(redis, agent.model, agent.template, config=config)
+    other = Runner(redis, agent.model, agent.template, config=config)
+    run = await runner.start_turn("long", "alice", "go")
+    await eventually(marker.exists, what="the tool started")
+    await asyncio.sleep(1.0)  # twice the lease: only renewals keep it
+    with pytest.raises(ChatBusyError):
+        await other.start_turn("long", "alice", "take it")
+    events = await run.collect()
+    assert said_events(events) == "done"
+    await runner.aclose()
+    await other.aclose()
