@@ -375,7 +375,9 @@ class ChatStore:
         still holds it: one pipelined round trip (RENEW per run). Whether each held."""
         pipe = self.redis.pipeline(transaction=False)
         for keys, token in runs:
-            await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms], client=pipe)
+            # (redis-py queues a script on a pipeline, loading it first if Redis lost it;
+            # its annotation names clients only)
+            await self._renew(keys=[keys.meta], args=[token, now_ms, lease_ms], client=pipe)  # type: ignore[arg-type]
         return [bool(r) for r in await pipe.execute()]
 
     async def commit(
