@@ -299,6 +299,7 @@ async def _start_serving(
             lease_s=settings.lease_s,
             max_output_bytes=settings.max_output_bytes,
             artifact_threshold_bytes=settings.artifact_threshold_bytes,
+            log_keep_s=settings.log_keep_s,
             # half the pool for followers' reads, the rest kept for the runs
             follower_reads=max(1, settings.redis_max_connections // 2),
         ),

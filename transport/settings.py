@@ -177,6 +177,8 @@ class Settings(BaseSettings):
     lease_s: float = Field(60.0, ge=1, le=3600)
     sweep_interval_s: float = Field(0.25, gt=0, allow_inf_nan=False)
     stream_grace_s: float = Field(300.0, ge=0, le=86400)
+    # how long the event log keeps a run that ended (runner/_scripts.py, log_append)
+    log_keep_s: int = Field(600, ge=1, le=86400)
     cookie_secure: Switch = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     oauth_providers: str | None = None
