@@ -10,24 +10,29 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from parkway.runner import _scripts
 from parkway.runner.connection import RedisClient, as_text
-from parkway.runner.errors import (
-    ChatBusyError,
-    ChatNotFoundError,
-    DuplicateMessageError,
-    IncompatibleStateError,
-    NothingToResumeError,
-)
 from parkway.runner.history import decode_entries, dump_entry
 from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
 from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
+from parkway.runner.replies import (
+    SCHEMA_VERSION,
+    ChatRecord,
+    LogBatch,
+    ResumeClaim,
+    SettleReply,
+    SettleStatus,
+    TurnClaim,
+    commit_reply,
+    decode_pairs,
+    raise_for_claim,
+    settle_reply,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -40,7 +45,6 @@ __all__ = [
     "TurnClaim",
 ]
 
-SCHEMA_VERSION = "1"
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
 
 
@@ -53,93 +57,6 @@ def _flat(mapping: Mapping[str, int]) -> list[Any]:
     for member, score in mapping.items():
         out.extend((score, member))
     return out
-
-
-def _decode_pairs(flat: Sequence[Any]) -> list[ParkedCall]:
-    """Calls from a flat list of (record JSON, outcome JSON or '') pairs."""
-    return [decode_call(flat[i], flat[i + 1] or None) for i in range(0, len(flat), 2) if flat[i]]
-
-
-@dataclass(frozen=True)
-class LogBatch:
-    """Events of a run for its chat's log: a JSON array (one stream entry), the batch's
-    number in the run (from 1), and the run's finish reason if it ends the run."""
-
-    batch: str
-    seq: int
-    finish: str = ""
-
-
-@dataclass(frozen=True)
-class ChatRecord:
-    """Everything stored for one chat, read in one round trip."""
-
-    meta: Mapping[str, str]
-    entries: Sequence[Mapping[str, Any]]
-    calls: Sequence[ParkedCall]
-
-    @property
-    def owner(self) -> str | None:
-        return self.meta.get("owner")
-
-
-@dataclass(frozen=True)
-class TurnClaim:
-    """What CLAIM_TURN hands a new turn: the chat's model call count, the parked ids of
-    its last step, the template those calls were made under when it is not the turn's
-    ('' otherwise), and the history."""
-
-    model_calls: int
-    parked_ids: list[str]
-    previous_template: str
-    entries: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ResumeClaim:
-    """What CLAIM_RESUME hands a resume: the chat's model call count, the message it
-    continues, the parked step's ids and calls (with their outcomes), the template
-    snapshot of the run (JSON, '' if none) and the history."""
-
-    model_calls: int
-    message_id: str
-    parked_ids: list[str]
-    template_json: str
-    calls: list[ParkedCall]
-    entries: list[dict[str, Any]]
-
-
-SettleStatus = Literal["settled", "same", "conflict", "missing", "forbidden", "error"]
-
-
-@dataclass(frozen=True)
-class SettleReply:
-    """What SETTLE answered for one call.
-
-    ``settled``: this write recorded the outcome, and ``pending`` calls of the chat still
-    wait; ``same``: the identical outcome was already there; ``conflict``: another
-    outcome was (``existing``, its JSON); ``missing``: no such call; ``forbidden``: the
-    chat is another principal's (nothing written). ``error`` (only from
-    :meth:`ChatStore.settle_many`): the script failed inside Redis, ``error`` says how.
-    """
-
-    status: SettleStatus
-    pending: int = 0
-    existing: str = ""
-    error: str = ""
-
-
-def _settle_reply(raw: Sequence[Any]) -> SettleReply:
-    status = _s(raw[0])
-    if status == "settled":
-        return SettleReply("settled", pending=int(raw[1]))
-    if status == "same":
-        return SettleReply("same", existing=_s(raw[1]))
-    if status == "conflict":
-        return SettleReply("conflict", existing=_s(raw[1]))
-    if status in {"missing", "forbidden"}:
-        return SettleReply(status)  # type: ignore[arg-type]
-    return SettleReply("error", error=f"unexpected SETTLE reply {status!r}")
 
 
 class ChatStore:
@@ -211,7 +128,7 @@ class ChatStore:
             ],
         )
         fields = [_s(x) for x in result[:4]]
-        _raise_for_claim(fields)
+        raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
         return TurnClaim(
             model_calls=int(fields[1]),
@@ -231,14 +148,14 @@ class ChatStore:
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, self.ttl_s],
         )
         if _s(raw[0]) != "ok":
-            _raise_for_claim([_s(x) for x in raw])
+            raise_for_claim([_s(x) for x in raw])
         return self._resume_claim(keys, raw)
 
     def _resume_claim(self, keys: ChatKeys, raw: Sequence[Any]) -> ResumeClaim:
         """The ResumeClaim of claim_resume's 'ok' reply."""
         self.known_calls.forget_step(keys.chat_id)
         count = int(raw[5])
-        calls = _decode_pairs(raw[6 : 6 + 2 * count])
+        calls = decode_pairs(raw[6 : 6 + 2 * count])
         self.known_calls.remember(keys.chat_id, calls)
         return ResumeClaim(
             model_calls=int(raw[1]),
@@ -300,7 +217,7 @@ class ChatStore:
             return int(raw[1])
         if status == "stale":
             return None
-        _raise_for_claim([_s(x) for x in raw])
+        raise_for_claim([_s(x) for x in raw])
         return None
 
     async def append_events(
@@ -449,7 +366,7 @@ class ChatStore:
             # call.
             extra = [("ZADD", DEADLINES, *_flat(deadlines))] if deadlines else []
             reply = (await self._pipeline_with(self._commit, script_keys, args, extra))[-1]
-        entry_id = _commit_reply(reply)
+        entry_id = commit_reply(reply)
         if entry_id is not None:
             self.known_calls.remember(keys.chat_id, calls)
             if state == "parked" and parked_ids:
@@ -482,8 +399,8 @@ class ChatStore:
             member,
         ]
         if not self.cluster:
-            return _settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
-        reply = _settle_reply(await self._settle(keys=script_keys, args=args))
+            return settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
+        reply = settle_reply(await self._settle(keys=script_keys, args=args))
         if reply.status != "forbidden":
             await self.redis.zrem(DEADLINES, member)
         return reply
@@ -560,7 +477,7 @@ class ChatStore:
                 elif isinstance(reply, Exception):
                     replies[i] = SettleReply("error", error=str(reply))
                 else:
-                    replies[i] = _settle_reply(reply)
+                    replies[i] = settle_reply(reply)
             if not again or attempt == 1:
                 break
             await self.redis.script_load(self._settle.script)
@@ -624,7 +541,7 @@ class ChatStore:
                 keys=[keys.meta, keys.pending, keys.calls, keys.outcomes], args=[]
             )
             owner_raw = _s(raw[0])
-            pending = _decode_pairs(raw[2:])
+            pending = decode_pairs(raw[2:])
             self.known_calls.remember(keys.chat_id, pending)
             return (owner_raw or None), pending
         if not ids:
@@ -663,33 +580,3 @@ class ChatStore:
             key=lambda c: c.seq,
         )
         return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)
-
-
-def _commit_reply(reply: Sequence[Any]) -> str | None:
-    """COMMIT's reply: the log entry's id ('' if no batch), None if the lease was lost."""
-    if not int(reply[0]):
-        return None
-    return _s(reply[1]) if len(reply) > 1 else ""
-
-
-def _raise_for_claim(result: Sequence[str]) -> None:
-    """Raise the domain error a refused CLAIM_TURN or CLAIM_RESUME reply stands for."""
-    status = result[0]
-    if status == "ok":
-        return
-    if status == "incompatible":
-        raise IncompatibleStateError(
-            f"this chat was stored with schema version {result[1]}; this Parkway reads "
-            f"version {SCHEMA_VERSION}"
-        )
-    if status in {"forbidden", "missing"}:
-        raise ChatNotFoundError("no such chat")
-    if status == "busy":
-        raise ChatBusyError("a run of this chat is in progress; try again when it ends")
-    if status == "duplicate":
-        raise DuplicateMessageError("this user message was already taken")
-    if status == "not_parked":
-        raise NothingToResumeError(f"the chat is {result[1]}, not waiting on any call")
-    if status == "pending":
-        raise NothingToResumeError(f"{result[1]} parked call(s) are still pending")
-    raise ChatBusyError(f"unexpected claim result {status!r}")
