@@ -27,7 +27,7 @@ from parkway.runner.keys import chat_keys
 from parkway.transport.app import create_app
 from parkway.transport.errors import HTTPError
 from parkway.transport.requests import parse_json
-from parkway.transport.serving import HeaderTimeoutProtocol, header_timeout_protocol
+from parkway.transport.serving import PROTOCOLS, event_loop, header_timeout_protocol
 from parkway.transport.settings import Settings
 from tests.connect_rig import TOKEN_KEY
 from tests.support import (
@@ -64,9 +64,11 @@ def _settings(**extra: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def guarded_server(redis_url: str, header_timeout_s: float, **extra: Any) -> Iterator[ServerThread]:
-    """A real uvicorn serving Parkway as ``parkway serve`` does: on the h11 protocol
-    with the header read timeout (transport/serving.py)."""
+def guarded_server(
+    redis_url: str, header_timeout_s: float, http: Any = "auto", **extra: Any
+) -> Iterator[ServerThread]:
+    """A real uvicorn serving Parkway as ``parkway serve`` does: on its protocol with the
+    header read timeout (transport/serving.py), httptools' unless ``http`` names h11."""
     server = ServerThread(redis_url, agent_doc(TURNS), **_settings(**extra))
     config = uvicorn.Config(
         server.app,
@@ -74,7 +76,7 @@ def guarded_server(redis_url: str, header_timeout_s: float, **extra: Any) -> Ite
         port=server.port,
         log_level="warning",
         lifespan="on",
-        http=header_timeout_protocol(header_timeout_s),
+        http=header_timeout_protocol(header_timeout_s, http),
     )
     server.server = uvicorn.Server(config)
     server.thread = threading.Thread(target=server.server.run, daemon=True)
@@ -449,15 +451,16 @@ def test_a_trickled_body_gets_408_and_the_connection_is_closed(server: ServerThr
     assert json.loads(body)["error"]["code"] == "body_timeout"
 
 
+@pytest.mark.parametrize("http", sorted(PROTOCOLS))
 def test_headers_that_never_complete_get_the_connection_closed(
-    redis: Redis, redis_url: str
+    redis: Redis, redis_url: str, http: str
 ) -> None:
     """uvicorn itself waits for ever for a request's headers (its keep-alive timer is
     armed only after a response, and any byte cancels it). With Parkway's protocol a
     connection is closed, unanswered, once its headers are late: whether the client
-    sends nothing or trickles header lines."""
+    sends nothing or trickles header lines. (On httptools and on h11 alike.)"""
     del redis
-    with guarded_server(redis_url, header_timeout_s=0.3) as server:
+    with guarded_server(redis_url, header_timeout_s=0.3, http=http) as server:
         silent = connect(server.port)
         try:
             assert read_until_closed(silent) == b""
@@ -475,13 +478,16 @@ def test_headers_that_never_complete_get_the_connection_closed(
             slow.close()
 
 
+@pytest.mark.parametrize("http", sorted(PROTOCOLS))
 def test_the_header_timeout_spares_a_request_once_its_headers_are_in(
-    redis: Redis, redis_url: str
+    redis: Redis, redis_url: str, http: str
 ) -> None:
     """The timer stops when the headers are complete: a body slower than the header
     timeout (but within the body timeout) is served, and the connection is reused."""
     del redis
-    with guarded_server(redis_url, header_timeout_s=0.3, body_read_timeout_s=10) as server:
+    with guarded_server(
+        redis_url, header_timeout_s=0.3, http=http, body_read_timeout_s=10
+    ) as server:
         sock = connect(server.port)
         stop = threading.Event()
         try:
@@ -503,7 +509,8 @@ def test_the_header_timeout_spares_a_request_once_its_headers_are_in(
 def test_parkway_serve_runs_uvicorn_with_the_header_timeout(
     monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
-    """``parkway serve`` hands uvicorn the guarded protocol with the configured timeout."""
+    """``parkway serve`` hands uvicorn the guarded protocol with the configured timeout:
+    httptools' when it is installed (it is a dependency), on uvloop where that is."""
     from parkway.transport import cli
 
     seen: dict[str, Any] = {}
@@ -513,5 +520,6 @@ def test_parkway_serve_runs_uvicorn_with_the_header_timeout(
     monkeypatch.setenv("PARKWAY_DEMO_OAUTH", "0")
     assert cli.main(["serve", "--redis-url", redis_url, "--port", "0"]) == 0
     protocol = seen["config"].http
-    assert issubclass(protocol, HeaderTimeoutProtocol)
+    assert issubclass(protocol, PROTOCOLS["httptools"])
     assert protocol.header_read_timeout_s == 3.5
+    assert seen["config"].loop == event_loop()

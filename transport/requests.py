@@ -15,6 +15,10 @@ too). Each limit answers a hostile client:
   lone UTF-16 surrogate (an unpaired ``\\ud800``-``\\udfff`` escape) in any key or string,
   since such a string cannot be encoded to UTF-8 and would fail later in Redis or the
   model layer, after the request had already changed something (400 ``invalid_json``).
+
+Parsing is orjson's where its answer is the standard parser's (most bodies: an AI SDK
+chat POST resends the whole history, 76 KB at 200 messages, on every request), and the
+checked standard parser's otherwise, so every error names the problem as it always did.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
@@ -57,6 +62,17 @@ _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 # An escape that may decode to a surrogate (a valid pair decodes to one code point).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# For the fast path, on bytes: the nesting step of each bracket byte, the bytes that are
+# neither a quote nor a bracket, and digits marked "1" among "0"s (an integer of 19 or
+# more digits may not fit 64 bits, which orjson then reads as a float).
+_BYTE_STEP = [0] * 256
+_BYTE_STEP[ord("[")] = _BYTE_STEP[ord("{")] = 1
+_BYTE_STEP[ord("]")] = _BYTE_STEP[ord("}")] = -1
+_NOT_QUOTE_OR_BRACKET = bytes(b for b in range(256) if b not in b'"[]{}')
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_DIGIT_MARKS = bytes(49 if 48 <= b <= 57 else 48 for b in range(256))
+_LONG_NUMBER = b"1" * 19
+_UNREAD = object()
 
 
 def runner_of(request: Request) -> Runner:
@@ -126,12 +142,47 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+def _depth_of_valid(data: bytes) -> int:
+    """How deep ``data``, known to be valid JSON, nests. Exact for valid JSON only: there
+    a backslash is always an escape inside a string, so once escaped backslashes and
+    quotes are gone every quote left opens or closes a string."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = data.translate(None, _NOT_QUOTE_OR_BRACKET)
+    if b'"' in marks.replace(b'""', b""):  # some string holds a bracket: drop strings
+        marks = b"".join(data.split(b'"')[::2]).translate(None, _NOT_BRACKET)
+    else:  # each string's quotes are adjacent among the marks: no bracket inside one
+        marks = marks.replace(b'"', b"")
+    return max(accumulate(map(_BYTE_STEP.__getitem__, marks)), default=0)
+
+
+def _parse_fast(data: bytes, max_depth: int) -> Any:
+    """``data``'s value by orjson when that is what :func:`_parse_checked` returns for it,
+    else ``_UNREAD``. orjson refuses everything the checks refuse but depth (it allows
+    1024 levels): non-UTF-8, surrogates, NaN, Infinity, numbers that overflow to it. It
+    reads an integer past 64 bits as a float, so a long run of digits anywhere is left
+    to the standard parser; so is anything it refuses, for the error message."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _UNREAD
+    if _LONG_NUMBER in data.translate(_DIGIT_MARKS) or _depth_of_valid(data) > max_depth:
+        return _UNREAD
+    return value
+
+
 def parse_json(data: bytes, *, max_depth: int) -> Any:
     """``data`` as JSON, or :class:`HTTPError` 400 ``invalid_json`` naming the problem.
 
     Stricter than :func:`json.loads`: UTF-8 only, at most ``max_depth`` levels, finite
     numbers, no NaN/Infinity, no lone surrogates. Messages never quote the body.
     """
+    value = _parse_fast(data, max_depth)
+    return _parse_checked(data, max_depth=max_depth) if value is _UNREAD else value
+
+
+def _parse_checked(data: bytes, *, max_depth: int) -> Any:
+    """:func:`parse_json` by the standard parser, with every check around it."""
     # Checks around the standard parser rather than a library: json.loads has no depth
     # limit (it recurses until RecursionError) and lets lone surrogates through, and no
     # parser Parkway depends on takes a depth to stop at.

@@ -19,6 +19,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     StrictBool,
     StrictStr,
     Tag,
@@ -28,6 +30,8 @@ from pydantic import (
     WrapValidator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from parkway.runner.history import UNKNOWN_RESULT, messages_metadata, part_ids
 from parkway.runner.loop import Answer
@@ -129,6 +133,23 @@ _UIPart = Annotated[
 _PARTS: TypeAdapter[list[_UIPart]] = TypeAdapter(list[_UIPart])
 
 
+class _AnObject:
+    """A part as it is, if it is a JSON object: what ``dict[str, Any]`` accepts of a
+    parsed JSON body, with its error, without copying every part of the history."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.custom_error_schema(
+            core_schema.is_instance_schema(dict), custom_error_type="dict_type"
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"additionalProperties": True, "type": "object"}
+
+
 class _UIMessage(BaseModel):
     # Metadata and whatever else a UI message carries are allowed (and ignored).
     model_config = ConfigDict(extra="allow")
@@ -138,7 +159,7 @@ class _UIMessage(BaseModel):
     # only for the two messages the server reads (the new user message, the last
     # assistant message). Typing every part of a long history costs more than the rest
     # of reading the body, for parts nobody reads.
-    parts: list[dict[str, Any]] = Field(default_factory=list)
+    parts: list[Annotated[dict[str, Any], _AnObject()]] = Field(default_factory=list)
 
     def read_parts(self) -> list[_UIPart]:
         """The message's parts as typed parts (never fails: odd fields read as absent)."""
