@@ -166,7 +166,7 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
                 log=log,
             )
         eventlog: EventLogResult | None = await run_eventlog(
-            redis,
+            url,
             samples=100 if args.quick else 600,
             warmup=10 if args.quick else 50,
             concurrency=50 if args.quick else 200,

@@ -26,6 +26,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.stats import Latency
+from parkway.runner.connection import connect
 from parkway.runner.events import TERMINAL_KINDS
 from parkway.runner.keys import DEADLINES, chat_keys, deadline_member
 from parkway.runner.loop import Run, Runner
@@ -89,9 +90,23 @@ async def _turn(runner: Runner, chat: str, *, through_log: bool) -> tuple[float,
 
 
 async def run_eventlog(
-    redis: Redis, *, samples: int, warmup: int, concurrency: int, log: Any
+    url: str, *, samples: int, warmup: int, concurrency: int, log: Any
 ) -> EventLogResult:
-    """Run the event log measurements (chats are deleted afterwards)."""
+    """Run the event log measurements (chats are deleted afterwards), on a client built
+    as the server builds it (a blocking pool: ``concurrency`` turns at once wait for a
+    connection rather than fail)."""
+    redis = connect(url)
+    try:
+        return await _run_eventlog(
+            redis, samples=samples, warmup=warmup, concurrency=concurrency, log=log
+        )
+    finally:
+        await redis.aclose()
+
+
+async def _run_eventlog(
+    redis: Any, *, samples: int, warmup: int, concurrency: int, log: Any
+) -> EventLogResult:
     template = load_template(_TEMPLATE)
     runner = Runner(redis, ScriptedModel([_TURN]), template)
     result = EventLogResult(concurrency=concurrency)
