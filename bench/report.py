@@ -277,8 +277,11 @@ one operation at a time, `time.perf_counter`):
 - **turn that parks**: `Runner.start_turn` until `MessageFinished("tool-calls")`: also
   claims the lease, reads the whole history, builds the model request and streams the
   model's sentence.
-- **settle**: `Runner.settle`. **answer**: `Runner.answer` with the same outcome, the
-  path `POST /api/chat` takes for an AI SDK tool output. They alternate per sample.
+- **settle**: `Runner.settle` (even samples, each followed by a resume).
+  **answer + resume** (odd samples): `Runner.answer_and_resume` with the same outcome,
+  the path `POST /api/chat` takes for an AI SDK tool output (on the worker that parked
+  the call, one `ANSWER` script settles it and claims the resume), to the model request
+  and to `MessageFinished("stop")`.
 - **resume -> model request**: `Runner.resume` until the model is called with the
   rebuilt request: lease claimed, history, template snapshot and outcome loaded from
   Redis, the tool result added, the model messages built. This is the cold-resume cost
@@ -287,8 +290,9 @@ one operation at a time, `time.perf_counter`):
 - **Redis round trips**: network round trips, not commands: a pipeline or a Lua script
   call is one, and so is the `SCRIPT EXISTS` redis-py sends before any pipeline that
   contains a script (`bench/roundtrips.py` counts `send_packed_command` calls). The
-  runner's worker-wide stop poll (one pipelined read every 0.2 s for all running runs)
-  is left out: it belongs to no operation and fell into a region only by chance. Before
+  runner's worker-wide run watch (one pipelined read of stop requests every 0.2 s and
+  one pipelined lease renewal every `lease_s / 3`, for all running runs) is left out:
+  it belongs to no operation and falls into a region only by chance. Before
   the first sample a few connections are opened, so that no connection handshake
   (`CLIENT SETINFO`) lands in a measured region.
 - **bytes**: *payload* is the stored strings (hash fields and values, list and set
@@ -338,7 +342,7 @@ the same cycles: `POST /bench/bare` reads the body and answers a small JSON obje
 chunks and `[DONE]`), sent the park request's body and, in answer + resume cycles, the
 answer's. *HTTP overhead* = p50(HTTP) - p50(runner level) - p50(bare SSE route, same
 body), at each size: for a park, against *turn that parks*; for answer + resume to
-`[DONE]`, against p50(answer) + p50(resume -> finished). The raw difference (HTTP -
+`[DONE]`, against p50(answer + resume -> finished). The raw difference (HTTP -
 runner level) is shown beside it.
 
 Sweeper (`bench/sweeper_lag.py`): real turns of a `Runner` park 100,000 client calls

@@ -10,10 +10,11 @@ bytes written into :data:`ROUND_TRIPS`.
 
 The counter is process-wide: read it around a region in which only the code being
 measured talks to Redis (the benchmarks run one operation at a time). One worker-wide
-periodic task is counted apart, in ``background``: the runner's stop poll
-(``parkway-stop-poll``, one pipelined read every 0.2 s for all the runs a worker has
-running). It is not a round trip of any one operation, and lands in a measured region
-only when its timer happens to fire there.
+periodic task is counted apart, in ``background``: the runner's run watch
+(``parkway-run-watch``: one pipelined read of stop requests every 0.2 s, and one
+pipelined lease renewal every ``lease_s / 3``, for all the runs a worker has running).
+It is not a round trip of any one operation, and lands in a measured region only when
+its timer happens to fire there.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from redis.asyncio.connection import AbstractConnection
 __all__ = ["BACKGROUND_TASKS", "ROUND_TRIPS", "RoundTrips", "install"]
 
 # Names of worker-wide periodic tasks whose round trips go to ``background``.
-BACKGROUND_TASKS = frozenset({"parkway-stop-poll"})
+BACKGROUND_TASKS = frozenset({"parkway-run-watch"})
 
 
 @dataclass
