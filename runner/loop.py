@@ -175,6 +175,7 @@ class Runner:
                 task.cancel()
             if still:
                 await asyncio.wait(still)
+        await self.watch.aclose()
         await self.logwatch.aclose()
 
     # -- starting and resuming ----------------------------------------------------------

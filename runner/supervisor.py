@@ -84,6 +84,14 @@ class RunWatch:
             self._watched.pop(state.token, None)
             self._lost.discard(state.token)
 
+    async def aclose(self) -> None:
+        """Stop watching (the runner is closing and its runs have ended)."""
+        poller, self._poller = self._poller, None
+        if poller is not None and not poller.done():
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
         renew_every = self.lease_s / 3

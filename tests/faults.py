@@ -205,7 +205,12 @@ class RedisProxy:
                 await writer.drain()
             abort()
 
-        with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
-            await asyncio.gather(client_to_redis(), redis_to_client())
-        self._links.discard(writer)
-        self._links.discard(up_writer)
+        try:
+            with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
+                await asyncio.gather(client_to_redis(), redis_to_client())
+        finally:
+            # (one side may have failed while the other still runs: both end now, and
+            # no stream is left for the garbage collector to find unclosed)
+            abort()
+            self._links.discard(writer)
+            self._links.discard(up_writer)
