@@ -10,8 +10,8 @@ and the benchmark in one asyncio event loop, Redis on loopback TCP):
   model's stream ends with the ``choose_option`` call until the caller receives
   ``MessageFinished("tool-calls")``. Validates the call's input, computes its
   parkedCallKey, builds and encodes the parked-call record, persists the step (one
-  ``COMMIT`` script: history entry, call record, pending set, chat state) and emits the
-  events. This is the work parking adds to a turn.
+  ``COMMIT`` script: history entry, call record, pending set, chat state, and the
+  step's events in the event log) and emits the events. This is the work parking adds to a turn.
 - **park commit**: just the ``ChatStore.commit`` call inside *park* (the Redis write).
 - **settle**: ``Runner.settle`` of the parked call with ``{"choice": "Oslo"}`` (even
   samples, each followed by a resume).
