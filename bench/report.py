@@ -272,8 +272,9 @@ one operation at a time, `time.perf_counter`):
 - **park**: from the moment the model's stream ends with the tool call until the caller
   receives `MessageFinished("tool-calls")`: input validation, parkedCallKey, the parked
   call record, the `COMMIT` script (history entry, call record, pending set, chat state,
-  and the step's events in the event log), the events. It is the work parking adds to a turn. **park commit** is only the
-  `ChatStore.commit` call inside it (argument encoding + one Redis round trip).
+  and the step's events in the event log), the events. It is the work parking adds to a
+  turn. **park commit** is only the `ChatStore.commit` call inside it (argument encoding
+  + one Redis round trip).
 - **turn that parks**: `Runner.start_turn` until `MessageFinished("tool-calls")`: also
   claims the lease, reads the whole history, builds the model request and streams the
   model's sentence.
