@@ -31,7 +31,7 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/pip
 
 # The dev install includes the runtime one, so it counts for `make run` too.
 $(DEV_STAMP): pyproject.toml | $(BIN)/pip
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,otel]'
 	touch $(DEV_STAMP) $(RUN_STAMP)
 
 venv: $(DEV_STAMP)

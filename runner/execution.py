@@ -23,6 +23,7 @@ from parkway.runner.history import part_ids, result_entry
 from parkway.runner.outcomes import SUPERSEDED, model_result
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Emit, RunState
+from parkway.runner.telemetry import mark_failed, span
 from parkway.runner.template import AgentTemplate
 from parkway.runner.tools import ToolContext, ToolRun, execute_tool
 
@@ -73,7 +74,15 @@ class ToolExecutor:
             artifacts=self.artifacts,
             code=self.code,
         )
-        run = await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+        }
+        with span(f"execute_tool {name}", attributes=attributes) as current:
+            run = await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
+            if run.error is not None:
+                mark_failed(current, "tool_error")
         if run.error is not None or self.artifacts is None:
             return run
         output = await self.artifacts.keep_if_large(

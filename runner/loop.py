@@ -18,12 +18,14 @@ still finishes and persists. Settling and answer matching are the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from parkway.runner import logcontext
 from parkway.runner.agents import AgentStore
 from parkway.runner.artifacts import ArtifactStore
 from parkway.runner.canonical import canonical_json
@@ -63,6 +65,15 @@ from parkway.runner.settling import (
 from parkway.runner.step import end_failed, end_with_notice, finished, stream_step
 from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, ResumeClaim
 from parkway.runner.supervisor import RunSupervisor, RunWatch, Work
+from parkway.runner.telemetry import (
+    ModelLabel,
+    Stopwatch,
+    context_of,
+    count_parked,
+    count_settle,
+    span,
+    traceparent,
+)
 from parkway.runner.template import AgentTemplate, load_template
 from parkway.runner.triage import Triage, triage
 
@@ -104,6 +115,7 @@ class Runner:
             max_output_bytes=self.config.max_output_bytes,
             on_all_settled=self.auto_resume.on_all_settled,
         )
+        self.settling.listeners.append(count_settle)  # parkway_calls_settled_total
         self.logwatch = LogWatch(redis, read_slots=self.config.follower_reads)
         self.watch = RunWatch(self.store, lease_s=self.config.lease_s, clock=clock)
         # Large tool results are kept as the chat's artifacts; ``code`` runs execute_code.
@@ -253,10 +265,13 @@ class Runner:
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
         token = secrets.token_hex(16)
+        claimed_at = time.perf_counter()
         claim = await self.store.claim_resume(
             keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
         )
-        return await self._resumed(chat_id, principal, token, claim, skip_echo)
+        return await self._resumed(
+            chat_id, principal, token, claim, skip_echo, claimed_at=claimed_at
+        )
 
     async def answer_and_resume(
         self, chat_id: str, principal: str, answers: Sequence[Answer]
@@ -276,6 +291,7 @@ class Runner:
         if plan is not None:
             keys = chat_keys(chat_id)
             token = secrets.token_hex(16)
+            claimed_at = time.perf_counter()
             claimed = await self.store.answer(
                 keys,
                 principal=principal,
@@ -290,7 +306,12 @@ class Runner:
                 if isinstance(claimed, int):
                     return AnswerReport(plan.call_ids, claimed), None
                 run = await self._resumed(
-                    chat_id, principal, token, claimed, frozenset(plan.call_ids)
+                    chat_id,
+                    principal,
+                    token,
+                    claimed,
+                    frozenset(plan.call_ids),
+                    claimed_at=claimed_at,
                 )
                 return AnswerReport(plan.call_ids, 0), run
         report = await self.answer(chat_id, principal, answers)
@@ -305,8 +326,13 @@ class Runner:
         token: str,
         claim: ResumeClaim,
         skip_echo: frozenset[str],
+        *,
+        claimed_at: float,
     ) -> Run:
-        """Start the run of a resume whose claim (under ``token``) was won."""
+        """Start the run of a resume whose claim (under ``token``, sent at ``claimed_at``
+        on the perf_counter clock) was won. The run continues the trace of the turn that
+        parked the calls it resumes."""
+        parked = claim.calls or []
         state = RunState(
             keys=chat_keys(chat_id),
             chat_id=chat_id,
@@ -319,6 +345,9 @@ class Runner:
             parked_ids=claim.parked_ids,
             parked_calls=claim.calls,
             skip_echo=skip_echo,
+            start="resume",
+            trace_parent=context_of({c.tool_call_id: c.trace for c in parked}),
+            claimed_at=claimed_at,
         )
         if claim.template_json:
             state.template = await self._load_snapshot(state, claim.template_json)
@@ -394,9 +423,11 @@ class Runner:
         except ModelError as exc:
             await end_failed(emit, state, None, exc, supervisor.commit)
             return
+        spec = self.models.chosen(template.llm) or self.models.default_spec
+        label = ModelLabel.of(spec.name) if spec is not None else ModelLabel.of_model(model)
         invalid_steps = 0
         for _ in range(self.config.max_steps):
-            step = await stream_step(emit, state, model, tools, supervisor.commit)
+            step = await stream_step(emit, state, model, tools, supervisor.commit, label=label)
             if step is None:
                 return  # stopped, or the model failed: the run has ended
             calls = step.final_calls()
@@ -432,11 +463,15 @@ class Runner:
         parked calls, announce the calls and run the server ones. A step that parks
         ends the message with its last commit."""
         state, emit = supervisor.state, supervisor.emit
+        watch = Stopwatch()
         sorted_calls = triage(
             calls, state.template, self.config, message_id=state.message_id, now=self.clock()
         )
         state.unsaved.extend(sorted_calls.refused)
         parked, to_run = sorted_calls.parked, sorted_calls.to_run
+        here = traceparent()
+        if here is not None:  # the resume and the settles continue this trace
+            parked = [dataclasses.replace(p, trace=here) for p in parked]
         ids = [p.tool_call_id for p in parked]
         # The step is persisted (with its parked calls) before the client hears of its
         # calls, in the same atomic step: a widget never names a call the server does
@@ -444,9 +479,11 @@ class Runner:
         if not to_run:
             if parked:
                 end: list[Event] = [StepFinished(), finished(state, "tool-calls")]
-                await supervisor.commit(
-                    "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
-                )
+                with span("parkway.park", attributes={"parkway.calls": len(parked)}):
+                    await supervisor.commit(
+                        "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
+                    )
+                count_parked(parked, watch)
             else:
                 await supervisor.commit("running", then=sorted_calls.events)
             return sorted_calls
@@ -460,9 +497,12 @@ class Runner:
         for call, tool_run in zip(to_run, runs, strict=True):
             record_tool_run(state, call.id or "", call.name, tool_run, emit)
         if parked:
-            await supervisor.commit(
-                "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
-            )
+            watch = Stopwatch()  # the calls were stored with the step: this commit parks
+            with span("parkway.park", attributes={"parkway.calls": len(parked)}):
+                await supervisor.commit(
+                    "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
+                )
+            count_parked(parked, watch)
         else:
             await supervisor.commit("running")
         return sorted_calls
@@ -479,7 +519,8 @@ class Runner:
         by: Literal["client", "server"] = "client",
     ) -> SettleResult:
         """Record the outcome of one parked call (:meth:`Settling.settle`)."""
-        return await self.settling.settle(chat_id, principal, tool_call_id, outcome, by=by)
+        with logcontext.bound(chat_id=chat_id, call_id=tool_call_id):
+            return await self.settling.settle(chat_id, principal, tool_call_id, outcome, by=by)
 
     async def answer(self, chat_id: str, principal: str, answers: Sequence[Answer]) -> AnswerReport:
         """Settle the pending calls that ``answers`` answer (:meth:`Settling.answer`)."""

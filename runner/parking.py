@@ -56,6 +56,7 @@ class _Record(BaseModel):
     output_schema: dict[str, Any] | None = None
     edit_schema: dict[str, Any] | None = None
     auto_resume: bool = False
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ class ParkedCall:
     output_schema: Mapping[str, Any] | None = None
     edit_schema: Mapping[str, Any] | None = None
     auto_resume: bool = False
+    # The W3C traceparent of the run that parked the call, when tracing is on: the
+    # resume and the settles of the call continue its trace (runner/telemetry.py).
+    trace: str | None = None
     outcome: Mapping[str, Any] | None = None
 
     @property
@@ -110,6 +114,7 @@ def encode_call(call: ParkedCall) -> str:
         "result_style": call.result_style,
         "output_schema": dict(call.output_schema) if call.output_schema is not None else None,
         "edit_schema": dict(call.edit_schema) if call.edit_schema is not None else None,
+        "trace": call.trace,
     }
     record.update((k, v) for k, v in optional.items() if v is not None)
     if call.allow_edits:
@@ -157,6 +162,7 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         output_schema=rec.output_schema,
         edit_schema=rec.edit_schema,
         auto_resume=rec.auto_resume,
+        trace=rec.trace,
         outcome=json.loads(outcome) if outcome is not None else None,
     )
 

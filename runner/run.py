@@ -11,7 +11,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from parkway.runner.events import Event
 from parkway.runner.history import ModelView
@@ -105,6 +105,14 @@ class RunState:
     log_batches: int = 0
     # The model's view of the history, grown as the run appends (not rebuilt per step).
     view: ModelView = field(default_factory=ModelView)
+    # For logs, metrics and traces (runner/telemetry.py): the run's own id (never the
+    # lease token), how it started, the trace it continues (a resume continues the turn
+    # that parked: an OpenTelemetry context, None to start one), and when its resume
+    # was claimed (perf_counter; cleared once its next model request is sent).
+    run_id: str = field(default_factory=lambda: new_id("run"))
+    start: Literal["turn", "resume"] = "turn"
+    trace_parent: Any = None
+    claimed_at: float | None = None
 
 
 def new_id(prefix: str) -> str:

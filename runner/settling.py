@@ -37,6 +37,7 @@ from parkway.runner.outcomes import normalize_outcome
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Run
 from parkway.runner.store import ChatStore
+from parkway.runner.telemetry import settle_span
 
 __all__ = [
     "AllSettled",
@@ -166,9 +167,11 @@ class Settling:
             except ParkwayError:
                 known = None  # judged below as before (a repeat of a server outcome, say)
             else:
-                return await self._write(keys, known, outcome, normalized, principal, by=by)
+                with settle_span(known, by):
+                    return await self._write(keys, known, outcome, normalized, principal, by=by)
         call = await self.call(chat_id, principal, tool_call_id)
-        return await self._settle_one(keys, call, outcome, by=by)
+        with settle_span(call, by):
+            return await self._settle_one(keys, call, outcome, by=by)
 
     async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
         """One parked call of ``principal``'s chat, with its outcome. Another principal's

@@ -14,6 +14,7 @@ stop, a model failure.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,6 +51,7 @@ from parkway.runner.model import (
 )
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Emit, RunState, new_id
+from parkway.runner.telemetry import RESUME_SECONDS, ModelLabel, model_span, model_step_done
 
 __all__ = [
     "Commit",
@@ -197,10 +199,12 @@ async def stream_step(
     model: Model,
     tools: Sequence[ToolDescription],
     commit: Commit,
+    *,
+    label: ModelLabel,
 ) -> StepReader | None:
     """Ask the model for the run's next step, reporting it as it streams. None when the
     run ended instead: a stop before or during the step (the partial answer is kept), or
-    the model failing."""
+    the model failing. ``label`` names the model in metrics and spans."""
     if state.stop.is_set():
         await end_stopped(emit, state, None, commit)
         return None
@@ -213,13 +217,20 @@ async def stream_step(
         tools=tuple(tools),
     )
     step = StepReader(emit, f"t{state.model_calls}")
-    try:
-        await consume(state, request, model, step)
-    except ModelError as exc:
+    if state.claimed_at is not None:  # the resume's first model request goes out now
+        RESUME_SECONDS.observe(time.perf_counter() - state.claimed_at)
+        state.claimed_at = None
+    failure: ModelError | None = None
+    with model_span(label) as current:
+        try:
+            await consume(state, request, model, step)
+        except ModelError as exc:
+            failure = exc
         step.finish()
-        await end_failed(emit, state, step, exc, commit)
+        model_step_done(current, label, step.end, failure, stopped=state.stop.is_set())
+    if failure is not None:
+        await end_failed(emit, state, step, failure, commit)
         return None
-    step.finish()
     state.model_calls += 1
     if state.stop.is_set():
         await end_stopped(emit, state, step, commit)

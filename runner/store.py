@@ -407,14 +407,17 @@ class ChatStore:
 
     # -- the deadline sweep (runner/sweeper.py) ---------------------------------------
 
-    async def expired_deadlines(self, now_ms: int, limit: int) -> list[str]:
-        """Up to ``limit`` deadline members due at or before ``now_ms``, earliest first.
+    async def expired_deadlines(self, now_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` deadline members due at or before ``now_ms``, earliest first,
+        each with its deadline (epoch ms).
 
         One ``ZRANGEBYSCORE ... LIMIT``: O(log N + M) for N indexed and M returned, so
         it costs the same with ten parked calls or a million when none has expired.
         """
-        raw = await self.redis.zrangebyscore(DEADLINES, "-inf", now_ms, start=0, num=limit)
-        return [_s(member) for member in raw]
+        raw = await self.redis.zrangebyscore(
+            DEADLINES, "-inf", now_ms, start=0, num=limit, withscores=True
+        )
+        return [(_s(pair[0]), int(pair[1])) for pair in raw]
 
     async def settle_many(
         self,

@@ -28,6 +28,8 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Literal
 
+from parkway.runner import logcontext
+from parkway.runner.connection import is_redis_outage
 from parkway.runner.errors import ChatBusyError
 from parkway.runner.eventlog import cancel_requested
 from parkway.runner.events import (
@@ -41,6 +43,15 @@ from parkway.runner.events import (
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Run, RunnerConfig, RunState
 from parkway.runner.store import ChatStore, LogBatch
+from parkway.runner.telemetry import (
+    EVENT_LOG_WRITE,
+    REDIS_ERRORS,
+    RUNS,
+    RUNS_IN_PROGRESS,
+    Stopwatch,
+    mark_failed,
+    span,
+)
 
 __all__ = ["RunSupervisor", "RunWatch", "Work"]
 
@@ -167,6 +178,7 @@ class RunSupervisor:
         self._finish = ""
         self._closed = False
         self._wake = asyncio.Event()  # set when there is a batch to take, or on close
+        self._ended = "failed"  # how the run ended, for metrics: set by its last event
         self._log_lock = asyncio.Lock()  # one log write (append or commit) at a time
 
     def _now_ms(self) -> int:
@@ -182,7 +194,10 @@ class RunSupervisor:
         """Report ``event`` to the run's caller and queue it for the log."""
         self._queue.put_nowait(event)
         self._batch.append(event)
-        self._finish = _finish_of(event) or self._finish
+        finish = _finish_of(event)
+        if finish:
+            self._finish = finish
+            self._ended = _ENDS.get(finish, "finished")
         self._wake.set()
 
     def close(self) -> None:
@@ -258,6 +273,8 @@ class RunSupervisor:
         state.clear_parked = False
         for event in then:
             self._queue.put_nowait(event)
+            if finish:
+                self._ended = _ENDS.get(finish, "finished")
 
     def _put_back(self, events: list[Event], finish: str) -> None:
         """Events a failed commit did not log: the log writer takes them next."""
@@ -277,6 +294,39 @@ class RunSupervisor:
         told, and the run waits (up to ``LOG_FLUSH_S``) for its last events to be logged.
         """
         state = self.state
+        # This task's log lines, metrics and spans name the run (runner/telemetry.py).
+        logcontext.bind(chat_id=state.chat_id, run_id=state.run_id)
+        RUNS_IN_PROGRESS.inc()
+        with span(
+            f"invoke_agent {self._agent_name()}",
+            parent=state.trace_parent,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self._agent_name(),
+                "gen_ai.conversation.id": state.chat_id,
+                "parkway.run.id": state.run_id,
+                "parkway.run.start": state.start,
+            },
+        ) as current:
+            try:
+                await self._supervise(work)
+            finally:
+                RUNS_IN_PROGRESS.dec()
+                ended = self._ended
+                if ended == "finished" and state.stop.is_set():
+                    ended = "stopped"
+                RUNS.labels(state.start, ended).inc()
+                if current.is_recording():
+                    current.set_attribute("parkway.run.end", ended)
+                    if ended == "failed":
+                        mark_failed(current, "run_failed")
+
+    def _agent_name(self) -> str:
+        name = self.state.template.raw.get("name")
+        return name if isinstance(name, str) and name else "agent"
+
+    async def _supervise(self, work: Work) -> None:
+        state = self.state
         writer = asyncio.create_task(self._write_log())
         try:
             self.emit(MessageStarted(state.message_id))
@@ -286,8 +336,11 @@ class RunSupervisor:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release(state.keys, token=state.token))
             self.emit(RunFailed("The run was interrupted; it can be resumed."))
+            self._ended = "interrupted"
             raise
-        except Exception:
+        except Exception as exc:
+            if is_redis_outage(exc):
+                REDIS_ERRORS.labels("run").inc()
             ref = secrets.token_hex(4)
             log.exception("run failed (chat %s, ref %s)", state.chat_id, ref)
             # Nothing the run did not commit is written now: a step whose commit
@@ -335,8 +388,9 @@ class RunSupervisor:
         """Append one batch; the entry's id, '' if it could not be written."""
         state = self.state
         state.log_batches += 1
+        watch = Stopwatch()
         try:
-            return await self.store.append_events(
+            entry_id = await self.store.append_events(
                 state.keys,
                 token=state.token,
                 batch=events_to_json(coalesce(batch)),
@@ -344,9 +398,17 @@ class RunSupervisor:
                 now_ms=self._now_ms(),
                 seq=state.log_batches,
             )
-        except Exception:
+        except Exception as exc:
+            if is_redis_outage(exc):
+                REDIS_ERRORS.labels("event_log").inc()
             log.exception("could not append events of chat %s", state.chat_id)
             return ""
+        EVENT_LOG_WRITE.observe(watch.seconds())
+        return entry_id
+
+
+# How a run that ended with a finish reason counts in ``parkway_runs_total``.
+_ENDS = {"tool-calls": "parked", "error": "failed", "interrupted": "interrupted"}
 
 
 def _finish_of(event: Event) -> str:

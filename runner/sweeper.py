@@ -35,9 +35,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from parkway.runner.canonical import canonical_json
+from parkway.runner.connection import is_redis_outage
 from parkway.runner.errors import CallerError
 from parkway.runner.keys import ChatKeys, chat_keys, parse_deadline_member
 from parkway.runner.loop import Runner
+from parkway.runner.telemetry import CALLS_SETTLED, REDIS_ERRORS, SWEEPER_LAG
 
 __all__ = ["TIMEOUT_OUTCOME", "SweepReport", "Sweeper", "TimeoutHook"]
 
@@ -112,9 +114,13 @@ class Sweeper:
         (:meth:`run` logs them); a member is only dropped with its settle, so a sweep
         that fails half-way leaves the rest for the next one.
         """
-        members = await self.store.expired_deadlines(self._now_ms(), self.batch)
-        if not members:
+        now_ms = self._now_ms()
+        due = await self.store.expired_deadlines(now_ms, self.batch)
+        # how late this sweep is for the call that expired first (0: none due)
+        SWEEPER_LAG.set((now_ms - due[0][1]) / 1000 if due else 0.0)
+        if not due:
             return SweepReport()
+        members = [member for member, _ in due]
         calls: list[tuple[ChatKeys, str]] = []
         malformed: list[str] = []
         for member in members:
@@ -147,6 +153,8 @@ class Sweeper:
                     reply.error,
                 )
         if timed_out:
+            # (the sweeper reads no records: a timed-out call's kind is not known here)
+            CALLS_SETTLED.labels("unknown", "timeout", "sweeper").inc(len(timed_out))
             log.info("timed out %d parked call(s)", len(timed_out))
             await self._notify(timed_out)
         return SweepReport(
@@ -183,7 +191,9 @@ class Sweeper:
         while True:
             try:
                 report = await self.sweep_once()
-            except Exception:
+            except Exception as exc:
+                if is_redis_outage(exc):
+                    REDIS_ERRORS.labels("sweeper").inc()
                 failures += 1
                 delay = max(interval_s, min(interval_s * 2 ** min(failures, 16), _MAX_BACKOFF_S))
                 log.warning(

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parkway.transport.errors import HTTPError
+from parkway.transport.metrics import ADMISSION_REFUSED, STREAMS_LIVE
 
 __all__ = ["Admission", "AdmittedStream", "Release"]
 
@@ -85,6 +86,7 @@ class Admission:
 
 
 def _refused(kind: Kind, why: str) -> HTTPError:
+    ADMISSION_REFUSED.labels(kind).inc()
     wait = RETRY_AFTER_S[kind]
     return HTTPError(
         429,
@@ -105,7 +107,9 @@ class AdmittedStream(Response):
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        STREAMS_LIVE.inc()
         try:
             await self.response(scope, receive, send)
         finally:
+            STREAMS_LIVE.dec()
             self.release()

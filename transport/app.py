@@ -35,14 +35,17 @@ from parkway.runner.errors import ParkwayError, SettleConflictError
 from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
 from parkway.runner.loop import Runner, RunnerConfig
 from parkway.runner.sweeper import Sweeper
+from parkway.runner.telemetry import REDIS_ERRORS
 from parkway.transport.admission import Admission
 from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
 from parkway.transport.code_routes import code_mode_from, code_routes
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
+from parkway.transport.metrics import MetricsServing, metrics_routes
 from parkway.transport.requests import BodyReader
 from parkway.transport.routes import api_routes
 from parkway.transport.sessions import Authenticator, SessionAuthenticator
 from parkway.transport.settings import Settings, SettingsError, flag_and_variable
+from parkway.transport.tracing import flush_spans
 from parkway.widgets_api import describe_call, widget_routes
 from parkway.widgets_api.oauth import (
     DEMO_MOUNT,
@@ -132,6 +135,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     if is_redis_outage(exc):
+        REDIS_ERRORS.labels("http").inc()
         log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
         return await _http_error(request, redis_unavailable())
     ref = secrets.token_hex(4)
@@ -143,6 +147,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
+    REDIS_ERRORS.labels("http").inc()
     log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
     return await _http_error(request, redis_unavailable())
 
@@ -327,6 +332,23 @@ async def _start_serving(
     )
 
 
+async def _stop_serving(app: Starlette, sweeping: asyncio.Task[None] | None) -> None:
+    """Undo :func:`_start_serving` (what of it started), before Redis closes: the
+    sweeper first, then the runner (its running turns finish), OAuth, the telemetry."""
+    if sweeping is not None:
+        sweeping.cancel()
+        await asyncio.wait([sweeping], timeout=5)
+    runner = getattr(app.state, "runner", None)
+    if runner is not None:
+        await runner.aclose()
+        await runner.models.aclose()
+    oauth_runtime: OAuthRuntime | None = getattr(app.state, "oauth", None)
+    if oauth_runtime is not None:
+        oauth_runtime.close()
+    app.state.metrics.stop()
+    flush_spans()
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -364,8 +386,12 @@ def create_app(
             pool_timeout_s=settings.redis_pool_timeout_s,
         )
         sweeping: asyncio.Task[None] | None = None
+        app.state.metrics = MetricsServing(
+            redis, port=settings.metrics_port, host=settings.metrics_host
+        )
         try:
             await _reach(redis, settings)
+            app.state.metrics.start()
             sweeping = await _start_serving(
                 app,
                 redis,
@@ -379,16 +405,7 @@ def create_app(
             # -- end deadline sweeper
             yield
         finally:
-            if sweeping is not None:  # stop sweeping before the runner and Redis go
-                sweeping.cancel()
-                await asyncio.wait([sweeping], timeout=5)
-            runner = getattr(app.state, "runner", None)
-            if runner is not None:
-                await runner.aclose()
-                await runner.models.aclose()
-            oauth_runtime: OAuthRuntime | None = getattr(app.state, "oauth", None)
-            if oauth_runtime is not None:
-                oauth_runtime.close()
+            await _stop_serving(app, sweeping)
             await redis.aclose()
             if embedded is not None:
                 embedded.stop()
@@ -417,6 +434,7 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    app.router.routes.extend(metrics_routes(enabled=settings.metrics))
     app.state.settings = settings
     app.state.admission = Admission(
         runs_per_principal=settings.max_runs_per_principal,

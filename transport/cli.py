@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import logging
+import logging.config
 import os
 import socket
 import sys
@@ -50,6 +50,27 @@ def _parser() -> argparse.ArgumentParser:
         "openai-compatible:llama3.1 (keys from the environment; see docs/models.md)",
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-format",
+        choices=["auto", "json", "text"],
+        help="log lines on stderr: json (one object a line), text, or auto (default: text "
+        "on a terminal, json otherwise)",
+    )
+    serve.add_argument(
+        "--metrics",
+        action="store_const",
+        const="on",
+        help="serve Prometheus metrics at /metrics on the public port (default: off)",
+    )
+    serve.add_argument(
+        "--metrics-port", type=int, help="serve /metrics on this port of its own instead"
+    )
+    serve.add_argument(
+        "--tracing",
+        choices=["off", "otlp", "console"],
+        help="OpenTelemetry spans: export over OTLP/HTTP (OTEL_* variables) or print them "
+        "(needs the otel extra; default off)",
+    )
     serve.add_argument(
         "--public-url", help="origin browsers use to reach this server (OAuth redirect URIs)"
     )
@@ -199,13 +220,17 @@ def _bind(settings: Settings) -> socket.socket:
 def _uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
     import uvicorn
 
+    from parkway.transport.logs import AccessTiming
     from parkway.transport.serving import event_loop, header_timeout_protocol
 
     return uvicorn.Config(
-        app,
+        AccessTiming(app),  # the access log's duration_ms
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        # logging is configured once, by _run_server (transport/logs.py): uvicorn's
+        # loggers get no handlers of their own and use that format
+        log_config=None,
         timeout_graceful_shutdown=15,
         # httptools (else h11) with a header read timeout and a bounded request head,
         # on uvloop where installed (docs/operations.md, "Slow clients")
@@ -258,7 +283,9 @@ def _run_server(flags: dict[str, str | None]) -> int:
     """``parkway serve``: a startup error is one line on stderr and exit code 2."""
     from parkway.runner.errors import ParkwayError
     from parkway.transport.app import create_app
+    from parkway.transport.logs import logging_config, resolve_format
     from parkway.transport.settings import Settings, SettingsError
+    from parkway.transport.tracing import configure_tracing
     from parkway.widgets_api.oauth import check_providers
     from parkway.widgets_api.providers import ProviderConfigError, parse_provider_specs
 
@@ -271,14 +298,13 @@ def _run_server(flags: dict[str, str | None]) -> int:
             asyncio.run(
                 check_providers(specs, environ=os.environ, timeout_s=settings.oauth_http_timeout_s)
             )
+        configure_tracing(settings.tracing)
         sock = _bind(settings)
     except startup_errors as exc:
         print(f"parkway: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_format = resolve_format(settings.log_format, sys.stderr)
+    logging.config.dictConfig(logging_config(log_format, settings.log_level))
     agent = settings.agent_file or "the built-in demo agent"
     if settings.model is not None:
         agent = f"{agent} on {settings.model}"

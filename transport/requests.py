@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from parkway.runner.keys import check_chat_id
+from parkway.runner.logcontext import bind
 from parkway.runner.loop import Runner
 from parkway.runner.validation import describe_first_error
 from parkway.transport.errors import HTTPError
@@ -89,7 +90,8 @@ def chat_id_of(request: Request, name: str = "chat_id") -> str:
 
 
 def principal_of(request: Request) -> str:
-    """The request's principal, or 401."""
+    """The request's principal, or 401. It is bound to the log context (as a hash), so
+    the request's log lines, its access line and the runs it starts name it."""
     principal = request.app.state.authenticator.authenticate(request)
     if principal is None:
         raise HTTPError(
@@ -98,6 +100,7 @@ def principal_of(request: Request) -> str:
             "no valid session: POST /api/sessions first, then send "
             "the cookie or 'Authorization: Bearer <token>'",
         )
+    bind(principal=str(principal))
     return str(principal)
 
 

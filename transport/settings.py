@@ -58,9 +58,13 @@ _FLAGS = {
     "agent_file": "--agent",
     "model": "--model",
     "log_level": "--log-level",
+    "log_format": "--log-format",
     "public_url": "--public-url",
     "oauth_providers": "--oauth-providers",
     "editors": "--editors",
+    "metrics": "--metrics",
+    "metrics_port": "--metrics-port",
+    "tracing": "--tracing",
 }
 # Settings whose value an error message never repeats: secrets, a Redis URL (it may
 # carry a password) and provider JSON (it may carry client secrets).
@@ -181,6 +185,8 @@ class Settings(BaseSettings):
     log_keep_s: int = Field(600, ge=1, le=86400)
     cookie_secure: Switch = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # json, text, or auto: text when stderr is a terminal (transport/logs.py)
+    log_format: Literal["auto", "json", "text"] = "auto"
     oauth_providers: str | None = None
     token_key: TokenKey | None = None
     demo_oauth: Switch | None = None
@@ -218,6 +224,12 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(512, ge=32, le=2048)
     sandbox_allow_raise: Switch = False
     artifact_threshold_bytes: Count = 32 * 1024
+    # -- telemetry (docs/operations.md): Prometheus metrics at /metrics on the public
+    # port (off unless switched on), or on a port of their own; OpenTelemetry spans
+    metrics: Switch = False
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
+    tracing: Literal["off", "otlp", "console"] = "off"
 
     def __init__(self, **values: Any) -> None:
         """Settings from keyword values only (no environment: see :meth:`from_sources`);
@@ -281,7 +293,7 @@ class Settings(BaseSettings):
     def _editor_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name.strip() for name in names if name.strip())
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _any_case(cls, level: Any) -> Any:
         return level.lower() if isinstance(level, str) else level

@@ -28,6 +28,7 @@ from parkway.runner.codemode.runtime import Workspace, workspace
 from parkway.runner.errors import ToolError
 from parkway.runner.platform import PlatformOp
 from parkway.runner.sandbox.provider import BrokerError, Limits, RunRequest, RunResult
+from parkway.runner.telemetry import SANDBOX_RUNS
 from parkway.runner.tools import ToolContext, execute_tool, input_problem
 
 __all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code"]
@@ -191,6 +192,7 @@ async def execute_code(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str
     code_mode = ctx.code
     if code_mode is None or not code_mode.available or code_mode.provider is None:
         reason = "code execution is not configured" if code_mode is None else code_mode.reason
+        SANDBOX_RUNS.labels("unavailable").inc()
         return {
             "status": "unavailable",
             "stdout": "",
@@ -215,6 +217,7 @@ async def execute_code(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str
         )
         async with code_mode.slots():
             result = await provider.run(request)
+        SANDBOX_RUNS.labels(result.status).inc()
         return await _model_result(ctx, result)
 
 
