@@ -19,7 +19,7 @@ Definitions (client-side wall clock, from sending the request):
   message (the AI SDK's ``addToolOutput`` + ``sendAutomaticallyWhen``): settles and
   resumes in one response; until the first chunk and until ``[DONE]``.
   Settle + resume and answer + resume alternate between samples.
-- **healthz**: ``GET /healthz`` (one Redis ``PING``).
+- **healthz**: ``GET /healthz`` (liveness: no Redis, a small JSON answer).
 - **bare**: ``POST /bench/bare`` with the park request's body, until the JSON response
   is read; **bare SSE**: ``POST /bench/bare-sse`` with the park request's body (and, in
   answer + resume cycles, with the answer request's body), until ``[DONE]``. Both are
@@ -320,7 +320,7 @@ async def _references(
 
 
 async def _healthz(client: httpx.AsyncClient, timed: HttpResult | None) -> None:
-    """``GET /healthz`` (one Redis PING)."""
+    """``GET /healthz`` (liveness: no Redis)."""
     t0 = time.perf_counter()
     health = await client.get("/healthz")
     t1 = time.perf_counter()

@@ -333,8 +333,8 @@ HTTP table says which event loop and parser the server reports) runs in its own 
 it one request at a time. Request bodies carry the whole UI-message history, as the AI
 SDK sends it. *first chunk* is the `start` chunk (the run's lease is claimed and its
 state loaded); *[DONE]* is the end of the stream. Round trips are read from a counter
-the server process exposes, in an untimed pass. The reference row `GET /healthz` is one
-Redis `PING` behind HTTP. The server's own deadline sweeper runs once an hour here
+the server process exposes, in an untimed pass. The reference row `GET /healthz` is liveness
+only (no Redis) behind Parkway's app. The server's own deadline sweeper runs once an hour here
 (`PARKWAY_SWEEP_INTERVAL_S`), so that its `ZRANGEBYSCORE` never lands in the round-trip
 counts; it is measured on its own below. The same server answers two bare Starlette
 routes outside Parkway's app (no middleware, no Redis), measured with the same client in

@@ -39,7 +39,7 @@ HTTP_ROWS = (
     ("resume_done", "resume: POST /api/chats/{id}/resume -> [DONE]", "resume"),
     ("answer_first", "answer + resume: POST /api/chat -> first chunk", "answer"),
     ("answer_done", "answer + resume: POST /api/chat -> [DONE]", "answer"),
-    ("healthz", "reference: GET /healthz (one PING)", "healthz"),
+    ("healthz", "reference: GET /healthz (no Redis)", "healthz"),
 )
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 __all__ = [
     "ANSWER",
     "APPEND",
+    "AUDIT_APPEND",
+    "AUDIT_FUNCTION",
     "CLAIM_RESUME",
     "CLAIM_TURN",
     "COMMIT",
@@ -39,20 +41,69 @@ __all__ = [
     "STOP",
 ]
 
+# The audit trail (runner/audit.py): an entry appended to an audit stream, shared by
+# SETTLE, ANSWER, AUDIT_APPEND and the agent's commit script (runner/agents.py). The
+# entry's id is Redis's own clock (XADD '*'), one clock for every worker; entries older
+# than ``keep`` seconds by that clock are trimmed on each append (exact MINID: an audit
+# stream grows by decisions, a few per minute, so the trim removes one or none), and the
+# stream's TTL is set to ``keep``, so an idle trail expires whole.
+# audit_append(stream key, keep (s), {field, value, ...}) -> entry id
+# audit_settle(stream key, meta key, calls key, toolCallId, owner (false = read it), who,
+#              source, tool ('' = read from the call's record), input digest ('' = the
+#              SHA-1 of the record's parkedCallKey), outcome kind, edits JSON ('' = none),
+#              keep (s), reason (optional: why the server settled it)) -> entry id
+# The record is read only when the caller does not know the call (the sweeper): every
+# other settler passes what it already has, so the hot path adds one XADD and one EXPIRE.
+AUDIT_FUNCTION = """
+local function audit_append(stream, keep, fields)
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local oldest = string.format('%d', ms - tonumber(keep) * 1000)
+  local id = redis.call('XADD', stream, 'MINID', oldest, '*', unpack(fields))
+  redis.call('EXPIRE', stream, keep)
+  return id
+end
+local function audit_settle(stream, meta, calls, id, owner, who, source, tool, digest, kind,
+                            edits, keep, reason)
+  if tool == '' or digest == '' then
+    local rec = cjson.decode(redis.call('HGET', calls, id))
+    if tool == '' then tool = tostring(rec['tool']) end
+    if digest == '' then digest = 'sha1:' .. redis.sha1hex(tostring(rec['key'])) end
+  end
+  if not owner then owner = redis.call('HGET', meta, 'owner') or '' end
+  local fields = {'who', who, 'owner', owner, 'call', id, 'tool', tool, 'input', digest,
+                  'outcome', kind, 'source', source}
+  if edits ~= '' then
+    table.insert(fields, 'edits')
+    table.insert(fields, edits)
+  end
+  if reason then
+    table.insert(fields, 'reason')
+    table.insert(fields, reason)
+  end
+  return audit_append(stream, keep, fields)
+end
+"""
+
 # Start a new turn: take the run lease (creating the chat on first use), and settle
 # every still-pending call as superseded. Returns the history in the same round trip.
+# Each call superseded gets its audit entry (the principal's, from the browser, outcome
+# cancelled, reason superseded_by_user_message).
 # KEYS: 1 meta, 2 pending, 3 outcomes, 4 history, 5 calls, 6 events, 7 artifacts,
-#       8 artifact data
+#       8 artifact data, 9 the chat's audit stream (its own TTL: audit_append)
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
-#       9 new assistant message id, 10 template digest, 11 template JSON
+#       9 new assistant message id, 10 template digest, 11 template JSON,
+#       12 how long the audit keeps an entry (s)
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
 #          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
 # Replay: the lease token is new for every claim, so a chat running under this very
 # token was claimed by the lost first run; the same 'ok' reply is built again (the
 # previous template it handed out is kept in ``claim_prev`` for this).
-CLAIM_TURN = """
+CLAIM_TURN = (
+    AUDIT_FUNCTION
+    + """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   -- A new chat: nothing of an expired chat with the same id may leak into it.
@@ -76,7 +127,10 @@ end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  redis.call('HSETNX', KEYS[3], id, ARGV[7])
+  if redis.call('HSETNX', KEYS[3], id, ARGV[7]) == 1 then
+    audit_settle(KEYS[9], KEYS[1], KEYS[5], id, ARGV[2], ARGV[2], 'browser', '', '',
+                 'cancelled', '', ARGV[12], 'superseded_by_user_message')
+  end
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
@@ -93,9 +147,33 @@ if m[7] ~= ARGV[10] then
   redis.call('HSET', KEYS[1], 'template_digest', ARGV[10], 'template', ARGV[11])
   if previous ~= '' then redis.call('HSET', KEYS[1], 'claim_prev', previous) end
 end
-for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
+for i = 1, 8 do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
 return with_history({'ok', m[5] or '0', m[6] or '[]', previous})
 """
+)
+
+
+# Append one entry to an audit stream (audit_append): a change that is not a settle
+# (a connection granted or revoked), sent in the MULTI that makes the change.
+# KEYS: 1 the audit stream
+# ARGV: 1 keep (s), 2 the append's random id (stored as field ``op``), then field,
+#       value, ...
+# Returns: the entry's id.
+# Replay: a transaction whose reply was lost is sent again whole; the stream's last
+# entry then carries this very ``op`` and its id is answered, nothing appended.
+AUDIT_APPEND = (
+    AUDIT_FUNCTION
+    + """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+if last then
+  local f = last[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'op' and f[i + 1] == ARGV[2] then return last[1] end
+  end
+end
+return audit_append(KEYS[1], ARGV[1], {'op', ARGV[2], unpack(ARGV, 3)})
+"""
+)
 
 # Resume a chat whose parked calls are all settled, or take over one whose worker died
 # (state running, lease lapsed): exactly one caller wins the lease. Shared by
@@ -178,20 +256,26 @@ return claim_resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2
 # chat has moved on since (another step, or an answered call no longer pending),
 # nothing is written and the caller takes the general path (read the pending calls,
 # SETTLE each, CLAIM_RESUME), which decides what such answers mean.
+# Each settled call gets its audit entry (audit_settle: who is the principal, the
+# source ARGV 9), written with the outcome by this same run, so none is lost or doubled.
 # KEYS: 1 meta, 2 pending, 3 history, 4 calls, 5 outcomes, 6 the deadline index (one
 #       Redis only: on a Cluster it is in another slot, and the general path is taken),
-#       7 the settle-attempt key of the first answered call
+#       7 the settle-attempt key of the first answered call, 8 the chat's audit stream
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
-#       6 TTL (s), 7 the parked ids JSON the answers were matched against, 8 K, then K
-#       triples (toolCallId, canonical outcome JSON, its deadline member)
+#       6 TTL (s), 7 the parked ids JSON the answers were matched against, 8 K,
+#       9 the audit source, 10 how long the audit keeps an entry (s), then K groups of 7
+#       (toolCallId, canonical outcome JSON, its deadline member, tool, input digest,
+#       outcome kind, edits JSON or '': the last four for the audit, see audit_settle)
 # Returns: claim_resume's 'ok' reply | {'settled', pending count left}
 #        | {'stale'} (nothing written) | {'missing'} | {'incompatible', version}
 #        | {'forbidden'}
 # Replay: a chat running under this very lease token was claimed by the lost first run:
 # claim_resume answers again. A first run that settled and left calls pending kept its
 # lease token in KEYS[7] (for a minute, as SETTLE keeps its nonce): it answers the same.
+# Either way nothing is settled or audited again.
 ANSWER = (
     _CLAIM_RESUME
+    + AUDIT_FUNCTION
     + """
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then return {'missing'} end
@@ -207,13 +291,16 @@ if redis.call('GET', KEYS[7]) == ARGV[3] then return {'settled', redis.call('ZCA
 if m[2] ~= 'parked' or (m[4] or '[]') ~= ARGV[7] then return {'stale'} end
 local k = tonumber(ARGV[8])
 for i = 0, k - 1 do
-  if not redis.call('ZSCORE', KEYS[2], ARGV[9 + i * 3]) then return {'stale'} end
+  if not redis.call('ZSCORE', KEYS[2], ARGV[11 + i * 7]) then return {'stale'} end
 end
 for i = 0, k - 1 do
-  local id = ARGV[9 + i * 3]
-  redis.call('HSET', KEYS[5], id, ARGV[10 + i * 3])
+  local at = 11 + i * 7
+  local id = ARGV[at]
+  redis.call('HSET', KEYS[5], id, ARGV[at + 1])
   redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[6], ARGV[11 + i * 3])
+  redis.call('ZREM', KEYS[6], ARGV[at + 2])
+  audit_settle(KEYS[8], KEYS[1], KEYS[4], id, m[1], ARGV[2], ARGV[9], ARGV[at + 3],
+               ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[10])
 end
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
 local left = redis.call('ZCARD', KEYS[2])
@@ -422,24 +509,33 @@ return out
 """
 
 # Settle one parked call: the first writer wins; a repeat is compared with the winner.
+# The winner also appends the call's audit entry (audit_settle), in this same run: a
+# settle is never recorded without its entry, and a repeat or a loser writes none.
 # KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two to keep the
-#       whole chat alive together), 6 the call's settle-attempt key, and on a single
-#       Redis (not a Cluster) 7 the deadline index
+#       whole chat alive together), 6 the call's settle-attempt key, 7 the chat's audit
+#       stream, and on a single Redis (not a Cluster) 8 the deadline index
 # ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s), 4 the attempt's nonce,
-#       5 the principal the chat must belong to ('' or absent = not checked: the
-#       server's own), 6 the call's member in the deadline index (with KEYS[7]): once
-#       a call has an outcome, settled now or earlier, it has nothing left to time out
+#       5 the principal the chat must belong to ('' = not checked: the server's own),
+#       6 the call's member in the deadline index (with KEYS[8]): once a call has an
+#       outcome, settled now or earlier, it has nothing left to time out; for the audit
+#       entry: 7 who (the principal, '' for the server), 8 source, 9 tool ('' = read
+#       from the record), 10 input digest ('' = from the record), 11 outcome kind,
+#       12 edits JSON or '', 13 how long the audit keeps an entry (s)
 # Returns: {'settled', pending count left} | {'same', outcome} | {'conflict', outcome}
 #        | {'missing'} | {'forbidden'} (the chat is another principal's)
 # Replay: the winner's nonce is kept for a minute (KEYS[6], far longer than the client
 # retries); the same attempt sent again finds its own nonce and answers 'settled' as the
-# first run did, so the caller still tells the listeners and resumes. Any other identical
-# settle answers 'same'.
-SETTLE = """
-if ARGV[5] and ARGV[5] ~= '' and redis.call('HGET', KEYS[4], 'owner') ~= ARGV[5] then
-  return {'forbidden'}
+# first run did (writing no second audit entry), so the caller still tells the listeners
+# and resumes. Any other identical settle answers 'same'.
+SETTLE = (
+    AUDIT_FUNCTION
+    + """
+local owner = false
+if ARGV[5] ~= '' then
+  owner = redis.call('HGET', KEYS[4], 'owner')
+  if owner ~= ARGV[5] then return {'forbidden'} end
 end
-if KEYS[7] then redis.call('ZREM', KEYS[7], ARGV[6]) end
+if KEYS[8] then redis.call('ZREM', KEYS[8], ARGV[6]) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {'missing'} end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then
@@ -455,5 +551,8 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[6], ARGV[4], 'EX', 60)
 redis.call('ZREM', KEYS[3], ARGV[1])
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+audit_settle(KEYS[7], KEYS[4], KEYS[1], ARGV[1], owner, ARGV[7], ARGV[8], ARGV[9], ARGV[10],
+             ARGV[11], ARGV[12], ARGV[13])
 return {'settled', redis.call('ZCARD', KEYS[3])}
 """
+)

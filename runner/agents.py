@@ -12,6 +12,9 @@ still takes effect; a restart with the same file changes nothing, and :meth:`Age
 .drift` says how the head differs from the file (``parkway agent reset`` commits the
 file's version again, as a new revision: history is kept).
 
+Each commit appends who made it, when and from where to the agent's audit trail
+(runner/audit.py), in the same script that writes the revision.
+
 The agent is shared by every user of the server, so only editors commit
 (:class:`Editors`; the HTTP route also accepts the operator's editor token). Anyone else
 may run a working copy of their own, within what :func:`check_working_copy` allows.
@@ -26,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from parkway.runner._scripts import AUDIT_FUNCTION
+from parkway.runner.audit import AUDIT_KEEP_S, AuditPage, CommitEntry, read_page
 from parkway.runner.canonical import canonical_json
 from parkway.runner.connection import RedisClient, as_text
 from parkway.runner.errors import ConflictError, EditingDisabledError, TemplateError
@@ -43,14 +48,19 @@ __all__ = [
     "check_working_copy",
 ]
 
-# Commit a revision on top of an expected version.
-# KEYS: 1 head (hash), 2 revisions (hash version -> record JSON)
+# Commit a revision on top of an expected version, and append its entry to the agent's
+# audit trail (audit_append, runner/_scripts.py) in the same atomic step.
+# KEYS: 1 head (hash), 2 revisions (hash version -> record JSON), 3 audit (stream)
 # ARGV: 1 expected version ('' = any), 2 record JSON without version, 3 template digest,
 #       4 seed digest ('' = not a seed), 5 revision id, 6 '1' = commit a seed even when
-#       its digest is recorded (a reset to the agent file), else ''
+#       its digest is recorded (a reset to the agent file), else ''; for the audit:
+#       7 who (principal, '' for the agent file), 8 committed by (user, agent,
+#       agent-file), 9 source, 10 summary, 11 how long the audit keeps an entry (s)
 # Returns: {'ok', version} | {'conflict', current version} | {'same', version} (a seed
 #          whose digest is already recorded)
-_COMMIT = """
+_COMMIT = (
+    AUDIT_FUNCTION
+    + """
 local head = redis.call('HMGET', KEYS[1], 'version', 'seed_digest')
 local current = tonumber(head[1] or '0')
 if ARGV[4] ~= '' and ARGV[6] ~= '1' and head[2] == ARGV[4] then return {'same', current} end
@@ -60,8 +70,12 @@ redis.call('HSET', KEYS[2], tostring(version), ARGV[2])
 redis.call('HSET', KEYS[1], 'version', version, 'revision_id', ARGV[5], 'record', ARGV[2],
            'digest', ARGV[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'seed_digest', ARGV[4]) end
+audit_append(KEYS[3], ARGV[11], {'who', ARGV[7], 'by', ARGV[8], 'source', ARGV[9],
+             'version', tostring(version), 'previous', tostring(current),
+             'revision', ARGV[5], 'digest', ARGV[3], 'summary', ARGV[10]})
 return {'ok', version}
 """
+)
 
 
 def _function_entries(tools: Any) -> dict[str, str]:
@@ -235,6 +249,7 @@ class AgentStore:
         clock: Callable[[], float] = time.time,
         editable: bool = True,
         editors: Editors = Editors(everyone=True),
+        audit_keep_s: int = AUDIT_KEEP_S,
     ) -> None:
         self.redis = redis
         self.agent_id = agent_id
@@ -243,6 +258,8 @@ class AgentStore:
         self.editable = editable
         # Who may commit when editing is on (the server passes the operator's choice).
         self.editors = editors
+        # How long the agent's audit trail keeps an entry (a commit's who and when).
+        self.audit_keep_s = audit_keep_s
         self.keys = AgentKeys(agent_id)
         self.seed = seed
         self.clock = clock
@@ -332,6 +349,14 @@ class AgentStore:
         assert revision is not None
         return revision
 
+    async def audit(
+        self, *, before: str | None = None, after: str | None = None, limit: int = 50
+    ) -> AuditPage[CommitEntry]:
+        """A page of the agent's audit trail: who committed which revision, when."""
+        return await read_page(
+            self.redis, self.keys.audit, CommitEntry, before=before, after=after, limit=limit
+        )
+
     async def drift(self) -> AgentDrift | None:
         """How the head differs from the agent file (commits since it was seeded), or
         None when the head is the file's template."""
@@ -374,8 +399,9 @@ class AgentStore:
             "committed_by": by,
             "summary": summary,
         }
+        kind, _, who = by.partition(":")
         status, version = await self._commit(
-            keys=[self.keys.head, self.keys.revisions],
+            keys=[self.keys.head, self.keys.revisions, self.keys.audit],
             args=[
                 "" if expected is None else str(expected),
                 json.dumps(record),
@@ -383,6 +409,13 @@ class AgentStore:
                 seed_digest or "",
                 revision_id,
                 "1" if reset else "",
+                who,
+                kind,
+                # a user commits from a client (POST /api/agent/commit); the agent's
+                # commit_config and the agent file are the server's own
+                "browser" if kind == "user" else "server",
+                summary,
+                self.audit_keep_s,
             ],
         )
         status = as_text(status)

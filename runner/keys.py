@@ -8,7 +8,8 @@ All keys of one chat share the hash tag ``{<chat id>}`` so each multi-key operat
 Lifetime: every per-chat key gets the chat TTL (settings ``chat_ttl_s``, default
 7 days) from each script that writes the chat (a claim, a commit, a settle refreshes the
 keys it is given), so an abandoned chat disappears on its own; nothing else deletes
-them.
+them. The one exception is the chat's audit trail (:attr:`ChatKeys.audit`), kept for
+``audit_keep_s`` (default 90 days) so that who decided what outlives the chat.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class ChatKeys:
     __slots__ = (
         "artifact_data",
         "artifacts",
+        "audit",
         "calls",
         "chat_id",
         "events",
@@ -122,6 +124,12 @@ class ChatKeys:
         # that write, refreshed by every turn's claim.
         self.artifacts = f"{tag}:artifacts"
         self.artifact_data = f"{tag}:artifact-data"
+        # stream: the chat's audit trail (runner/audit.py), one entry per settle, written
+        # by the SETTLE or ANSWER run that won it, each naming the chat's owner (the meta
+        # key may expire first). Not among :meth:`all`: it outlives the chat. Trimmed by
+        # age (entries older than audit_keep_s) and its TTL set to audit_keep_s on every
+        # append; nothing deletes it.
+        self.audit = f"{tag}:audit"
 
     def settle_attempt(self, tool_call_id: str) -> str:
         """string: the nonce of the settle that won a call, so that the same attempt
@@ -146,7 +154,7 @@ class AgentKeys:
     agent's revisions are its configuration, owned by the operator; nothing in Parkway
     deletes them (tests/topologies.py exempts them from the TTL check)."""
 
-    __slots__ = ("function_versions", "functions", "head", "revisions")
+    __slots__ = ("audit", "function_versions", "functions", "head", "revisions")
 
     def __init__(self, agent_id: str) -> None:
         if not AGENT_ID.match(agent_id):
@@ -161,10 +169,16 @@ class AgentKeys:
         self.functions = f"{tag}:functions"
         # hash "<name>@<version>" -> that version's record JSON, every version kept.
         self.function_versions = f"{tag}:function-versions"
+        # stream: the agent's audit trail, one entry per committed revision (who, when,
+        # version), appended by the commit script itself. Unlike the revisions it has a
+        # TTL: trimmed by age and its TTL set to audit_keep_s on every append.
+        self.audit = f"{tag}:audit"
 
 
 def owned_without_ttl(key: bytes | str) -> bool:
     """Keys that legitimately have no TTL because an owner deletes them: the deadline
-    index and agent revisions. (The keyspace checks of the tests use this.)"""
+    index and agent revisions (not the agent's audit trail, which expires like every
+    trail). (The keyspace checks of the tests use this.)"""
     text = key.decode() if isinstance(key, bytes) else key
-    return text == DEADLINES or text.startswith("pw:{agent:")
+    agent = text.startswith("pw:{agent:") and not text.endswith(":audit")
+    return text == DEADLINES or agent

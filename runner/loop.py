@@ -108,7 +108,10 @@ class Runner:
         self.config = config or RunnerConfig()
         self.credentials = credentials
         self.agents = agents
-        self.store = ChatStore(redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s)
+        self.store = ChatStore(
+            redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s,
+            audit_keep_s=self.config.audit_keep_s,
+        )  # fmt: skip
         self.auto_resume = AutoResume(self.store, self.resume)
         self.settling = Settling(
             self.store,

@@ -42,6 +42,9 @@ class RunnerConfig:
     # How long the event log keeps a run that ended (it is replayable from the history;
     # a follower still reading it has this long): runner/_scripts.py, log_append.
     log_keep_s: int = 600
+    # How long a chat's audit trail keeps an entry (runner/audit.py); it outlives the
+    # chat's own keys.
+    audit_keep_s: int = 90 * 24 * 3600
     # followers' reads in flight at once on a worker (the rest of its Redis connections
     # stay free for the runs' own commands)
     follower_reads: int = 16

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from parkway.runner.audit import AuditSource, settle_audit
 from parkway.runner.canonical import canonical_json, parked_call_key
 from parkway.runner.errors import (
     AnswerMismatchError,
@@ -104,11 +105,13 @@ class SettleResult:
 @dataclass(frozen=True)
 class Settled:
     """A call this worker has just settled (the winner of the settle), as listeners see
-    it. ``by`` is who recorded the outcome: ``client`` (the browser) or ``server``."""
+    it. ``by`` is who recorded the outcome: ``client`` (the browser) or ``server``;
+    ``source`` where the decision came from, as its audit entry says."""
 
     chat_id: str
     call: ParkedCall
     by: Literal["client", "server"]
+    source: AuditSource = "browser"
 
 
 SettleListener = Callable[[Settled], Awaitable[None]]
@@ -148,16 +151,20 @@ class Settling:
         outcome: Mapping[str, Any],
         *,
         by: Literal["client", "server"] = "client",
+        source: AuditSource | None = None,
     ) -> SettleResult:
         """Record the outcome of one parked call. The first writer wins; an identical
         repeat returns the same result, a different one raises
-        :class:`SettleConflictError` carrying the winner's outcome.
+        :class:`SettleConflictError` carrying the winner's outcome. The winner's audit
+        entry names ``principal`` and ``source`` (by default ``browser`` for a client's
+        settle, ``server`` for the server's).
 
         One round trip when this worker knows the call's record (it parked the call, or
         read it lately): the outcome is judged by the record, and SETTLE checks the
         chat's owner and the call's existence itself. Otherwise the record is read first.
         """
         keys = chat_keys(chat_id)
+        source = source or ("browser" if by == "client" else "server")
         known = self.store.known_calls.recall(chat_id, tool_call_id)
         if known is not None:
             try:
@@ -167,11 +174,20 @@ class Settling:
             except ParkwayError:
                 known = None  # judged below as before (a repeat of a server outcome, say)
             else:
-                with settle_span(known, by):
-                    return await self._write(keys, known, outcome, normalized, principal, by=by)
+                with settle_span(known, source):
+                    return await self._write(
+                        keys,
+                        known,
+                        outcome,
+                        normalized,
+                        principal,
+                        by=by,
+                        who=principal,
+                        source=source,
+                    )
         call = await self.call(chat_id, principal, tool_call_id)
-        with settle_span(call, by):
-            return await self._settle_one(keys, call, outcome, by=by)
+        with settle_span(call, source):
+            return await self._settle_one(keys, call, outcome, by=by, who=principal, source=source)
 
     async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
         """One parked call of ``principal``'s chat, with its outcome. Another principal's
@@ -190,6 +206,8 @@ class Settling:
         outcome: Mapping[str, Any],
         *,
         by: Literal["client", "server"],
+        who: str,
+        source: AuditSource,
     ) -> SettleResult:
         if call.outcome is not None:
             # Already settled: an identical repeat is fine; anything else conflicts.
@@ -197,7 +215,7 @@ class Settling:
                 return SettleResult(call, fresh=False)
             raise SettleConflictError("the call is already settled", dict(call.outcome))
         normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.max_output_bytes)
-        return await self._write(keys, call, outcome, normalized, "", by=by)
+        return await self._write(keys, call, outcome, normalized, "", by=by, who=who, source=source)
 
     async def _write(
         self,
@@ -208,17 +226,23 @@ class Settling:
         principal: str,
         *,
         by: Literal["client", "server"],
+        who: str,
+        source: AuditSource,
     ) -> SettleResult:
         """SETTLE ``normalized`` for ``call`` (in ``principal``'s chat, when given), and
-        tell the listeners if this write won."""
+        tell the listeners if this write won (its audit entry: ``who``, ``source``)."""
         reply = await self.store.settle(
-            keys, call.tool_call_id, canonical_json(normalized), principal=principal
+            keys,
+            call.tool_call_id,
+            canonical_json(normalized),
+            principal=principal,
+            audit=settle_audit(call, normalized, who=who, source=source),
         )
         if reply.status == "settled":
             settled = call.with_outcome(normalized)
             for listener in self.listeners:
                 try:
-                    await listener(Settled(keys.chat_id, settled, by))
+                    await listener(Settled(keys.chat_id, settled, by, source))
                 except Exception:
                     log.exception("settle listener failed (chat %s)", keys.chat_id)
             if reply.pending == 0 and self.on_all_settled is not None:
@@ -271,7 +295,9 @@ class Settling:
         matched = self._match(pending, answers, known)
         left: int | None = len(pending)
         for call, answer in matched:
-            result = await self._settle_one(keys, call, answer.outcome, by="client")
+            result = await self._settle_one(
+                keys, call, answer.outcome, by="client", who=principal, source="browser"
+            )
             left = result.pending  # SETTLE counts what is still pending; a repeat does not
         if left is None:
             left = await self.store.pending_count(keys)

@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from parkway.runner import _scripts
+from parkway.runner.audit import AUDIT_KEEP_S, AuditSource, SettleAudit, answer_audit
 from parkway.runner.connection import RedisClient, as_text
 from parkway.runner.history import decode_entries, dump_entry
 from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
@@ -62,9 +63,11 @@ def _flat(mapping: Mapping[str, int]) -> list[Any]:
 class ChatStore:
     """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
 
-    def __init__(self, redis: RedisClient, ttl_s: int, *, log_keep_s: int = 600) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: int, *, log_keep_s: int = 600,
+                 audit_keep_s: int = AUDIT_KEEP_S) -> None:  # fmt: skip
         self.redis = redis
         self.ttl_s = ttl_s
+        self.audit_keep_s = audit_keep_s  # how long a chat's audit keeps an entry
         # How long the event log of a chat whose last run ended is kept (_scripts.py,
         # log_append): a follower still reading that run has this long to finish.
         self.log_keep_s = log_keep_s
@@ -112,21 +115,12 @@ class ChatStore:
                 keys.events,
                 keys.artifacts,
                 keys.artifact_data,
+                keys.audit,
             ],
-            args=[
-                SCHEMA_VERSION,
-                principal,
-                token,
-                now_ms,
-                lease_ms,
-                user_message_id,
-                supersede_outcome,
-                self.ttl_s,
-                message_id,
-                template_digest,
-                template_json,
-            ],
-        )
+            args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, user_message_id,
+                  supersede_outcome, self.ttl_s, message_id, template_digest, template_json,
+                  self.audit_keep_s],
+        )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
         raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
@@ -195,9 +189,12 @@ class ChatStore:
             self.ttl_s,
             json.dumps(list(parked_ids)),
             len(outcomes),
+            *("browser", self.audit_keep_s),  # the audit's source and retention
         ]
         for call_id, outcome_json in outcomes:
             args.extend((call_id, outcome_json, deadline_member(keys.chat_id, call_id)))
+            call = self.known_calls.recall(keys.chat_id, call_id)  # (this worker parked it)
+            args.extend(answer_audit(call, outcome_json, who=principal).answer_args())
         raw = await self._answer(
             keys=[
                 keys.meta,
@@ -207,6 +204,7 @@ class ChatStore:
                 keys.outcomes,
                 DEADLINES,
                 keys.settle_attempt(outcomes[0][0]),
+                keys.audit,
             ],
             args=args,
         )
@@ -373,14 +371,13 @@ class ChatStore:
                 self.known_calls.remember_step(keys.chat_id, parked_ids)
         return entry_id
 
-    async def settle(
-        self, keys: ChatKeys, tool_call_id: str, outcome_json: str, *, principal: str = ""
-    ) -> SettleReply:
+    async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str, *,
+                     audit: SettleAudit, principal: str = "") -> SettleReply:  # fmt: skip
         """Run SETTLE and drop the call's deadline (one round trip): once a call has an
         outcome, settled now or earlier, it has nothing left to time out. With
         ``principal``, a chat of anyone else's answers ``forbidden``, and nothing is
         written, its deadline left alone. (On a Cluster the deadline index is in another
-        slot: it is dropped in a second round trip.)"""
+        slot: it is dropped in a second round trip.) A winner records ``audit``."""
         script_keys = [
             keys.calls,
             keys.outcomes,
@@ -388,6 +385,7 @@ class ChatStore:
             keys.meta,
             keys.history,
             keys.settle_attempt(tool_call_id),
+            keys.audit,
         ]
         member = deadline_member(keys.chat_id, tool_call_id)
         args: list[Any] = [
@@ -397,6 +395,7 @@ class ChatStore:
             secrets.token_hex(8),
             principal,
             member,
+            *audit.args(self.audit_keep_s),
         ]
         if not self.cluster:
             return settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
@@ -424,6 +423,7 @@ class ChatStore:
         calls: Sequence[tuple[ChatKeys, str]],
         outcome_json: str,
         *,
+        source: AuditSource,
         drop: Sequence[str] = (),
     ) -> list[SettleReply]:
         """Run SETTLE with one outcome for many calls and drop their deadlines (plus the
@@ -432,7 +432,8 @@ class ChatStore:
         A non-transactional pipeline: each ``EVALSHA`` names the keys of one chat (one
         Cluster slot), the closing ``ZREM`` only the deadline index; nothing needs them
         to be atomic together, because each settle is decided by its own script and
-        the members are dropped after them, whatever they answered.
+        the members are dropped after them, whatever they answered. (A winner's audit
+        entry names ``source``, no principal; its script reads the call's tool.)
 
         Returns one :class:`SettleReply` per call, in order; a call whose script raised
         gets one with status ``error``. On
@@ -444,6 +445,8 @@ class ChatStore:
             return []
         replies: list[SettleReply | None] = [None] * len(calls)
         nonces = [secrets.token_hex(8) for _ in calls]
+        # no owner check, no deadline member (dropped below), then the audit's fields
+        audit = ["", "", *answer_audit(None, outcome_json, source=source).args(self.audit_keep_s)]
         todo = list(range(len(calls)))
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
@@ -456,16 +459,18 @@ class ChatStore:
                     keys.meta,
                     keys.history,
                     keys.settle_attempt(call_id),
+                    keys.audit,
                 )
                 pipe.execute_command(
                     "EVALSHA",
                     self._settle.sha,
-                    6,
+                    len(script_keys),
                     *script_keys,
                     call_id,
                     outcome_json,
                     self.ttl_s,
                     nonces[i],
+                    *audit,
                 )
             pipe.execute_command("ZREM", DEADLINES, *members)
             *settled, dropped = await pipe.execute(raise_on_error=False)

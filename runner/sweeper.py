@@ -133,7 +133,10 @@ class Sweeper:
                 malformed.append(member)
             else:
                 calls.append((keys, tool_call_id))
-        replies = await self.store.settle_many(calls, TIMEOUT_OUTCOME, drop=malformed)
+        # (each timeout's audit entry is written by its SETTLE, source "sweeper")
+        replies = await self.store.settle_many(
+            calls, TIMEOUT_OUTCOME, source="sweeper", drop=malformed
+        )
         timed_out: list[tuple[str, str, int]] = []
         already = failed = 0
         missing = len(malformed)

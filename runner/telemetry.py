@@ -298,32 +298,25 @@ def model_step_done(
 
 
 @contextlib.contextmanager
-def settle_span(call: ParkedCall, by: str) -> Iterator[Span]:
+def settle_span(call: ParkedCall, source: str) -> Iterator[Span]:
     """A span for a settle of ``call``, in the trace of the run that parked it."""
     attributes = {
         "parkway.call.id": call.tool_call_id,
         "parkway.call.kind": call.kind,
         "gen_ai.tool.name": call.tool_name,
-        "parkway.settle.source": _SOURCES.get(by, by),
+        "parkway.settle.source": source,
     }
     with span("parkway.settle", parent=parent_from(call.trace), attributes=attributes) as current:
         yield current
 
 
-# Who recorded an outcome, as ``parkway_calls_settled_total`` names it: a client's settle
-# or answer comes from the browser; the server's own settles are the connect flow's
-# callback (the sweeper counts its timeouts itself).
-_SOURCES = {"client": "browser", "server": "callback"}
-
-
 async def count_settle(settled: Settled) -> None:
-    """A settle listener (runner/settling.py): count a settle this worker won."""
+    """A settle listener (runner/settling.py): count a settle this worker won, by the
+    source its audit entry names (the sweeper counts its timeouts itself)."""
     outcome = settled.call.outcome or {}
     name = outcome.get("outcome")
     CALLS_SETTLED.labels(
-        settled.call.kind,
-        name if isinstance(name, str) else "unknown",
-        _SOURCES.get(settled.by, settled.by),
+        settled.call.kind, name if isinstance(name, str) else "unknown", settled.source
     ).inc()
 
 

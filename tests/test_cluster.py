@@ -402,8 +402,8 @@ async def test_http_park_answer_and_continuation_through_a_cluster_url(
     with server_thread(cluster.url, agent_doc(HTTP_TURNS)) as server:
         api = await Api(server.base_url).login()
         try:
-            health = (await api.http.get("/healthz")).json()
-            assert (health["status"], health["redis"]) == ("ok", "ok")
+            ready = (await api.http.get("/readyz")).json()
+            assert (ready["status"], ready["checks"]["redis"]["ok"]) == ("ready", True)
             for chat in chats_on_every_master(client, "http"):
                 chunks = await api.say(chat, "hi")
                 assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}

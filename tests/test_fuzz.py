@@ -1,13 +1,15 @@
 """A schema-driven fuzz of every route: no 5xx, every error in its shape, and a parked
 chat that comes through byte for byte and still resumes.
 
-The routes come from the app's router, so a new route is fuzzed without anyone adding
-it here. Bodies follow the routes' own models (their JSON Schemas) with a vocabulary of
-the wire's real names and ids, then go wrong: wrong types, deep nesting, lone
+The routes and their body schemas come from the app's OpenAPI document (/openapi.json,
+which tests/test_openapi.py holds equal to the router), so a new route is fuzzed without
+anyone adding it here. Bodies follow the routes' own models (their JSON Schemas) with a
+vocabulary of the wire's real names and ids, then go wrong: wrong types, deep nesting, lone
 surrogates, bad UTF-8, NaN, huge strings, oversized bodies. Path ids are real, random,
 huge or percent-encoded garbage. Three callers send them: the chat's owner (only bodies
 the reader must refuse, so nothing it sends could legitimately change the chat), another
-principal (anything), and nobody (anything).
+principal (anything), and nobody (anything). Every answer of the route it was sent to
+is one the document lists for that route and method, with a body of its schema.
 
 The run is reproducible (derandomized, no example database) and bounded to a minute.
 """
@@ -18,25 +20,26 @@ import asyncio
 import contextlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 from redis.asyncio import Redis
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Route
 
 from parkway.runner.agentfile import parse_agent_file
 from parkway.runner.keys import chat_keys
-from parkway.transport.agent_routes import _CommitBody
 from parkway.transport.app import create_app
-from parkway.transport.routes import _SettleBody
+from parkway.transport.openapi import openapi_document
 from parkway.transport.settings import Settings
-from parkway.transport.uimessages import _ChatBody
+from parkway.widgets_api.oauth import DemoDispatch
 from tests.connect_rig import TOKEN_KEY
+from tests.openapi_check import ApiDocument, template_regex
 from tests.support import TEST_SECRET, agent_doc, call, sse_chunks, text, user_message
 from tests.topologies import assert_keyspace_clean
 
@@ -59,29 +62,18 @@ WIRE_VALUES = [
     "output", "declined", "cancelled", "approved", "denied", "error", "timeout",
     "submit-message", "regenerate-message", "demo", CHAT, OWN, "",
 ]  # fmt: skip
-# Body models by route, from the routes' own pydantic models; other routes get any JSON.
-SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
-    ("POST", "/api/chat"): _ChatBody.model_json_schema(),
-    ("POST", "/api/chats/{chat_id}/calls/{call_id}"): _SettleBody.model_json_schema(),
-    ("POST", "/api/agent/commit"): _CommitBody.model_json_schema(),
-    ("POST", "/connect/{provider}/use"): {
-        "type": "object",
-        "properties": {k: {"type": "string"} for k in ("chatId", "toolCallId", "connectionId")},
-        "required": ["chatId", "toolCallId", "connectionId"],
-    },
-    ("POST", "/api/sessions"): {"type": "object", "properties": {}},
-}
 # Error bodies are short: nothing a client sent is echoed back at length.
 MAX_ERROR_BYTES = 2048
 
 
 @dataclass
 class Target:
-    """One route and method, as the router lists it."""
+    """One documented route and method."""
 
     method: str
-    path: str  # the route's path format, e.g. /api/chats/{chat_id}
-    params: dict[str, str]  # name -> convertor ("str", "path")
+    path: str  # the documented path, e.g. /api/chats/{chat_id}
+    params: list[str]  # its path parameters
+    body: dict[str, Any]  # the JSON Schema of its body ({}: any JSON)
 
     @property
     def json_api(self) -> bool:
@@ -90,19 +82,20 @@ class Target:
         return self.path.startswith(("/api/", "/healthz")) or self.path.endswith("/use")
 
 
-def targets(routes: list[BaseRoute]) -> list[Target]:
+def targets(document: Mapping[str, Any]) -> list[Target]:
+    """Every route and method the document describes, with its body schema."""
     found = []
-    for route in routes:
-        if isinstance(route, Route | Mount):
-            methods = sorted((getattr(route, "methods", None) or {"GET", "POST"}) - {"HEAD"})
-            path = route.path_format + ("/{rest}" if isinstance(route, Mount) else "")
-            params = {
-                name: type(conv).__name__.removesuffix("Convertor").lower()
-                for name, conv in route.param_convertors.items()
-            }
-            if isinstance(route, Mount):
-                params["rest"] = "path"
-            found.extend(Target(m, path, params) for m in methods)
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            found.append(
+                Target(
+                    method.upper(),
+                    path,
+                    [p["name"] for p in operation.get("parameters", ()) if p["in"] == "path"],
+                    {} if body is None else body["schema"],
+                )
+            )
     return found
 
 
@@ -147,8 +140,9 @@ any_json = st.recursive(
 
 @st.composite
 def from_schema(draw: st.DrawFn, schema: dict[str, Any], defs: dict[str, Any]) -> Any:
-    """A value shaped by ``schema`` (the JSON Schema subset pydantic writes), now and
-    then of another type, with required keys dropped and unknown keys added."""
+    """A value shaped by ``schema`` (the JSON Schema subset pydantic writes; ``defs``:
+    the schemas its refs name), now and then of another type, with required keys
+    dropped and unknown keys added."""
     if draw(st.integers(0, 19)) == 0:
         return draw(any_json)  # a wrong type, anywhere
     if "$ref" in schema:
@@ -233,6 +227,7 @@ class Harness:
     stranger: httpx.AsyncClient
     anonymous: httpx.AsyncClient
     call_id: str
+    doc: ApiDocument
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     async def dump(self) -> dict[str, bytes | None]:
@@ -276,7 +271,10 @@ async def start(redis_url: str) -> Harness:
     stranger = await login(stack, app)
     anonymous = await open_client(stack, app)
     LIVE_IDS[:] = [await park(owner, CHAT), await park(stranger, OWN)]
-    return Harness(app, redis, owner, stranger, anonymous, LIVE_IDS[0], stack)
+    document = (await anonymous.get("/openapi.json")).json()
+    assert document == openapi_document(app.state.settings)
+    doc = ApiDocument(document)
+    return Harness(app, redis, owner, stranger, anonymous, LIVE_IDS[0], doc, stack)
 
 
 async def park(client: httpx.AsyncClient, chat_id: str) -> str:
@@ -294,9 +292,13 @@ async def stop(harness: Harness) -> None:
         await harness.redis.aclose()
 
 
-def check(target: Target, path: str, response: httpx.Response) -> None:
+def check(doc: ApiDocument, target: Target, path: str, response: httpx.Response) -> None:
     where = f"{target.method} {path[:200]} -> {response.status_code}: {response.text[:300]}"
     assert response.status_code < 500, where
+    # A path whose values hold a '/' (or '..') reaches another route, or none (404, 405):
+    # the document speaks for the answer only when the request reached the target.
+    if template_regex(target.path).fullmatch(unquote(response.request.url.path)):
+        doc.check(response, target.path)
     if response.status_code < 400:
         return
     ctype = response.headers.get("content-type", "")
@@ -321,30 +323,18 @@ async def send(harness: Harness, target: Target, who: str, path: str, body: byte
         target.method, path, content=body if target.method != "GET" else None, headers=headers
     )
     client.cookies.clear()  # a session cookie would turn "anonymous" into a principal
-    check(target, path, response)
+    check(harness.doc, target, path, response)
 
 
 # -- the test ----------------------------------------------------------------------------
 
 
-def ids_for(name: str, convertor: str) -> st.SearchStrategy[str]:
+def ids_for(name: str) -> st.SearchStrategy[str]:
     """Percent-encoded path values for the parameter ``name``."""
-    known = {
-        "chat_id": [CHAT, OWN],
-        "call_id": LIVE_IDS,
-        "provider": ["demo"],
-        "rest": [
-            "token",
-            "authorize",
-            "revoke",
-            "userinfo",
-            ".well-known/oauth-authorization-server",
-        ],
-    }.get(name, [])
-    safe = "/" if convertor == "path" else ""
+    known = {"chat_id": [CHAT, OWN], "call_id": LIVE_IDS, "provider": ["demo"]}.get(name, [])
     return mostly(
-        st.sampled_from(known or ["x"]).map(lambda v: quote(v, safe=safe)),
-        st.text(min_size=1, max_size=40).map(lambda v: quote(v, safe=safe)),
+        st.sampled_from(known or ["x"]).map(lambda v: quote(v, safe="")),
+        st.text(min_size=1, max_size=40).map(lambda v: quote(v, safe="")),
         st.integers(129, 20_000).map(lambda n: "a" * n),
         st.sampled_from(["%ED%A0%80", "%FF%FE", "%00", "..", "%2e%2e%2f", "a%0Ab"]),
         one_in=3,
@@ -364,15 +354,22 @@ def test_no_route_answers_5xx_or_touches_a_parked_chat(redis_url: str) -> None:
         harness = loop.run(start(redis_url))
         try:
             before = loop.run(harness.dump())
-            found = targets(harness.app.routes)
-            assert {t.path for t in found} >= {p for _, p in SCHEMAS}, "the router lost a route"
+            found = targets(harness.doc.document)
+            served = {
+                (m, r.path_format)
+                for r in harness.app.routes
+                if isinstance(r, Route) and not isinstance(r.app, DemoDispatch)
+                for m in r.methods or ()
+                if m != "HEAD"
+            }
+            assert served <= {(t.method, t.path) for t in found}, "a route is not fuzzed"
 
             # a sweep: every route, method and caller, with each kind of hostile body
             for target in found:
                 values = {
                     n: quote(CHAT if n == "chat_id" else harness.call_id) for n in target.params
                 }
-                values.update({"provider": "demo", "rest": "token"})
+                values["provider"] = "demo"
                 for who in ("owner", "stranger", "anonymous"):
                     for body in (b"[" * 10_000, b'{"k": "\\ud800"}', b" " * (MAX_BODY + 1)):
                         loop.run(send(harness, target, who, path_of(target, values), body))
@@ -390,12 +387,9 @@ def test_no_route_answers_5xx_or_touches_a_parked_chat(redis_url: str) -> None:
             @given(st.data())
             def fuzz(data: st.DataObject) -> None:
                 target = data.draw(st.sampled_from(weighted), label="route")
-                values = {
-                    name: data.draw(ids_for(name, conv), label=name)
-                    for name, conv in target.params.items()
-                }
-                schema = SCHEMAS.get((target.method, target.path), {})
-                value = data.draw(from_schema(schema, schema.get("$defs", {})), label="value")
+                values = {name: data.draw(ids_for(name), label=name) for name in target.params}
+                schemas = harness.doc.document["components"]["schemas"]
+                value = data.draw(from_schema(target.body, schemas), label="value")
                 who = data.draw(st.sampled_from(["owner", "stranger", "anonymous"]), label="who")
                 # the owner sends only what the reader must refuse: anything else could be
                 # a legitimate change of its own chat

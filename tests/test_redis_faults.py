@@ -276,9 +276,10 @@ async def test_an_outage_answers_503_ends_streams_with_an_error_and_recovers(
     proxy: RedisProxy, direct: Redis, tmp_path: Path
 ) -> None:
     """While Redis cannot be reached: API routes answer 503 ``redis_unavailable`` with
-    Retry-After (never 500), /healthz 503, an open stream ends with an ``error`` chunk and
-    [DONE]; when it is back, the same worker serves again without a restart and the
-    chat parked before the outage is answered and resumed."""
+    Retry-After (never 500), /readyz 503 (/healthz still 200: the process lives), an open
+    stream ends with an ``error`` chunk and [DONE]; when it is back, the same worker
+    serves again without a restart and the chat parked before the outage is answered and
+    resumed."""
     marker = tmp_path / "go"
     ready = tmp_path / "ready"
     ready.write_text("")
@@ -322,9 +323,10 @@ async def test_an_outage_answers_503_ends_streams_with_an_error_and_recovers(
         assert int(down.headers["retry-after"]) > 0
         settle_down = await api.settle("o1", call_id, {"outcome": "output", "output": {}})
         assert settle_down.status_code == 503
-        assert (await api.http.get("/healthz")).status_code == 503
-        proxy.up()
+        assert (await api.http.get("/readyz")).status_code == 503
         assert (await api.http.get("/healthz")).status_code == 200
+        proxy.up()
+        assert (await api.http.get("/readyz")).status_code == 200
         settled = await api.settle(
             "o1", call_id, {"outcome": "output", "output": {"choice": "red"}}
         )

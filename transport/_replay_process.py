@@ -117,6 +117,9 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise CassetteError(f"the replay server exited at startup: {self._log_tail()}")
+            # /healthz, not /readyz: the server answers only once its startup reached
+            # Redis, and a replay must not wait on checks it does not need (a host
+            # without a sandbox replays an agent that has execute_code all the same)
             with contextlib.suppress(OSError, http.client.HTTPException):
                 if http_request(base_url, "GET", "/healthz", timeout_s=2.0)[0] == 200:
                     return base_url

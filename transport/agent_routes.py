@@ -42,6 +42,7 @@ from parkway.runner.agents import (
 )
 from parkway.runner.errors import TemplateError
 from parkway.runner.template import AgentTemplate, load_template
+from parkway.transport.audit_views import AgentAudit, page_query, page_response
 from parkway.transport.errors import HTTPError
 from parkway.transport.requests import invalid_body, principal_of, read_json
 from parkway.transport.settings import Settings
@@ -203,6 +204,17 @@ async def commit_agent(request: Request) -> Response:
     )
 
 
+async def get_agent_audit(request: Request) -> Response:
+    """Who committed which revision, when: for the agent's editors only (403 for anyone
+    else, as for committing)."""
+    principal = principal_of(request)
+    store = _agents(request)
+    if not is_editor(request, principal):
+        raise NotAnEditorError("only the agent's editors may read its audit trail")
+    page = await store.audit(**page_query(request))
+    return page_response(AgentAudit(entries=page.entries, before=page.before, after=page.after))
+
+
 def working_template(
     document: Any,
     committed: AgentTemplate,
@@ -230,4 +242,5 @@ def agent_routes() -> list[Route]:
     return [
         Route("/api/agent", get_agent, methods=["GET"]),
         Route("/api/agent/commit", commit_agent, methods=["POST"]),
+        Route("/api/agent/audit", get_agent_audit, methods=["GET"]),
     ]

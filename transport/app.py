@@ -27,7 +27,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from parkway.runner.agents import AgentStore
-from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import RedisClient, connect, is_redis_outage
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.embedded import EmbeddedRedis
@@ -40,7 +39,9 @@ from parkway.transport.admission import Admission
 from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
 from parkway.transport.code_routes import code_mode_from, code_routes
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
+from parkway.transport.health import healthz, readyz
 from parkway.transport.metrics import MetricsServing, metrics_routes
+from parkway.transport.openapi import openapi_json
 from parkway.transport.requests import BodyReader
 from parkway.transport.routes import api_routes
 from parkway.transport.sessions import Authenticator, SessionAuthenticator
@@ -61,7 +62,6 @@ __all__ = ["agent_id_for", "create_app"]
 log = logging.getLogger(__name__)
 
 _STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
-HEALTHZ_REDIS_TIMEOUT_S = 1.0
 
 
 class OriginGuard:
@@ -157,16 +157,6 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     codes = {404: "not_found", 405: "method_not_allowed"}
     error = HTTPError(status, codes.get(status, "http_error"), str(getattr(exc, "detail", "")))
     return JSONResponse(error.body(), status_code=status)
-
-
-async def healthz(request: Request) -> Response:
-    try:
-        await asyncio.wait_for(request.app.state.redis.ping(), HEALTHZ_REDIS_TIMEOUT_S)
-    except Exception:
-        return JSONResponse({"status": "unavailable", "redis": "down"}, status_code=503)
-    code: CodeMode | None = getattr(request.app.state, "code", None)
-    sandbox = None if code is None else code.status()
-    return JSONResponse({"status": "ok", "redis": "ok", "sandbox": sandbox})
 
 
 class RedactCallbackQuery(logging.Filter):
@@ -282,6 +272,7 @@ async def _start_serving(
         dict(agent.template.raw),
         editable=settings.agent_editing_enabled,
         editors=editors_of(settings),
+        audit_keep_s=settings.audit_keep_s,
     )
     await agents.ensure_seeded()
     await warn_of_drift(agents)
@@ -305,6 +296,7 @@ async def _start_serving(
             max_output_bytes=settings.max_output_bytes,
             artifact_threshold_bytes=settings.artifact_threshold_bytes,
             log_keep_s=settings.log_keep_s,
+            audit_keep_s=settings.audit_keep_s,
             # half the pool for followers' reads, the rest kept for the runs
             follower_reads=max(1, settings.redis_max_connections // 2),
         ),
@@ -317,6 +309,8 @@ async def _start_serving(
         redis_url=url,
         environ=os.environ,
     )
+    if oauth is not None:  # (widgets_api/oauth.py builds the store; the audit's retention)
+        oauth.connections.audit_keep_s = settings.audit_keep_s
     app.state.oauth = oauth
     app.state.connect = None if oauth is None else oauth.flow
     names = {} if oauth is None else oauth.providers.names()
@@ -416,6 +410,8 @@ def create_app(
             *agent_routes(),
             *code_routes(),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/openapi.json", openapi_json, methods=["GET"]),
             *widget_routes(),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
             # RFC 8414 §3.1 puts the well-known segment before the issuer's path

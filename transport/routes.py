@@ -23,8 +23,10 @@ from parkway.runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_cha
 from parkway.runner.loop import AnswerReport, Run, Runner
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import ChatRecord
+from parkway.transport._openapi_models import SessionRequest
 from parkway.transport.admission import Admission, AdmittedStream
 from parkway.transport.agent_routes import is_editor, working_template
+from parkway.transport.audit_views import get_chat_audit, get_connection_audit
 from parkway.transport.chunks import ErrorChunk
 from parkway.transport.errors import HTTPError
 from parkway.transport.replay import replay_message
@@ -362,9 +364,10 @@ async def create_session(request: Request) -> Response:
     if not isinstance(authenticator, SessionAuthenticator):
         raise HTTPError(404, "not_found", "this server does not issue sessions")
     if request.headers.get("content-length") not in (None, "0"):
-        body = await read_json(request)
-        if not isinstance(body, dict) or body:
-            raise HTTPError(422, "invalid_body", "send an empty JSON object or no body")
+        try:
+            SessionRequest.model_validate(await read_json(request))
+        except ValidationError:
+            raise HTTPError(422, "invalid_body", "send an empty JSON object or no body") from None
     current = authenticator.authenticate(request)
     principal, token = authenticator.issue(current)
     response = JSONResponse(
@@ -392,5 +395,8 @@ def api_routes() -> list[Route]:
         Route("/api/chats/{chat_id}/calls/{call_id}", settle_call, methods=["POST"]),
         Route("/api/chats/{chat_id}/resume", resume_chat, methods=["POST"]),
         Route("/api/chats/{chat_id}/stop", stop_chat, methods=["POST"]),
+        # the audit trails (transport/audit_views.py)
+        Route("/api/chats/{chat_id}/audit", get_chat_audit, methods=["GET"]),
+        Route("/api/connections/audit", get_connection_audit, methods=["GET"]),
         Route("/api/sessions", create_session, methods=["POST"]),
     ]

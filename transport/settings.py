@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import (
@@ -183,6 +184,9 @@ class Settings(BaseSettings):
     stream_grace_s: float = Field(300.0, ge=0, le=86400)
     # how long the event log keeps a run that ended (runner/_scripts.py, log_append)
     log_keep_s: int = Field(600, ge=1, le=86400)
+    # how long the audit trail keeps an entry (runner/audit.py): at least an hour, at
+    # most ten years, and no shorter than chat_ttl_s, so a chat never outlives its audit
+    audit_keep_s: int = Field(90 * 24 * 3600, ge=3600, le=10 * 365 * 24 * 3600)
     cookie_secure: Switch = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # json, text, or auto: text when stderr is a terminal (transport/logs.py)
@@ -292,6 +296,17 @@ class Settings(BaseSettings):
     @classmethod
     def _editor_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name.strip() for name in names if name.strip())
+
+    @field_validator("audit_keep_s")
+    @classmethod
+    def _audit_outlives_chats(cls, keep: int, info: ValidationInfo) -> int:
+        chat_ttl = info.data.get("chat_ttl_s")
+        if chat_ttl is not None and keep < chat_ttl:
+            raise ValueError(
+                f"must be at least chat_ttl_s ({chat_ttl} s): the audit trail of a chat "
+                "must outlive the chat"
+            )
+        return keep
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

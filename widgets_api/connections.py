@@ -12,6 +12,10 @@ Refresh: one refresh at a time per connection across every worker (redis-py's
 refresh token kept when the provider does not rotate, and never more scope than was
 granted. A refresh answered ``invalid_grant`` marks the connection ``needs_reconnect``:
 the tool asks the model for a new connection instead of retrying.
+
+Audit: given an :class:`AuditNote`, a grant or a revocation is appended to the
+principal's connection audit trail in the same transaction as the change
+(:mod:`parkway.widgets_api.connection_audit`).
 """
 
 from __future__ import annotations
@@ -32,13 +36,16 @@ from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from redis.exceptions import LockNotOwnedError
 
+from parkway.runner._scripts import AUDIT_APPEND
+from parkway.runner.audit import AUDIT_KEEP_S, AuditPage, ConnectionEntry, read_page
 from parkway.runner.connection import RedisClient, as_text
 from parkway.runner.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connection_audit import AuditNote, audit_args
 from parkway.widgets_api.keys import ConnectionKeys
 from parkway.widgets_api.providers import Provider, ProviderRegistry
 from parkway.widgets_api.tokens import TokenCipher, TokenKeyError
 
-__all__ = ["Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
+__all__ = ["AuditNote", "Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +177,10 @@ class ConnectionStore:
         self.http_timeout_s = http_timeout_s
         self.lock_s = lock_s
         self.clock = clock
+        # How long the connection audit trail keeps an entry (the server sets it).
+        self.audit_keep_s = AUDIT_KEEP_S
         self._update = redis.register_script(_UPDATE)
+        self._audit = redis.register_script(AUDIT_APPEND)
 
     # -- records ---------------------------------------------------------------------
 
@@ -219,8 +229,10 @@ class ConnectionStore:
         account: str,
         subject: str | None,
         scopes: Sequence[str],
+        audit: AuditNote | None = None,
     ) -> Connection:
-        """Store a new grant; the same account of the same provider reuses its id."""
+        """Store a new grant; the same account of the same provider reuses its id. With
+        ``audit``, the grant's audit entry is appended in the same transaction."""
         keys = self._keys(principal)
         connection_id: str | None = None
         if subject:
@@ -254,8 +266,42 @@ class ConnectionStore:
                 pipe.hset(keys.by_subject, f"{provider.name} {subject}", connection_id)
             for k in (key, keys.index, keys.by_subject):
                 pipe.expire(k, self.ttl_s)
+            if audit is not None:
+                await self._audited(
+                    pipe, principal, "granted", self._decode(connection_id, record), audit
+                )
             await pipe.execute()
         return self._decode(connection_id, record)
+
+    async def _audited(
+        self, pipe: Any, principal: str, action: Literal["granted", "revoked"],
+        connection: Connection, note: AuditNote,
+    ) -> None:  # fmt: skip
+        """Queue the audit entry of a change of ``connection`` on the transaction."""
+        args = audit_args(
+            note, principal=principal, action=action, provider=connection.provider,
+            connection_id=connection.id, account=connection.account,
+            scopes=connection.scopes, keep_s=self.audit_keep_s,
+        )  # fmt: skip
+        await self._audit(keys=[self._keys(principal).audit], args=args, client=pipe)
+
+    async def audit(
+        self,
+        principal: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> AuditPage[ConnectionEntry]:
+        """A page of ``principal``'s connection audit trail (grants, revocations)."""
+        return await read_page(
+            self.redis,
+            self._keys(principal).audit,
+            ConnectionEntry,
+            before=before,
+            after=after,
+            limit=limit,
+        )
 
     async def get(self, principal: str, connection_id: str) -> Connection | None:
         raw = await self.redis.hgetall(self._keys(principal).connection(connection_id))
@@ -275,9 +321,12 @@ class ConnectionStore:
                 found.append(connection)
         return sorted(found, key=lambda c: c.created_at)
 
-    async def delete(self, principal: str, connection_id: str) -> bool:
+    async def delete(
+        self, principal: str, connection_id: str, *, audit: AuditNote | None = None
+    ) -> bool:
         """Revoke the grant at the provider (where it has a revocation endpoint; a
-        failure there is logged, the local copy goes anyway) and delete it."""
+        failure there is logged, the local copy goes anyway) and delete it, with its
+        audit entry (given ``audit``) in the same transaction."""
         keys = self._keys(principal)
         key = keys.connection(connection_id)
         raw = await self.redis.hgetall(key)
@@ -301,6 +350,8 @@ class ConnectionStore:
             pipe.srem(keys.index, connection_id)
             if connection.subject:
                 pipe.hdel(keys.by_subject, f"{connection.provider} {connection.subject}")
+            if audit is not None:
+                await self._audited(pipe, principal, "revoked", connection, audit)
             await pipe.execute()
         return True
 

@@ -57,7 +57,7 @@ class ConnectionKeys:
     days), refreshed whenever a connection is stored, used or refreshed; a DELETE of the
     connection removes its keys at once."""
 
-    __slots__ = ("by_subject", "index", "tag")
+    __slots__ = ("audit", "by_subject", "index", "tag")
 
     def __init__(self, principal_digest: str) -> None:
         self.tag = f"pw:{{c:{principal_digest}}}"
@@ -66,6 +66,11 @@ class ConnectionKeys:
         # hash "<provider> <subject>" -> connection id: reconnecting the same account
         # updates its connection instead of adding another.
         self.by_subject = f"{self.tag}:subjects"
+        # stream: the principal's connection audit trail (grants and revocations: who,
+        # when, provider, connection id; never a token), appended in the same MULTI as
+        # the change. Kept apart from the connection TTL: trimmed by age and its TTL set
+        # to audit_keep_s on every append; a DELETE of a connection appends to it.
+        self.audit = f"{self.tag}:audit"
 
     def connection(self, connection_id: str) -> str:
         """hash: provider, account, subject, scopes, status, times, and the tokens

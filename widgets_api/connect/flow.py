@@ -19,6 +19,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from parkway.runner import logcontext
+from parkway.runner.audit import AuditSource
 from parkway.runner.connection import RedisClient
 from parkway.runner.errors import (
     CallerError,
@@ -28,14 +30,19 @@ from parkway.runner.errors import (
 )
 from parkway.runner.loop import Runner
 from parkway.runner.parking import ParkedCall
-from parkway.runner.settling import Settled
+from parkway.runner.settling import Settled, SettleResult
 from parkway.runner.workflows import REQUEST_CONNECTION
 from parkway.widgets_api.connect._http import json_error, read_use_body
 from parkway.widgets_api.connect.exchange import Exchange
 from parkway.widgets_api.connect.pages import connect_page, result_page
 from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
 from parkway.widgets_api.connect.start_tokens import StartTokens
-from parkway.widgets_api.connections import ConnectionStore, TokenExchangeError, oauth_client
+from parkway.widgets_api.connections import (
+    AuditNote,
+    ConnectionStore,
+    TokenExchangeError,
+    oauth_client,
+)
 from parkway.widgets_api.providers import Provider, ProviderRegistry
 
 __all__ = ["ConnectFlow"]
@@ -271,17 +278,14 @@ class ConnectFlow:
         granted = token.get("scope")
         scopes = granted.split() if isinstance(granted, str) and granted.strip() else flow.scopes
         connection = await self.connections.save(
-            flow.principal, provider, token, account=account, subject=subject, scopes=scopes
-        )
+            flow.principal, provider, token, account=account, subject=subject, scopes=scopes,
+            audit=AuditNote("callback", flow.chat, flow.call),
+        )  # fmt: skip
         if flow.retry:
             return result_page(flow, provider, "connected", settled_now=False, account=account)
         try:
-            await self.runner.settle(
-                flow.chat,
-                flow.principal,
-                flow.call,
-                {"outcome": "output", "output": connection.reference()},
-                by="server",
+            await self._settle(
+                flow.chat, flow.principal, flow.call, connection.reference(), source="callback"
             )
         except SettleConflictError as exc:
             return result_page(
@@ -290,6 +294,20 @@ class ConnectFlow:
         except (ChatNotFoundError, CallNotFoundError):
             return result_page(flow, provider, "gone", settled_now=False, account=account)
         return result_page(flow, provider, "connected", settled_now=True, account=account)
+
+    async def _settle(
+        self, chat_id: str, principal: str, call_id: str, output: dict[str, Any], *,
+        source: AuditSource,
+    ) -> SettleResult:  # fmt: skip
+        """Settle a connect call with the connection result ``output``, as the server
+        (which alone may record a connection): its audit entry names ``principal`` and
+        ``source`` (``callback``: the OAuth callback; ``browser``: the human chose an
+        existing connection in the widget)."""
+        with logcontext.bound(chat_id=chat_id, call_id=call_id):
+            return await self.runner.settling.settle(
+                chat_id, principal, call_id, {"outcome": "output", "output": output},
+                by="server", source=source,
+            )  # fmt: skip
 
     def _binding_problem(
         self, request: Request, provider: Provider, flow: FlowRecord, digest: str
@@ -337,13 +355,7 @@ class ConnectFlow:
         settled_now = False
         if not flow.retry:
             try:
-                await self.runner.settle(
-                    flow.chat,
-                    flow.principal,
-                    flow.call,
-                    {"outcome": "output", "output": output},
-                    by="server",
-                )
+                await self._settle(flow.chat, flow.principal, flow.call, output, source="callback")
                 settled_now = True
             except SettleConflictError as exc:
                 summary = outcome_summary(exc.existing)
@@ -394,10 +406,9 @@ class ConnectFlow:
             return json_error(
                 409, "missing_scope", f"that connection lacks {', '.join(missing)}; connect again"
             )
-        result = await self.runner.settle(
-            chat_id, principal, call_id, {"outcome": "output", "output": connection.reference()},
-            by="server",
-        )  # fmt: skip
+        result = await self._settle(
+            chat_id, principal, call_id, connection.reference(), source="browser"
+        )
         return JSONResponse({"outcome": dict(result.call.outcome or {})})
 
     async def list_connections(self, request: Request) -> Response:
@@ -420,7 +431,10 @@ class ConnectFlow:
         if principal is None:
             return json_error(401, "unauthenticated", "no valid session")
         connection_id = str(request.path_params["connection_id"])
-        if len(connection_id) > 64 or not await self.connections.delete(principal, connection_id):
+        deleted = len(connection_id) <= 64 and await self.connections.delete(
+            principal, connection_id, audit=AuditNote("browser")
+        )
+        if not deleted:
             return json_error(404, "not_found", "no such connection")
         return Response(status_code=204)
 

@@ -47,6 +47,7 @@ export class Chat {
     this.api = api;
     this.panel = panel;
     this.view = null; // the View drawing this chat (view.js), set at boot
+    this.decisions = null; // the chat's Decisions list (view.js), set at boot
     this.widgets = new WidgetRegistry(this);
     this.id = null;
     this.messages = [];
@@ -349,6 +350,7 @@ export class Chat {
     }
     for (const call of this.calls.values()) if (call.widget) this.descriptors.set(call.toolCallId, call.widget);
     for (const [id, made] of codeCallsOf(this.messages)) this.codeCalls.set(id, made);
+    if (this.decisions) this.decisions.refresh(this.id); // a settle, a reload: who decided
     // Answers given here and not sent yet survive a sync while their call is pending.
     for (const [id, answer] of [...this.answers]) {
       const callView = this.calls.get(id);

@@ -25,7 +25,8 @@
 //   code-view.js         code with line numbers, code results, artifact references and downloads
 //   client-widgets.js    choice, generic client-tool and unsupported widgets
 //   connect-widget.js    the connect card; connect-flow.js its OAuth popup and polling
-//   view.js              rendering messages, tool calls and widget cards; the status pill
+//   view.js              rendering messages, tool calls and widget cards; the status pill;
+//                        the Decisions list (the chat's audit trail)
 //   message-extras.js    reasoning, tool calls still being written, the model/usage footer
 //   agent-panel.js       the agent panel: working template, build kit, commit
 //   agent-panel-lists.js the panel's lists: what the kit adds, recent revisions
@@ -37,7 +38,7 @@ import { AgentPanel } from "/static/agent-panel.js";
 import { Chat } from "/static/chat.js";
 import { Composer } from "/static/composer.js";
 import { Api } from "/static/playground-base.js";
-import { View } from "/static/view.js";
+import { DecisionsList, View } from "/static/view.js";
 
 const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 
@@ -50,6 +51,7 @@ function boot() {
   const chat = new Chat({ api, panel });
   const view = new View(document, chat);
   chat.view = view;
+  chat.decisions = new DecisionsList(api, document);
   panel.start();
   new Composer(document, chat).start();
   view.status("ready");

@@ -4,7 +4,8 @@
 // reference with its download link, a code run's result, else JSON), each parked
 // call's widget card, and the tool calls a program made under its call. The status
 // pill says "Waiting for you" while a card waits for an answer. Model text goes in
-// through textContent only.
+// through textContent only. A DecisionsList draws the chat's "Decisions" list from its
+// audit trail.
 //
 // An ES module imported by playground.js; no build step.
 
@@ -203,5 +204,58 @@ export class View {
     list = brokeredView(calls);
     list.dataset.signature = signature;
     el.append(list);
+  }
+}
+
+/** One line of the Decisions list: who (the viewer's own decisions say "you"; a timeout
+ *  has no principal), the outcome, the tool, where it came from and when. */
+function decisionItem(entry) {
+  const who = entry.byYou ? "you" : entry.principal || "server";
+  const when = new Date(entry.at);
+  const outcome = entry.edits ? `${entry.outcome} (edited)` : entry.outcome;
+  return h(
+    "li",
+    { class: "decision", "data-testid": "decision", "data-call": entry.toolCallId, "data-outcome": entry.outcome, "data-source": entry.source, "data-who": who },
+    h("span", { class: "decision-who", text: who }),
+    h("span", { class: "decision-outcome", text: outcome }),
+    h("span", { class: "decision-tool", text: entry.toolName }),
+    h("span", { class: "decision-source", text: `via ${entry.source}` }),
+    h("time", { class: "decision-time", datetime: when.toISOString(), text: when.toLocaleTimeString() }),
+  );
+}
+
+/** The chat's "Decisions" list (GET /api/chats/{id}/audit): who settled which call, how,
+ *  from where and when. The chat refreshes it each time it loads the chat again (a
+ *  reload, and the sync that follows every settle); it is hidden while there is none. */
+export class DecisionsList {
+  /** `api`: the API client; `doc`: the page's document. */
+  constructor(api, doc) {
+    this.api = api;
+    this.root = doc.getElementById("decisions");
+    this.list = doc.getElementById("decisions-list");
+    this.count = doc.getElementById("decisions-count");
+    this.generation = 0;
+    this.signature = "";
+  }
+
+  async refresh(chatId) {
+    const generation = ++this.generation;
+    let entries = [];
+    if (chatId) {
+      let result;
+      try {
+        result = await this.api.json(`/api/chats/${encodeURIComponent(chatId)}/audit?limit=50`);
+      } catch {
+        return; // the server is unreachable: the chat's own banner says so
+      }
+      if (result.ok && result.data && Array.isArray(result.data.entries)) entries = result.data.entries;
+    }
+    if (generation !== this.generation) return; // a later refresh answers instead
+    const signature = JSON.stringify(entries.map((e) => [e.id, e.byYou]));
+    if (signature === this.signature) return;
+    this.signature = signature;
+    this.root.hidden = entries.length === 0;
+    this.count.textContent = entries.length ? String(entries.length) : "";
+    this.list.replaceChildren(...entries.map(decisionItem));
   }
 }

@@ -1,0 +1,51 @@
+"""``GET /openapi.json``: an OpenAPI 3.1 description of every route the app serves.
+
+The routes' entries are in :mod:`parkway.transport._openapi_paths` (one
+:class:`~parkway.transport._openapi_build.Operation` per route and method); the document
+is built from them by :mod:`parkway.transport._openapi_build`. It depends on the
+settings only through which optional routes exist (an entry's ``when``: the demo OAuth
+provider, ``/metrics``), so it is built once per such variant, on its first request,
+and served as bytes: the route is public and cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from parkway.transport._openapi_build import build_document
+from parkway.transport._openapi_paths import OPERATIONS
+from parkway.transport.settings import Settings
+
+__all__ = ["openapi_document", "openapi_json"]
+
+_CACHE: dict[tuple[bool, ...], bytes] = {}
+_LOCK = threading.Lock()
+
+
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    """The document for an app built with ``settings``."""
+    return json.loads(_document_bytes(settings))  # type: ignore[no-any-return]
+
+
+def _document_bytes(settings: Settings) -> bytes:
+    variant = tuple(op.when(settings) for op in OPERATIONS if op.when is not None)
+    with _LOCK:
+        cached = _CACHE.get(variant)
+        if cached is None:
+            document = build_document(OPERATIONS, settings)
+            cached = _CACHE[variant] = json.dumps(document, separators=(",", ":")).encode()
+    return cached
+
+
+async def openapi_json(request: Request) -> Response:
+    """``GET /openapi.json``: public, and built once per variant of the settings."""
+    state = request.app.state
+    body: bytes | None = getattr(state, "openapi", None)
+    if body is None:
+        body = state.openapi = _document_bytes(state.settings)
+    return Response(body, media_type="application/json")
