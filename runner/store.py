@@ -406,17 +406,20 @@ class ChatStore:
 
     # -- the deadline sweep (runner/sweeper.py) ---------------------------------------
 
-    async def expired_deadlines(self, now_ms: int, limit: int) -> list[tuple[str, int]]:
+    async def expired_deadlines(self, now_ms: int, limit: int) -> tuple[list[tuple[str, int]], int]:
         """Up to ``limit`` deadline members due at or before ``now_ms``, earliest first,
-        each with its deadline (epoch ms).
+        each with its deadline (epoch ms); and how many calls wait in all (the index's
+        size: every pending call has a deadline).
 
-        One ``ZRANGEBYSCORE ... LIMIT``: O(log N + M) for N indexed and M returned, so
-        it costs the same with ten parked calls or a million when none has expired.
+        One round trip: ``ZRANGEBYSCORE ... LIMIT`` (O(log N + M) for N indexed and M
+        returned: the same with ten parked calls or a million when none has expired)
+        and ``ZCARD`` (O(1)).
         """
-        raw = await self.redis.zrangebyscore(
-            DEADLINES, "-inf", now_ms, start=0, num=limit, withscores=True
-        )
-        return [(_s(pair[0]), int(pair[1])) for pair in raw]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(DEADLINES, "-inf", now_ms, start=0, num=limit, withscores=True)
+        pipe.zcard(DEADLINES)
+        raw, waiting = await pipe.execute()
+        return [(_s(pair[0]), int(pair[1])) for pair in raw], int(waiting)
 
     async def settle_many(
         self,

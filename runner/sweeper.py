@@ -39,7 +39,7 @@ from parkway.runner.connection import is_redis_outage
 from parkway.runner.errors import CallerError
 from parkway.runner.keys import ChatKeys, chat_keys, parse_deadline_member
 from parkway.runner.loop import Runner
-from parkway.runner.telemetry import CALLS_SETTLED, REDIS_ERRORS, SWEEPER_LAG
+from parkway.runner.telemetry import CALLS_SETTLED, CALLS_WAITING, REDIS_ERRORS, SWEEPER_LAG
 
 __all__ = ["TIMEOUT_OUTCOME", "SweepReport", "Sweeper", "TimeoutHook"]
 
@@ -115,9 +115,10 @@ class Sweeper:
         that fails half-way leaves the rest for the next one.
         """
         now_ms = self._now_ms()
-        due = await self.store.expired_deadlines(now_ms, self.batch)
+        due, waiting = await self.store.expired_deadlines(now_ms, self.batch)
         # how late this sweep is for the call that expired first (0: none due)
         SWEEPER_LAG.set((now_ms - due[0][1]) / 1000 if due else 0.0)
+        CALLS_WAITING.set(waiting)
         if not due:
             return SweepReport()
         members = [member for member, _ in due]

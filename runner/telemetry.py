@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALLS_PARKED",
     "CALLS_SETTLED",
+    "CALLS_WAITING",
     "EVENT_LOG_WRITE",
     "MODEL_REQUESTS",
     "MODEL_TOKENS",
@@ -88,6 +89,12 @@ CALLS_SETTLED = Counter(
     "declined, cancelled, failed, timeout, ...) and source (browser, callback, sweeper, "
     "server). Counted once, by the worker whose settle won.",
     ["kind", "outcome", "source"],
+)
+CALLS_WAITING = Gauge(
+    "parkway_calls_waiting",
+    "Parked calls waiting for their outcome, on every worker of the Redis (the deadline "
+    "index's size, read by each sweep).",
+    multiprocess_mode="max",
 )
 PARK_SECONDS = Histogram(
     "parkway_park_seconds",

@@ -94,7 +94,7 @@ async def test_run_survives_redis_errors_and_failing_listeners(
     real = sweeper.store.expired_deadlines
     failures = [ConnectionError("Redis is restarting")] * 2
 
-    async def flaky(now_ms: int, limit: int) -> list[tuple[str, int]]:
+    async def flaky(now_ms: int, limit: int) -> tuple[list[tuple[str, int]], int]:
         if failures:
             raise failures.pop()
         return await real(now_ms, limit)
@@ -123,13 +123,13 @@ async def test_run_stops_on_cancel_even_when_a_redis_call_swallowed_it(redis: Re
     sweeper = Sweeper(make_runner(redis, [[text("unused")]], clock))
     entered = asyncio.Event()
 
-    async def swallowing(now_ms: int, limit: int) -> list[tuple[str, int]]:
+    async def swallowing(now_ms: int, limit: int) -> tuple[list[tuple[str, int]], int]:
         entered.set()
         # Dropping the cancel is what asyncio.wait_for does when its inner call has
         # just finished.
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(3600)
-        return []
+        return [], 0
 
     sweeper.store.expired_deadlines = swallowing  # type: ignore[method-assign]
     task = asyncio.create_task(sweeper.run(interval_s=3600))

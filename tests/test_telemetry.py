@@ -316,11 +316,14 @@ async def test_a_sweep_counts_its_timeouts_and_how_late_it_came(redis: Redis) ->
     before = REGISTRY.get_sample_value(*counted) or 0.0
     await Sweeper(runner).sweep_once()
     assert REGISTRY.get_sample_value("parkway_sweeper_lag_seconds") == 0.0  # nothing due yet
+    assert REGISTRY.get_sample_value("parkway_calls_waiting") == 1
     clock.at_ms(deadline_ms(pending) + 2500)
     report = await Sweeper(runner).sweep_once()
     assert report.settled == 1
     assert (REGISTRY.get_sample_value(*counted) or 0.0) - before == 1
     assert REGISTRY.get_sample_value("parkway_sweeper_lag_seconds") == 2.5
+    await Sweeper(runner).sweep_once()
+    assert REGISTRY.get_sample_value("parkway_calls_waiting") == 0
     await runner.aclose()
 
 
