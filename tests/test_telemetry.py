@@ -356,3 +356,34 @@ async def test_serve_exports_spans_and_serves_metrics_when_asked(
     assert '"name": "invoke_agent agent"' in logged
     assert '"name": "parkway.park"' in logged
     assert '"service.name": "parkway"' in logged
+
+
+async def test_two_processes_in_multiprocess_mode_are_scraped_as_one(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """prometheus-client's multi-process mode (``PROMETHEUS_MULTIPROC_DIR``), as a server
+    run as several processes uses it: a scrape of either process counts both."""
+    agent_file = tmp_path / "agent.json"
+    agent_file.write_text(json.dumps(agent_doc(TURNS, tools=TOOLS)))
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(shared), "PARKWAY_METRICS": "on"}
+    first = ParkwayProcess(redis_url, agent_file, env=env).start()
+    second = ParkwayProcess(redis_url, agent_file, env=env).start()
+    try:
+        for server, chat in ((first, "mp1"), (second, "mp2")):
+            api = await Api(server.base_url).login()
+            chunks = await api.say(chat, "publish it")
+            assert any(c["type"] == "tool-approval-request" for c in chunks)
+            await api.aclose()
+        parked = (
+            "parkway_calls_parked_total",
+            frozenset({("kind", "approval"), ("tool", "publish")}),
+        )
+        for server in (first, second):
+            metrics = scrape(f"{server.base_url}/metrics")
+            assert metrics[parked] == 2
+            assert metrics[("parkway_runs_in_progress", frozenset())] == 0
+    finally:
+        first.stop()
+        second.stop()
