@@ -106,7 +106,10 @@ class ConnectFlow:
 
     def _principal(self, request: Request) -> str | None:
         principal = request.app.state.authenticator.authenticate(request)
-        return None if principal is None else str(principal)
+        if principal is None:
+            return None
+        logcontext.bind(principal=str(principal))  # the request's log lines name it (hashed)
+        return str(principal)
 
     async def _call(self, chat_id: str, call_id: str, principal: str) -> ParkedCall | None:
         """The principal's parked call, or None: an invalid chat id, a chat that is not
