@@ -10,6 +10,7 @@ out when the template names its model in ``llm``. Which model a run uses: ``park
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from parkway.runner.llm.spec import ModelSpec, parse_model_spec
 from parkway.runner.model import Model
 from parkway.runner.template import AgentTemplate, load_template
 
-__all__ = ["AgentFile", "load_agent_file", "parse_agent_file"]
+__all__ = ["AgentFile", "load_agent_file", "make_importable", "parse_agent_file"]
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,9 @@ def load_agent_file(path: str | Path) -> AgentFile:
 
     Its folder goes first on ``sys.path`` (once), as a script's folder does for
     ``python script.py``: a function tool's ``ref`` imports a module kept next to the
-    agent file without setting ``PYTHONPATH``. A module there also shadows an installed
-    one of the same name, so that folder holds trusted code only.
+    agent file, or in the working directory, without setting ``PYTHONPATH``. A module
+    next to the agent file also shadows an installed one of the same name, so that
+    folder holds trusted code only.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -75,7 +77,17 @@ def load_agent_file(path: str | Path) -> AgentFile:
         document = json.loads(text)
     except ValueError as exc:
         raise TemplateError(f"agent file {str(path)!r} is not valid JSON: {exc}") from None
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    make_importable(Path(path).resolve().parent)
     return parse_agent_file(document)
+
+
+def make_importable(agent_folder: Path | None) -> None:
+    """Let a function tool's ``ref`` import the user's own modules: ``agent_folder``
+    first on ``sys.path`` (once), and the working directory (the project root, as
+    ``python -m`` and pytest have it) last, so a file there never shadows an installed
+    package. :func:`load_agent_file` calls it; replays call it for a cassette's copy."""
+    if agent_folder is not None and str(agent_folder) not in sys.path:
+        sys.path.insert(0, str(agent_folder))
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)

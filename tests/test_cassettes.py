@@ -19,13 +19,13 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from parkway.runner.keys import ChatKeys, owned_without_ttl
+from parkway.runner.keys import owned_without_ttl
 from parkway.transport.cassettes import (
     Cassette,
-    CassetteError,
     IdTable,
     ResponseRecord,
     ServerProcess,
+    agent_digest,
     compare_response,
     load_cassette,
     replay,
@@ -39,6 +39,11 @@ pytestmark = pytest.mark.slow
 EXAMPLES = ROOT / "docs" / "examples"
 AGENT = json.loads((EXAMPLES / "trip.agent.json").read_text())
 PARKED = {"type": "finish", "finishReason": "tool-calls"}
+# An exchange whose stream ends a turn: enough for a cassette to be worth replaying.
+FINISHED = {
+    "request": {"method": "POST", "path": "/api/chat", "json": {"id": "c", "messages": []}},
+    "response": {"status": 200, "chunks": [{"type": "start"}, {"type": "finish"}]},
+}
 
 
 def _recorder_script() -> ModuleType:
@@ -52,14 +57,16 @@ def _recorder_script() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def trip(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Cassette:
-    """The trip chat, recorded once per module against a real ``parkway serve``."""
+    """The trip chat, recorded once per module against a real ``parkway serve``; the
+    cassette names the agent file it was recorded with."""
     agent_file = tmp_path_factory.mktemp("trip") / "agent.json"
     agent_file.write_text(json.dumps(AGENT))
     client = SyncRedis.from_url(redis_url)
     client.flushdb()
     server = ParkwayProcess(redis_url, agent_file).start()
     try:
-        cassette: Cassette = asyncio.run(_recorder_script().record_trip(server.base_url, AGENT))
+        recording = _recorder_script().record_trip(server.base_url, agent_file)
+        cassette: Cassette = asyncio.run(recording)
     finally:
         server.stop()
     # The recording's keyspace, checked like the per-test fixture checks its own.
@@ -137,9 +144,17 @@ def test_a_recording_keeps_every_request_and_answer_in_order(
     assert chunks[0] is not None and chunks[0][0]["messageId"] in posted
     assert approval["approvalId"] in posted
 
-    path = tmp_path / "trip.json"
+    # Which agent and model produced it; saved, the agent file is named relative to it.
+    assert trip.model == "scripted" and trip.agent == AGENT
+    assert trip.agent_digest == agent_digest(AGENT)
+    path = tmp_path / "cassettes" / "trip.json"
+    path.parent.mkdir()
     save_cassette(trip, path)
-    assert load_cassette(path) == trip
+    loaded = load_cassette(path)
+    assert loaded.agent_file is not None and loaded.agent_file.startswith("../")
+    named = loaded.named_agent_file()
+    assert named is not None and named.resolve() == Path(str(trip.agent_file)).resolve()
+    assert loaded.model_dump(exclude={"agent_file"}) == trip.model_dump(exclude={"agent_file"})
     assert '          {"type":"start-step"},\n' in path.read_text()  # one chunk per line
 
 
@@ -157,7 +172,10 @@ def test_a_warm_replay_matches_with_the_new_server_ids_written_into_requests(
     recorded = trip.exchanges[5].request.path
     replayed = [r.chunks or [] for r in report.responses]
     new_id = next(c for c in replayed[2] if c["type"] == "tool-input-available")["toolCallId"]
-    assert report.requests[5].path == f"/api/chats/trip/calls/{new_id}" != recorded
+    # The chat ran under this run's own id (trip.rp…), mapped back before comparing.
+    chat = report.requests[3].path.split("/")[3]
+    assert chat.startswith("trip.rp") and report.requests[0].body["id"] == chat
+    assert report.requests[5].path == f"/api/chats/{chat}/calls/{new_id}" != recorded
     recorded_msg = (trip.exchanges[0].response.chunks or [])[0]["messageId"]
     new_msg = replayed[0][0]["messageId"]
     assert new_msg != recorded_msg
@@ -190,7 +208,7 @@ def test_a_cold_replay_kills_the_server_at_every_park_point_and_still_matches(
     server = _WatchedServer(
         agent_file, redis_url, secrets.token_urlsafe(48), log_file=tmp_path / "server.log"
     )
-    report = replay(trip, cold=True, server=server)
+    report = replay(trip, agent=agent_file, cold=True, server=server)
     assert report.matched, report.format()
     assert report.restarts_after == (0, 1, 2, 3)  # the parked turns, and the reload of one
     assert server.kill_codes == [-9] * 4
@@ -231,22 +249,13 @@ def test_parkway_replay_fails_the_test_with_the_readable_diff(
     output_chunk = _chunk_index(
         trip.exchanges[0].response.chunks or [], type="tool-output-available"
     )
-    assert message.startswith("replayed 7 exchanges (warm): 2 difference(s)")
+    first, summary = message.splitlines()[:2]
+    assert first.startswith(f"agent: {Path(str(trip.agent_file)).resolve()} (sha256:")
+    assert first.endswith(", the agent recorded")
+    assert summary == "replayed 7 exchanges (warm): 2 difference(s)"
     expected = f"exchange 0 (POST /api/chat): chunk {output_chunk} (tool-output-available call#1)"
     assert expected in message
     assert "  expected: 5\n  got:      4" in message
-
-
-def test_a_replay_refuses_a_redis_that_already_holds_the_cassettes_chat(
-    redis: Redis, redis_url: str, trip: Cassette
-) -> None:
-    """Replaying into a chat that exists would compare against someone else's state (or
-    be refused as another principal's chat); the replay says so before it starts."""
-    sync = SyncRedis.from_url(redis_url)
-    sync.set(ChatKeys("trip").meta, "taken", ex=60)
-    sync.close()
-    with pytest.raises(CassetteError, match="chat 'trip' already exists"):
-        replay(trip, redis_url=redis_url)
 
 
 def test_fresh_ids_deadlines_and_another_text_split_compare_equal() -> None:
@@ -296,6 +305,9 @@ def test_the_example_cassette_replays_cold_with_the_cli(redis: Redis, redis_url:
     server at each park point and exits 0 when everything matches."""
     result = _cli(str(EXAMPLES / "trip.cassette.json"), "--cold", "--redis-url", redis_url)
     assert result.returncode == 0, result.stdout + result.stderr
+    digest = agent_digest(AGENT)[:19]
+    agent = f"agent: {EXAMPLES / 'trip.agent.json'} ({digest}…), the agent recorded"
+    assert result.stdout.startswith(agent + "\n"), result.stdout
     assert "(cold: killed and restarted 4 times): every response matches" in result.stdout
 
 
@@ -313,44 +325,70 @@ def test_the_cli_exits_1_with_the_diff_when_a_response_differs(
     assert expected in result.stdout
 
 
+def test_the_cli_leaves_ignored_paths_out_and_refuses_a_malformed_one(
+    redis: Redis, redis_url: str, trip: Cassette, tmp_path: Path
+) -> None:
+    """``--ignore`` (repeatable): the tampered tool output and text stop counting once
+    their paths are ignored; a malformed path is a setup error (exit 2), no server run."""
+    path = tmp_path / "tampered.json"
+    save_cassette(_tampered(trip), path)
+    ignored = ("--ignore", "tool-output-available:output.temperature_c")
+    result = _cli(str(path), "--redis-url", redis_url, *ignored)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 difference(s)" in result.stdout  # the text is still compared
+    assert "ignoring: tool-output-available:output.temperature_c" in result.stdout
+    result = _cli(str(path), "--redis-url", redis_url, *ignored, "--ignore", "text-delta:delta")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = _cli(str(path), "--redis-url", redis_url, "--ignore", "a..b")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "ignore path" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def _v1(agent: Any, exchanges: list[Any]) -> str:
+    return json.dumps({"version": 1, "agent": agent, "exchanges": exchanges})
+
+
 @pytest.mark.parametrize(
-    ("content", "message"),
+    ("content", "args", "message"),
     [
-        (None, "cannot read cassette"),
-        ("{not json", "is not valid JSON"),
-        (json.dumps({"version": 2, "agent": AGENT, "exchanges": []}), "version 2 is not supported"),
+        (None, (), "cannot read cassette"),
+        ("{not json", (), "is not valid JSON"),
+        (
+            json.dumps({"version": 3, "agent": AGENT, "exchanges": []}),
+            (),
+            "version 3 is not supported",
+        ),
         (
             json.dumps({"version": 1, "agent": AGENT, "exchanges": [], "extra": 1}),
+            (),
             "extra: Extra inputs",
         ),
         (
-            json.dumps(
+            _v1(
                 {
-                    "version": 1,
-                    "agent": {
-                        "template": {
-                            "tools": [{"type": "function", "name": "f", "ref": "no.such:fn"}]
-                        },
-                        "model": {"scripted": {"turns": []}},
-                    },
-                    "exchanges": [],
-                }
+                    "template": {"tools": [{"type": "function", "name": "f", "ref": "no.such:fn"}]},
+                    "model": {"scripted": {"turns": []}},
+                },
+                [FINISHED],
             ),
-            "the cassette's agent does not load",
+            ("--cassette-agent",),
+            "the cassette's agent does not load: ",
         ),
+        (_v1(AGENT, [FINISHED]), (), "the cassette names no agent file"),
     ],
-    ids=["missing", "not-json", "version-2", "unknown-key", "bad-agent"],
+    ids=["missing", "not-json", "version-3", "unknown-key", "bad-agent", "v1-names-no-file"],
 )
 def test_the_cli_exits_2_for_a_cassette_it_cannot_replay(
-    tmp_path: Path, content: str | None, message: str
+    tmp_path: Path, content: str | None, args: tuple[str, ...], message: str
 ) -> None:
     """A broken file is not a failed replay: exit 2 and say why, before any server runs."""
     path = tmp_path / "cassette.json"
     if content is not None:
         path.write_text(content)
-    result = _cli(str(path))
+    result = _cli(str(path), *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stdout == ""
 
 
@@ -366,3 +404,4 @@ def test_the_fixtures_come_with_the_installed_package(
     assert pytestconfig.pluginmanager.has_plugin("parkway")
     cassette = parkway_cassette("../docs/examples/trip.cassette.json")
     assert cassette.agent == AGENT and len(cassette.exchanges) == 7
+    assert cassette.named_agent_file() == EXAMPLES / "trip.agent.json"

@@ -3,19 +3,20 @@
 
 Two things make a faithful replay differ byte for byte from its recording: ids the
 server generates (``msg_…``, ``call_…``, ``apr_…``) and deadlines (wall-clock times).
-:class:`IdTable` learns the generated ids of one side of a replay in order of first
-appearance and names them ``msg#1``, ``call#1``, … so both sides can be compared; the
-same labels map a recorded id to the id the replaying server generated in its place.
+Both sides are normalised first (:class:`IdTable`, in ``_cassette_ids``); what still
+differs is a :class:`Difference`, tagged with what a report needs to find its cause:
+its kind, the chunk type, and the call it concerns.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from parkway.transport._cassette_ids import GENERATED_PREFIXES, IdTable, translate
 
 __all__ = [
     "ABSENT",
@@ -29,12 +30,6 @@ __all__ = [
     "translate",
 ]
 
-# Generated-id prefixes, and the keys under which the server names such ids. A value
-# under one of these keys that starts with one of the prefixes is a generated id.
-GENERATED_PREFIXES = ("msg_", "call_", "apr_")
-_ID_KEYS = frozenset({"messageId", "toolCallId", "approvalId", "id"})
-# Run failures and 500s name a random log reference; it carries no meaning in a diff.
-_REFERENCE = re.compile(r"\(reference [0-9a-f]+\)")
 # Streamed deltas that are compared as the concatenated text of their part:
 # chunk type -> (the key naming the part, the key holding the delta).
 _DELTAS = {
@@ -44,100 +39,6 @@ _DELTAS = {
 }
 
 
-def _walk(value: Any, key: str | None = None) -> Iterator[tuple[str | None, Any]]:
-    """Every (key, value) pair of a JSON value, depth first in document order."""
-    yield key, value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _walk(v, k)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _walk(item, key)
-
-
-def _map_strings(value: Any, fn: Callable[[str, str | None], Any], key: str | None = None) -> Any:
-    if isinstance(value, str):
-        return fn(value, key)
-    if isinstance(value, dict):
-        return {k: _map_strings(v, fn, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_map_strings(v, fn, key) for v in value]
-    return value
-
-
-class IdTable:
-    """The generated ids one side of a replay has seen, labelled in order of first
-    appearance per kind (``msg#1``, ``call#1``, ``call#2``, ``apr#1``)."""
-
-    def __init__(self) -> None:
-        self._labels: dict[str, str] = {}
-        self._ids: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
-        self._pattern: re.Pattern[str] | None = None
-
-    def learn(self, value: Any) -> None:
-        """Label every generated id that ``value`` (JSON) names and that is new."""
-        for key, item in _walk(value):
-            if key in _ID_KEYS and isinstance(item, str) and item.startswith(GENERATED_PREFIXES):
-                if item in self._labels:
-                    continue
-                kind = item.split("_", 1)[0]
-                self._counts[kind] = self._counts.get(kind, 0) + 1
-                label = f"{kind}#{self._counts[kind]}"
-                self._labels[item] = label
-                self._ids[label] = item
-                self._pattern = None
-
-    def label(self, generated_id: str) -> str | None:
-        return self._labels.get(generated_id)
-
-    def id_for(self, label: str) -> str | None:
-        return self._ids.get(label)
-
-    def substitute(self, text: str, replace: Callable[[str], str]) -> str:
-        """``text`` with every known id in it replaced by ``replace(id)``."""
-        if not self._labels:
-            return text
-        if self._pattern is None:
-            ids = sorted(self._labels, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(i) for i in ids))
-        return self._pattern.sub(lambda m: replace(m.group(0)), text)
-
-    def normalise(self, value: Any) -> Any:
-        """``value`` with known ids replaced by their labels, deadlines by
-        ``"<deadline>"`` and log references by ``"(reference <ref>)"``."""
-
-        def fix(text: str, key: str | None) -> str:
-            text = self.substitute(text, lambda i: self._labels[i])
-            return _REFERENCE.sub("(reference <ref>)", text)
-
-        def deadlines(item: Any) -> Any:
-            if isinstance(item, dict):
-                return {
-                    k: "<deadline>"
-                    if k == "deadline" and isinstance(v, int | float) and not isinstance(v, bool)
-                    else deadlines(v)
-                    for k, v in item.items()
-                }
-            if isinstance(item, list):
-                return [deadlines(v) for v in item]
-            return item
-
-        return deadlines(_map_strings(value, fix))
-
-
-def translate(value: Any, source: IdTable, target: IdTable) -> Any:
-    """``value`` with each id ``source`` knows replaced by the id ``target`` has under
-    the same label; ids ``target`` has no counterpart for stay as they are."""
-
-    def swap(found: str) -> str:
-        label = source.label(found)
-        new = target.id_for(label) if label is not None else None
-        return new if new is not None else found
-
-    return _map_strings(value, lambda text, _key: source.substitute(text, swap))
-
-
 @dataclass(frozen=True)
 class Difference:
     """One way a replayed exchange differs from its recording.
@@ -145,6 +46,12 @@ class Difference:
     ``chunk`` is the index of the recorded chunk (``got_chunk`` of the replayed one) for
     stream responses; ``path`` locates the differing value inside a chunk or a JSON body.
     Values are shown normalised (generated ids as labels, deadlines masked).
+
+    For finding causes: ``kind`` is ``"status"``, ``"body"`` (another kind of body),
+    ``"value"``, ``"missing"`` / ``"unexpected"`` (a chunk), ``"moved"`` (a chunk that
+    came in another order) or ``"no answer"``; ``chunk_type`` the stream chunk's type;
+    ``call`` the label of the tool call the chunk or JSON object is about (``call#2``),
+    ``tool`` its tool name; ``request_calls`` the calls the request's path names.
     """
 
     exchange: int
@@ -155,6 +62,11 @@ class Difference:
     chunk: int | None = None
     got_chunk: int | None = None
     path: str = ""
+    kind: str = "value"
+    chunk_type: str | None = None
+    call: str | None = None
+    tool: str | None = None
+    request_calls: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         where = f"exchange {self.exchange} ({self.request}): {self.what}"
@@ -200,27 +112,48 @@ def _show(value: Any) -> str:
     return text if len(text) <= 600 else text[:600] + "…"
 
 
-def _leaf_diffs(expected: Any, got: Any, path: str) -> list[tuple[str, Any, Any]]:
+def _call_of(item: Any) -> str | None:
+    """The (normalised) call a JSON object is about: its ``toolCallId``, a widget's
+    ``data.toolCallId``, or an ``id`` that is a call label."""
+    if not isinstance(item, dict):
+        return None
+    data = item.get("data")
+    for found in (
+        item.get("toolCallId"),
+        data.get("toolCallId") if isinstance(data, dict) else None,
+        item.get("id"),
+    ):
+        if isinstance(found, str) and found.startswith("call#"):
+            return found
+    return None
+
+
+def _leaf_diffs(
+    expected: Any, got: Any, path: str, call: str | None = None
+) -> Iterator[tuple[str, Any, Any, str | None]]:
+    """(path, expected, got, call) for each differing leaf; ``call`` is the nearest
+    enclosing object's call."""
     if isinstance(expected, dict) and isinstance(got, dict):
-        found = []
+        call = _call_of(expected) or _call_of(got) or call
         for key in [*expected, *(k for k in got if k not in expected)]:
-            found += _leaf_diffs(expected.get(key, ABSENT), got.get(key, ABSENT), f"{path}.{key}")
-        return found
+            yield from _leaf_diffs(
+                expected.get(key, ABSENT), got.get(key, ABSENT), f"{path}.{key}", call
+            )
+        return
     if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
-        found = []
         for index, (e, g) in enumerate(zip(expected, got, strict=True)):
-            found += _leaf_diffs(e, g, f"{path}[{index}]")
-        return found
+            yield from _leaf_diffs(e, g, f"{path}[{index}]", call)
+        return
     if expected == got and type(expected) is type(got):
-        return []
-    return [(path or "$", expected, got)]
+        return
+    yield path or "$", expected, got, call
 
 
 def diff_json(exchange: int, request: str, expected: Any, got: Any) -> list[Difference]:
     """The differing leaves of two (normalised) JSON bodies, by JSON path."""
     return [
-        Difference(exchange, request, "JSON body", e, g, path=path)
-        for path, e, g in _leaf_diffs(expected, got, "$")
+        Difference(exchange, request, "JSON body", e, g, path=path, call=call)
+        for path, e, g, call in _leaf_diffs(expected, got, "$")
     ]
 
 
@@ -248,8 +181,12 @@ def merge_deltas(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]
 
 def _label(chunk: dict[str, Any]) -> str:
     kind = str(chunk.get("type", "?"))
-    part = chunk.get("id", chunk.get("toolCallId"))
+    part = chunk.get("id", chunk.get("toolCallId", _call_of(chunk)))
     return f"{kind} {part}" if isinstance(part, str) else kind
+
+
+def _part(chunk: dict[str, Any]) -> tuple[str, Any]:
+    return str(chunk.get("type")), chunk.get("id", chunk.get("toolCallId", _call_of(chunk)))
 
 
 def diff_chunks(
@@ -259,27 +196,95 @@ def diff_chunks(
     got: list[tuple[int, dict[str, Any]]],
 ) -> list[Difference]:
     """The differences between two (normalised, merged) chunk lists, aligned so that one
-    missing or extra chunk is reported as such rather than shifting every later one."""
+    missing or extra chunk is reported as such rather than shifting every later one.
+
+    A chunk that is on both sides but out of line (two calls made in the other order)
+    is one ``moved`` difference; chunks that stand in each other's place (the same type
+    and part) are compared field by field; the rest are missing or unexpected."""
     keys_e = [json.dumps(c, sort_keys=True) for _, c in expected]
     keys_g = [json.dumps(c, sort_keys=True) for _, c in got]
     matcher = difflib.SequenceMatcher(None, keys_e, keys_g, autojunk=False)
-    found: list[Difference] = []
-    for op, e0, e1, g0, g1 in matcher.get_opcodes():
-        if op == "equal":
-            continue
-        pairs = min(e1 - e0, g1 - g0)
-        for offset in range(pairs):
-            (ei, ec), (gi, gc) = expected[e0 + offset], got[g0 + offset]
-            what = f"chunk {ei} ({_label(ec)})"
-            if gi != ei:
-                what += f", replayed as chunk {gi}"
-            leaves = _leaf_diffs(ec, gc, "")
-            for path, e, g in leaves or [("", ec, gc)]:
-                found.append(Difference(exchange, request, what, e, g, ei, gi, path.lstrip(".")))
-        for ei, ec in expected[e0 + pairs : e1]:
-            what = f"chunk {ei} ({_label(ec)}) is missing"
-            found.append(Difference(exchange, request, what, ec, ABSENT, chunk=ei))
-        for gi, gc in got[g0 + pairs : g1]:
-            what = f"unexpected chunk ({_label(gc)}) replayed as chunk {gi}"
-            found.append(Difference(exchange, request, what, ABSENT, gc, got_chunk=gi))
-    return found
+    blocks = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    # Moves: equal chunks of a part (a text, a call) left unaligned on both sides, first
+    # in, first out. Step and finish chunks have no part: they are never "moved".
+    spare: dict[str, list[int]] = {}
+    for _, _e0, _e1, g0, g1 in blocks:
+        for gi in range(g0, g1):
+            if _part(got[gi][1])[1] is not None:
+                spare.setdefault(keys_g[gi], []).append(gi)
+    moved: dict[int, int] = {}
+    for _, e0, e1, _g0, _g1 in blocks:
+        for ei in range(e0, e1):
+            if spare.get(keys_e[ei]):
+                moved[ei] = spare[keys_e[ei]].pop(0)
+    # Stand-ins, compared field by field: the same part (a text id, a call) anywhere,
+    # then the same type within one unaligned stretch.
+    paired = dict(moved)
+    block_e = {i: n for n, op in enumerate(blocks) for i in range(op[1], op[2])}
+    block_g = {i: n for n, op in enumerate(blocks) for i in range(op[3], op[4])}
+    for same, local in ((_part, False), (lambda c: c.get("type"), True)):
+        for ei in sorted(block_e):
+            if ei in paired or (not local and _part(expected[ei][1])[1] is None):
+                continue
+            free = set(block_g) - set(paired.values())
+            match = next(
+                (
+                    g
+                    for g in sorted(free)
+                    if same(got[g][1]) == same(expected[ei][1])
+                    and (not local or block_g[g] == block_e[ei])
+                ),
+                None,
+            )
+            if match is not None:
+                paired[ei] = match
+    found: list[tuple[tuple[int, int], Difference]] = []
+
+    def add(
+        at: tuple[int, int], what: str, e: Any, g: Any, source: dict[str, Any], **fields: Any
+    ) -> None:
+        call = fields.pop("call", None) or _call_of(source)
+        kind = str(source.get("type", "?"))
+        found.append(
+            (at, Difference(exchange, request, what, e, g, chunk_type=kind, call=call, **fields))
+        )
+
+    for ei in sorted(block_e):
+        (rec, ec), at = expected[ei], (block_e[ei], ei)
+        if ei in moved:
+            rep = got[moved[ei]][0]
+            what = f"chunk {rec} ({_label(ec)}) came in another order"
+            add(
+                at,
+                what,
+                Note(f"chunk {rec}"),
+                Note(f"chunk {rep}"),
+                ec,
+                chunk=rec,
+                got_chunk=rep,
+                kind="moved",
+            )
+        elif ei in paired:
+            rep, gc = got[paired[ei]]
+            what = f"chunk {rec} ({_label(ec)})" + (
+                f", replayed as chunk {rep}" if rep != rec else ""
+            )
+            for path, e, g, call in list(_leaf_diffs(ec, gc, "")) or [("", ec, gc, None)]:
+                add(at, what, e, g, ec, chunk=rec, got_chunk=rep, path=path.lstrip("."), call=call)
+        else:
+            add(
+                at,
+                f"chunk {rec} ({_label(ec)}) is missing",
+                ec,
+                ABSENT,
+                ec,
+                chunk=rec,
+                kind="missing",
+            )
+    taken = set(paired.values())
+    for gi in sorted(set(block_g) - taken):
+        rep, gc = got[gi]
+        what = f"unexpected chunk ({_label(gc)}) replayed as chunk {rep}"
+        add((block_g[gi], gi), what, ABSENT, gc, gc, got_chunk=rep, kind="unexpected")
+    # In stream order: by unaligned stretch, then position.
+    return [d for _, d in sorted(found, key=lambda item: item[0])]

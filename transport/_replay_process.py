@@ -3,7 +3,9 @@ as a child process that can be killed and started again on the same Redis, and a
 minimal HTTP client that reads whole responses.
 
 The replay talks HTTP with the standard library so ``parkway replay`` needs nothing
-beyond Parkway's own dependencies.
+beyond Parkway's own dependencies. Whatever ends a replay (a difference, an error, a
+signal turned into an exception by ``parkway replay``), the server process and the
+private Redis are stopped and the temporary folder removed.
 """
 
 from __future__ import annotations
@@ -19,23 +21,31 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from parkway.runner.embedded import EmbeddedRedis
 from parkway.runner.errors import ParkwayError
-from parkway.runner.keys import ChatKeys
 
-__all__ = ["CassetteError", "ReplayServer", "ServerProcess", "http_request", "scratch_server"]
+__all__ = [
+    "CassetteError",
+    "ReplayServer",
+    "ServerProcess",
+    "check_redis",
+    "http_request",
+    "scratch_server",
+]
 
 
 class CassetteError(ValueError):
     """A cassette that cannot be read or replayed (a bad file, an agent that does not
-    load, a Redis that already holds its chats); the message says which and why."""
+    load, a Redis that does not answer, nothing to compare); the message says which and
+    why, in one line."""
 
 
 class ReplayServer(Protocol):
@@ -72,6 +82,7 @@ class ServerProcess:
         *,
         log_file: Path,
         env: Mapping[str, str] | None = None,
+        import_paths: Sequence[Path] = (),
         startup_timeout_s: float = 30.0,
     ) -> None:
         self.agent_file = agent_file
@@ -79,15 +90,19 @@ class ServerProcess:
         self.secret_key = secret_key
         self.log_file = log_file
         self.env = dict(env or {})
+        self.import_paths = [str(p) for p in import_paths]
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def _environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-        # The child imports the same Parkway code as this process.
+        # The child imports the same Parkway code as this process, and the user's own
+        # tool modules: from the agent's folder and the project root (the working
+        # directory, which the child shares), as `parkway serve` finds them.
         root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        paths = [root, *self.import_paths, os.getcwd(), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         env["PARKWAY_SECRET_KEY"] = self.secret_key
         env.update(self.env)
         return env
@@ -148,56 +163,72 @@ class ServerProcess:
                 self.kill()
 
 
-def _check_chats_are_new(redis_url: str, chats: list[str]) -> None:
-    client = Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+
+def check_redis(redis_url: str) -> None:
+    """Fail with one line unless ``redis_url`` is a Redis that answers."""
     try:
-        taken = [chat for chat in chats if client.exists(ChatKeys(chat).meta)]
-    except OSError as exc:
-        raise CassetteError(f"cannot reach Redis for the replay: {exc}") from None
-    except Exception as exc:  # redis-py's own errors (connection, auth)
-        raise CassetteError(f"cannot use Redis for the replay: {exc}") from None
+        client = Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
+    except ValueError as exc:  # redis-py's word on a malformed URL
+        raise CassetteError(
+            f"--redis-url {_redacted(redis_url)!r} is not a Redis URL: {exc}"
+        ) from None
+    try:
+        client.ping()
+    except (OSError, RedisError) as exc:
+        raise CassetteError(f"cannot reach Redis at {_redacted(redis_url)}: {exc}") from None
     finally:
         client.close()
-    if taken:
-        raise CassetteError(
-            f"chat {taken[0]!r} already exists in this Redis; a replay needs a database "
-            "where the cassette's chats are new (use a scratch database)"
-        )
 
 
 @contextlib.contextmanager
 def scratch_server(
-    agent: Mapping[str, Any], chats: list[str], redis_url: str | None, env: Mapping[str, str] | None
+    agent_file: Path | None,
+    agent: Mapping[str, Any],
+    redis_url: str | None,
+    env: Mapping[str, str] | None,
+    import_paths: Sequence[Path] = (),
 ) -> Iterator[ServerProcess]:
-    """A server for the cassette's agent in a temporary folder, on an embedded Redis
-    there (started here, so killing the server leaves Redis to the replay) or on
-    ``redis_url``."""
+    """A server for the agent in a temporary folder, on an embedded Redis there
+    (started here, so killing the server leaves Redis to the replay) or on
+    ``redis_url``. It serves ``agent_file``, or a copy of ``agent`` written to the
+    folder when there is no file."""
+    if redis_url is not None:
+        check_redis(redis_url)
     with tempfile.TemporaryDirectory(prefix="pw-replay-") as tmp:
         folder = Path(tmp)
-        agent_file = folder / "agent.json"
-        agent_file.write_text(json.dumps(agent), encoding="utf-8")
-        embedded = None
-        if redis_url is None:
-            embedded = EmbeddedRedis(folder / "redis")
-            try:
-                redis_url = embedded.start()
-            except ParkwayError as exc:
-                raise CassetteError(f"cannot start Redis for the replay: {exc}") from None
-        else:
-            _check_chats_are_new(redis_url, chats)
-        server = ServerProcess(
-            agent_file,
-            redis_url,
-            secrets.token_urlsafe(48),
-            log_file=folder / "server.log",
-            env=env,
-        )
+        if agent_file is None:
+            agent_file = folder / "agent.json"
+            agent_file.write_text(json.dumps(agent), encoding="utf-8")
+        embedded = EmbeddedRedis(folder / "redis") if redis_url is None else None
+        server: ServerProcess | None = None
         try:
+            if embedded is not None:
+                try:
+                    redis_url = embedded.start()
+                except ParkwayError as exc:
+                    raise CassetteError(f"cannot start Redis for the replay: {exc}") from None
+            assert redis_url is not None
+            server = ServerProcess(
+                agent_file,
+                redis_url,
+                secrets.token_urlsafe(48),
+                log_file=folder / "server.log",
+                env=env,
+                import_paths=import_paths,
+            )
             yield server
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
             if embedded is not None:
-                embedded.stop()
+                embedded.stop(force=True)  # private to this replay: nobody else uses it
 
 
 def http_request(

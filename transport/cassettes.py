@@ -1,39 +1,39 @@
 """Cassettes: a chat recorded once, replayed against a fresh server, cold or warm.
 
-A cassette is a JSON file (format version 1)::
+A cassette is a JSON file (format version 2; version 1 is read and migrated)::
 
     {
-      "version": 1,
+      "version": 2,
       "description": "optional free text",
-      "agent": { …an agent file: {"template": …, "model": {"scripted": …}} … },
+      "agent_file": "../agents/trip.agent.json",
+      "agent_digest": "sha256:…",
+      "model": "scripted",
+      "agent": { …optional copy of the agent file… },
       "exchanges": [
         {"request":  {"method": "POST", "path": "/api/chat", "json": { …body… }},
          "response": {"status": 200, "chunks": [ {"type": "start", …}, … ]}},
-        {"request":  {"method": "POST", "path": "/api/chats/c1/calls/call_x",
-                      "json": {"outcome": "declined"}},
-         "response": {"status": 200, "json": { …body… }}},
         {"request":  {"method": "GET", "path": "/api/chat/c1/stream", "json": null},
          "response": {"status": 204}}
       ]
     }
 
-- ``agent`` is the agent file the server ran (``parkway serve --agent``); a replay
-  serves exactly this agent.
+- ``agent_file`` (relative to the cassette), ``agent_digest`` and ``model`` say which
+  agent produced the cassette. A replay serves the current agent file (the one named,
+  or another given), so an edit to the agent is what the replay tests; the copy in
+  ``agent`` only when asked. The report says whether the agent served differs from the
+  one recorded.
 - ``exchanges`` are the client's requests in the order they were sent, each with the
-  answer it got. ``request.json`` is the JSON body, ``null`` when there was none; the
-  path includes the query string. Session requests and headers are not recorded: a
-  replay opens its own session.
-- ``response`` holds ``status`` and at most one body: ``chunks``, the JSON chunks of an
-  SSE stream (without ``[DONE]``); ``json``, a JSON body; ``text``, any other body.
+  answer it got (``chunks`` of a stream, ``json``, ``text``, or no body).
 
 Replaying (:func:`replay`) sends the recorded requests in order to a server started for
-the replay and compares each answer with the recording. The server generates message,
-tool-call and approval ids (``msg_…``, ``call_…``, ``apr_…``), so a replay learns which
-new id stands for which recorded one (in order of first appearance) and writes the new
-ids into later request paths and bodies; chat ids and user message ids are the
-client's and are sent as recorded. ``cold=True`` kills the server with SIGKILL after
-every response that parks a turn and starts a new process on the same Redis before the
-next request: the proof that a parked run resumes from Redis alone.
+the replay and compares each answer with the recording. Generated ids (``msg_…``,
+``call_…``, ``apr_…``) are learnt from the answers and written into later requests;
+chat ids get a per-run suffix (so parallel replays on one Redis never meet) that is
+mapped back before comparing. ``cold=True`` kills the server with SIGKILL after every
+response that parks a turn and starts a new process on the same Redis before the next
+request: the proof that a parked run resumes from Redis alone. A cassette that cannot
+prove anything (no exchanges, no turn that ends, a cold replay with no park point) is
+an error, not a pass.
 
 Recording: attach a :class:`Recorder` to the ``httpx`` client that talks to the server.
 See docs/cassettes.md.
@@ -41,23 +41,16 @@ See docs/cassettes.md.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import http.client
-import inspect
 import json
 import re
-import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from parkway.runner.agentfile import parse_agent_file
-from parkway.runner.errors import ParkwayError
-from parkway.runner.keys import CHAT_ID
-from parkway.runner.validation import describe_first_error
+from parkway.transport._cassette_agent import ReplayAgent, replay_agent
 from parkway.transport._cassette_diff import (
     Difference,
     IdTable,
@@ -67,6 +60,28 @@ from parkway.transport._cassette_diff import (
     merge_deltas,
     translate,
 )
+from parkway.transport._cassette_format import (
+    FORMAT_VERSION,
+    Cassette,
+    Exchange,
+    RequestRecord,
+    ResponseRecord,
+    agent_digest,
+    cassette_json,
+    load_cassette,
+    parse_cassette,
+    save_cassette,
+)
+from parkway.transport._cassette_format import response_record as _response_record
+from parkway.transport._cassette_ignore import IgnoreFilter, ignore_filter
+from parkway.transport._cassette_namespace import ChatNamespace
+from parkway.transport._cassette_recorder import Recorder
+from parkway.transport._cassette_report import (
+    Finding,
+    analyse,
+    exchange_ranges,
+    restart_mark,
+)
 from parkway.transport._replay_process import (
     CassetteError,
     ReplayServer,
@@ -74,10 +89,6 @@ from parkway.transport._replay_process import (
     http_request,
     scratch_server,
 )
-from parkway.transport.sse import sse_chunks
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = [
     "FORMAT_VERSION",
@@ -87,251 +98,22 @@ __all__ = [
     "Exchange",
     "IdTable",
     "Recorder",
+    "ReplayAgent",
     "ReplayReport",
     "ReplayServer",
     "RequestRecord",
     "ResponseRecord",
     "ServerProcess",
+    "agent_digest",
     "cassette_json",
+    "check_replayable",
     "compare_response",
     "load_cassette",
     "parse_cassette",
     "replay",
+    "replay_agent",
     "save_cassette",
 ]
-
-FORMAT_VERSION: Literal[1] = 1
-# Requests a recorder leaves out: a replay opens its own session, and health checks
-# say nothing about the chat.
-_UNRECORDED = frozenset({"/api/sessions", "/healthz"})
-_CHAT_PATH = re.compile(r"^/api/chats?/([^/?]+)")
-
-
-# -- the format -----------------------------------------------------------------------
-
-
-class RequestRecord(BaseModel):
-    """A request as the client sent it: method, path (with query) and JSON body."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
-    path: str = Field(pattern=r"^/")
-    body: Any = Field(default=None, alias="json")
-
-    def line(self) -> str:
-        return f"{self.method} {self.path}"
-
-
-class ResponseRecord(BaseModel):
-    """An answer: its status and at most one body (SSE chunks, JSON, or text)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    status: int = Field(ge=100, le=599)
-    chunks: list[dict[str, Any]] | None = None
-    body: Any = Field(default=None, alias="json")
-    text: str | None = None
-
-    @model_validator(mode="after")
-    def _one_body(self) -> ResponseRecord:
-        given = [self.chunks is not None, self.body is not None, self.text is not None]
-        if sum(given) > 1:
-            raise ValueError("a response has at most one of 'chunks', 'json' and 'text'")
-        return self
-
-    def parks(self) -> bool:
-        """True when this is a stream that ended a turn by parking it."""
-        if not self.chunks:
-            return False
-        return self.chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
-
-    def document(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status}
-        if self.chunks is not None:
-            out["chunks"] = self.chunks
-        elif self.body is not None:
-            out["json"] = self.body
-        elif self.text is not None:
-            out["text"] = self.text
-        return out
-
-
-class Exchange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    request: RequestRecord
-    response: ResponseRecord
-
-
-class Cassette(BaseModel):
-    """A recorded chat: the agent it ran and the exchanges, in order."""
-
-    model_config = ConfigDict(extra="forbid")
-    version: Literal[1] = FORMAT_VERSION
-    description: str | None = None
-    agent: dict[str, Any]
-    exchanges: list[Exchange] = Field(default_factory=list)
-
-    def chat_ids(self) -> list[str]:
-        """The chats the exchanges touch, in order of first use."""
-        found: list[str] = []
-        for exchange in self.exchanges:
-            body = exchange.request.body
-            match = _CHAT_PATH.match(exchange.request.path)
-            candidates = [match.group(1) if match else None]
-            if exchange.request.path == "/api/chat" and isinstance(body, dict):
-                candidates.append(body.get("id"))
-            for chat in candidates:
-                if isinstance(chat, str) and CHAT_ID.match(chat) and chat not in found:
-                    found.append(chat)
-        return found
-
-
-def parse_cassette(document: Any) -> Cassette:
-    """Validate a cassette document; raise :class:`CassetteError` naming the problem."""
-    if not isinstance(document, dict):
-        raise CassetteError("a cassette is a JSON object with 'version', 'agent', 'exchanges'")
-    version = document.get("version")
-    if version != FORMAT_VERSION:
-        raise CassetteError(
-            f"cassette format version {version!r} is not supported "
-            f"(this Parkway reads version {FORMAT_VERSION})"
-        )
-    try:
-        return Cassette.model_validate(document)
-    except ValidationError as exc:
-        raise CassetteError(describe_first_error(exc, root="cassette")) from None
-
-
-def load_cassette(path: str | Path) -> Cassette:
-    """Read and validate a cassette file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CassetteError(f"cannot read cassette {str(path)!r}: {exc.strerror}") from None
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise CassetteError(f"cassette {str(path)!r} is not valid JSON: {exc}") from None
-    try:
-        return parse_cassette(document)
-    except CassetteError as exc:
-        raise CassetteError(f"cassette {str(path)!r}: {exc}") from None
-
-
-def cassette_json(cassette: Cassette) -> str:
-    """The cassette as JSON text: indented, one stream chunk per line."""
-    marker = f"@@chunk-{secrets.token_hex(6)}-"
-    compact: dict[str, str] = {}
-
-    def mark(chunk: dict[str, Any]) -> str:
-        name = f"{marker}{len(compact)}@@"
-        compact[name] = json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
-        return name
-
-    exchanges = []
-    for exchange in cassette.exchanges:
-        response = exchange.response.document()
-        if "chunks" in response:
-            response["chunks"] = [mark(c) for c in response["chunks"]]
-        request = {
-            "method": exchange.request.method,
-            "path": exchange.request.path,
-            "json": exchange.request.body,
-        }
-        exchanges.append({"request": request, "response": response})
-    document: dict[str, Any] = {"version": cassette.version}
-    if cassette.description is not None:
-        document["description"] = cassette.description
-    document.update(agent=cassette.agent, exchanges=exchanges)
-    text = json.dumps(document, ensure_ascii=False, indent=2)
-    text = re.sub(f'"({re.escape(marker)}[0-9]+@@)"', lambda m: compact[m.group(1)], text)
-    return text + "\n"
-
-
-def save_cassette(cassette: Cassette, path: str | Path) -> None:
-    Path(path).write_text(cassette_json(cassette), encoding="utf-8")
-
-
-def _response_record(status: int, content_type: str, raw: bytes) -> ResponseRecord:
-    kind = content_type.split(";", 1)[0].strip().lower()
-    text = raw.decode("utf-8", errors="replace")
-    if kind == "text/event-stream":
-        with contextlib.suppress(ValueError):  # a malformed stream is kept as text
-            return ResponseRecord(status=status, chunks=sse_chunks(text))
-    if not raw:
-        return ResponseRecord(status=status)
-    if kind == "application/json" or kind.endswith("+json"):
-        with contextlib.suppress(ValueError):
-            return ResponseRecord.model_validate({"status": status, "json": json.loads(text)})
-    return ResponseRecord(status=status, text=text)
-
-
-# -- recording ------------------------------------------------------------------------
-
-
-class Recorder:
-    """Records what an ``httpx`` client exchanges with a Parkway server.
-
-    ``attach(client)`` adds a response hook to an ``httpx.AsyncClient`` (or
-    ``httpx.Client``); from then on every request the client sends is recorded with its
-    answer, except ``/api/sessions`` and ``/healthz``. The hook reads each response body
-    in full before the caller sees it, so streams arrive all at once. Record one
-    request at a time: exchanges are kept in the order their answers completed.
-    """
-
-    def __init__(self, agent: Mapping[str, Any], *, description: str | None = None) -> None:
-        self.agent = dict(agent)
-        self.description = description
-        self.exchanges: list[Exchange] = []
-
-    def attach(self, client: httpx.AsyncClient | httpx.Client) -> None:
-        if inspect.iscoroutinefunction(client.send):  # an httpx.AsyncClient
-
-            async def on_response(response: httpx.Response) -> None:
-                await response.aread()
-                self._record(response)
-
-            client.event_hooks["response"].append(on_response)
-        else:  # an httpx.Client
-
-            def on_response_sync(response: httpx.Response) -> None:
-                response.read()
-                self._record(response)
-
-            client.event_hooks["response"].append(on_response_sync)
-
-    def _record(self, response: httpx.Response) -> None:
-        request = response.request
-        path = request.url.raw_path.decode("ascii")
-        if path.split("?", 1)[0] in _UNRECORDED:
-            return
-        content = request.content
-        try:
-            body = json.loads(content) if content else None
-        except ValueError:
-            raise CassetteError(f"{request.method} {path}: the body is not JSON") from None
-        self.add(
-            request.method,
-            path,
-            body,
-            status=response.status_code,
-            content_type=response.headers.get("content-type", ""),
-            raw=response.content,
-        )
-
-    def add(
-        self, method: str, path: str, body: Any, *, status: int, content_type: str, raw: bytes
-    ) -> None:
-        """Record one exchange by hand (for clients other than ``httpx``)."""
-        request = RequestRecord.model_validate({"method": method, "path": path, "json": body})
-        self.exchanges.append(
-            Exchange(request=request, response=_response_record(status, content_type, raw))
-        )
-
-    def cassette(self) -> Cassette:
-        return Cassette(
-            agent=self.agent, description=self.description, exchanges=list(self.exchanges)
-        )
-
 
 # -- replaying ------------------------------------------------------------------------
 
@@ -339,9 +121,11 @@ class Recorder:
 @dataclass(frozen=True)
 class ReplayReport:
     """What a replay found. ``matched`` is true when every status and body equals the
-    recording up to generated ids and deadlines. ``restarts_after`` lists the exchanges
-    after which a cold replay killed and restarted the server; ``requests`` and
-    ``responses`` are what was sent (with the new ids) and received, as is."""
+    recording up to generated ids, deadlines and the ``ignore`` paths. ``restarts_after``
+    lists the exchanges after which a cold replay killed and restarted the server;
+    ``requests`` and ``responses`` are what was sent (with the new ids) and received, as
+    is. ``findings`` tells root differences (with a likely cause) from the follow-on
+    differences they caused (docs/cassettes.md, "Reading a report")."""
 
     exchanges: int
     cold: bool
@@ -349,10 +133,16 @@ class ReplayReport:
     differences: tuple[Difference, ...]
     requests: tuple[RequestRecord, ...]
     responses: tuple[ResponseRecord, ...]
+    ignore: tuple[str, ...] = ()
 
     @property
     def matched(self) -> bool:
         return not self.differences
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Each difference with the root it follows from, or its likely cause."""
+        return analyse(self.differences, self.requests, self.restarts_after)
 
     def summary(self) -> str:
         restarts = len(self.restarts_after)
@@ -361,19 +151,59 @@ class ReplayReport:
         if self.matched:
             return f"replayed {self.exchanges} exchanges ({mode}): every response matches"
         count = len(self.differences)
-        return f"replayed {self.exchanges} exchanges ({mode}): {count} difference(s)"
+        text = f"replayed {self.exchanges} exchanges ({mode}): {count} difference(s)"
+        roots = sum(1 for f in self.findings if f.follows is None)
+        if roots < count:
+            text += f", {roots} at the root and {count - roots} follow-on"
+        return text
 
-    def format(self) -> str:
-        """The summary and every difference, readable in a terminal or a test failure."""
-        return "\n".join([self.summary(), *(str(d) for d in self.differences)])
+    def format(self, *, full: bool = False, limit: int = 10) -> str:
+        """The summary, then the root differences (at most ``limit``), each with its
+        likely cause, then a count of the follow-on differences; ``full`` shows every
+        difference. Exchanges a restarted server answered are marked."""
+        lines = [self.summary()]
+        if self.ignore:
+            lines.append("ignoring: " + ", ".join(self.ignore))
+        findings = self.findings
+        shown = 0
+        for finding in findings:
+            if not full and (finding.follows is not None or shown >= limit):
+                continue
+            d = finding.difference
+            head, _, rest = str(d).partition("\n")
+            lines.append(head + restart_mark(d.exchange, self.restarts_after))
+            lines.append(rest)
+            if finding.cause is not None:
+                lines.append(f"  likely cause: {finding.cause}")
+            if finding.follows is not None:
+                root = findings[finding.follows].difference
+                lines.append(f"  (follows from the difference in exchange {root.exchange})")
+            shown += finding.follows is None
+        if full:
+            return "\n".join(lines)
+        hidden_roots = [f for f in findings if f.follows is None][limit:]
+        if hidden_roots:
+            where = exchange_ranges([f.difference.exchange for f in hidden_roots])
+            lines.append(f"+{len(hidden_roots)} more difference(s) in {where}")
+        follow = [f.difference.exchange for f in findings if f.follows is not None]
+        if follow:
+            lines.append(
+                f"+{len(follow)} follow-on difference(s) in {exchange_ranges(follow)}, "
+                "caused by the ones above (a full report shows them)"
+            )
+        return "\n".join(lines)
 
 
-def _body_view(record: ResponseRecord, ids: IdTable) -> tuple[str, Any]:
+def _body_view(
+    record: ResponseRecord, ids: IdTable, *, counterpart: IdTable | None = None
+) -> tuple[str, Any]:
+    """The body, normalised, after ``ids`` learnt its generated ids (the replayed side
+    learns against its ``counterpart``, the recorded side: by parkedCallKey first)."""
     if record.chunks is not None:
-        ids.learn(record.chunks)
+        ids.learn(record.chunks, counterpart=counterpart)
         return "stream", [(i, ids.normalise(c)) for i, c in merge_deltas(record.chunks)]
     if record.body is not None:
-        ids.learn(record.body)
+        ids.learn(record.body, counterpart=counterpart)
         return "json", ids.normalise(record.body)
     if record.text is not None:
         return "text", record.text
@@ -398,29 +228,70 @@ def compare_response(
     got: ResponseRecord,
     recorded_ids: IdTable,
     replayed_ids: IdTable,
+    ignore: Sequence[str] = (),
 ) -> list[Difference]:
     """The differences between a replayed response and its recording (exchange
     ``index``, described as ``request``). Each :class:`IdTable` learns its side's
-    generated ids first, so pass the same two tables for every exchange of a replay."""
+    generated ids first, so pass the same two tables for every exchange of a replay.
+    ``ignore`` paths leave values out of the comparison (docs/cassettes.md, "Ignore
+    paths"); a malformed one raises :class:`CassetteError`."""
+    skip = ignore_filter(tuple(ignore))
     found: list[Difference] = []
     if expected.status != got.status:
-        found.append(Difference(index, request, "status", expected.status, got.status))
-    kind_e, view_e = _body_view(expected, recorded_ids)
-    kind_g, view_g = _body_view(got, replayed_ids)
-    if kind_e != kind_g:
         found.append(
-            Difference(index, request, "body", _describe(kind_e, view_e), _describe(kind_g, view_g))
+            Difference(index, request, "status", expected.status, got.status, kind="status")
         )
+    kind_e, view_e = _body_view(expected, recorded_ids)
+    kind_g, view_g = _body_view(got, replayed_ids, counterpart=recorded_ids)
+    if kind_e != kind_g:
+        expected_body, got_body = _describe(kind_e, view_e), _describe(kind_g, view_g)
+        found.append(Difference(index, request, "body", expected_body, got_body, kind="body"))
     elif kind_e == "stream":
-        found += diff_chunks(index, request, view_e, view_g)
+        found += diff_chunks(index, request, skip.chunks(view_e), skip.chunks(view_g))
     elif kind_e == "json":
-        found += diff_json(index, request, view_e, view_g)
+        found += diff_json(index, request, skip.json(view_e), skip.json(view_g))
     elif view_e != view_g:
         found.append(Difference(index, request, "text body", view_e, view_g))
-    return found
+    # What a report needs to find causes: the calls the request names, each call's tool.
+    named = tuple(re.findall(r"call#[0-9]+", str(recorded_ids.normalise(request))))
+    return [
+        dataclasses.replace(
+            d,
+            request_calls=named,
+            tool=(recorded_ids.tool(d.call) or replayed_ids.tool(d.call)) if d.call else None,
+        )
+        for d in found
+    ]
 
 
-def _run(cassette: Cassette, server: ReplayServer, cold: bool, timeout_s: float) -> ReplayReport:
+def check_replayable(cassette: Cassette, *, cold: bool) -> None:
+    """Refuse a cassette whose replay could not prove anything, so it never passes by
+    comparing nothing: no exchanges, no stream that reaches the end of a turn, or (cold)
+    no park point to kill the server at."""
+    if not cassette.exchanges:
+        raise CassetteError("the cassette has no exchanges: there is nothing to replay")
+    if not any(exchange.response.finishes() for exchange in cassette.exchanges):
+        raise CassetteError(
+            "no exchange of the cassette reaches the end of a turn (no 'finish' chunk in "
+            "any stream): record a chat whose turn ends"
+        )
+    last = len(cassette.exchanges) - 1
+    if cold and not any(e.response.parks() for e in cassette.exchanges[:last]):
+        raise CassetteError(
+            "a cold replay needs a park point (a response that parks a turn, followed by "
+            "another request) to kill the server at, and this cassette has none"
+        )
+
+
+def _run(
+    cassette: Cassette,
+    server: ReplayServer,
+    *,
+    cold: bool,
+    timeout_s: float,
+    namespace: ChatNamespace,
+    ignore: tuple[str, ...],
+) -> ReplayReport:
     recorded_ids, replayed_ids = IdTable(), IdTable()
     differences: list[Difference] = []
     sent: list[RequestRecord] = []
@@ -435,8 +306,8 @@ def _run(cassette: Cassette, server: ReplayServer, cold: bool, timeout_s: float)
         last = len(cassette.exchanges) - 1
         for index, exchange in enumerate(cassette.exchanges):
             recorded = exchange.request
-            path = translate(recorded.path, recorded_ids, replayed_ids)
-            body = translate(recorded.body, recorded_ids, replayed_ids)
+            path = namespace.path(translate(recorded.path, recorded_ids, replayed_ids))
+            body = namespace.body(path, translate(recorded.body, recorded_ids, replayed_ids))
             sent.append(
                 RequestRecord.model_validate(
                     {"method": recorded.method, "path": path, "json": body}
@@ -460,14 +331,20 @@ def _run(cassette: Cassette, server: ReplayServer, cold: bool, timeout_s: float)
                 index,
                 recorded.line(),
                 expected=exchange.response,
-                got=got,
+                got=namespace.restore(got),
                 recorded_ids=recorded_ids,
                 replayed_ids=replayed_ids,
+                ignore=ignore,
             )
             if cold and exchange.response.parks() and index < last:
                 server.kill()
                 restarts.append(index)
                 base_url = server.start()
+    except BaseException:
+        # An error, Ctrl-C, or the signal `parkway replay` turns into an exception: the
+        # server is disposable, so it dies now rather than after a graceful shutdown.
+        server.kill()
+        raise
     finally:
         server.stop()
     return ReplayReport(
@@ -477,34 +354,52 @@ def _run(cassette: Cassette, server: ReplayServer, cold: bool, timeout_s: float)
         differences=tuple(differences),
         requests=tuple(sent),
         responses=tuple(responses),
+        ignore=ignore,
     )
 
 
 def replay(
     cassette: Cassette,
     *,
+    agent: ReplayAgent | str | Path | None = None,
+    cassette_agent: bool = False,
     cold: bool = False,
     redis_url: str | None = None,
     server: ReplayServer | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 60.0,
+    ignore: Sequence[str] = (),
 ) -> ReplayReport:
-    """Replay ``cassette`` against a fresh server and compare every answer.
+    """Replay ``cassette`` against a fresh server and compare every answer, leaving the
+    ``ignore`` paths out (docs/cassettes.md, "Ignore paths").
 
+    The server serves the agent file ``agent`` (a path, or a :class:`ReplayAgent` from
+    :func:`replay_agent`); without it, the agent file the cassette names (relative to
+    the cassette's folder); with ``cassette_agent``, the copy stored in the cassette.
     By default the server is ``parkway serve`` in a child process, on a private Redis in
-    a temporary folder, or on ``redis_url`` (whose database must not hold the cassette's
-    chats yet). ``server`` replaces that with your own :class:`ReplayServer`; the replay
+    a temporary folder, or on ``redis_url``; every run uses chat ids of its own there,
+    so replays of one cassette may run at the same time. ``server`` replaces that with
+    your own :class:`ReplayServer` (which serves the agent you give it); the replay
     starts and stops it. With ``cold``, the server is killed with SIGKILL after each
     response that parks a turn and started again before the next request.
 
-    Raises :class:`CassetteError` when the cassette's agent does not load or the server
-    cannot start; a replay that runs returns a report, matched or not.
+    Raises :class:`CassetteError` when nothing could be compared: no agent, an agent
+    that does not load, a cassette with nothing to prove (see
+    :func:`check_replayable`), a Redis or server that does not start. A replay that
+    runs returns a report, matched or not.
     """
-    try:
-        parse_agent_file(cassette.agent)
-    except ParkwayError as exc:
-        raise CassetteError(f"the cassette's agent does not load: {exc}") from None
+    check_replayable(cassette, cold=cold)
+    paths = tuple(ignore)
+    IgnoreFilter(paths)  # a malformed path stops the replay before any server starts
+    if not isinstance(agent, ReplayAgent):
+        agent = replay_agent(cassette, agent, cassette_agent=cassette_agent)
+    namespace = ChatNamespace(cassette.chat_ids())
     if server is not None:
-        return _run(cassette, server, cold, timeout_s)
-    with scratch_server(cassette.agent, cassette.chat_ids(), redis_url, env) as scratch:
-        return _run(cassette, scratch, cold, timeout_s)
+        return _run(
+            cassette, server, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
+        )
+    folders = [agent.import_folder] if agent.import_folder is not None else []
+    with scratch_server(agent.path, agent.document, redis_url, env, folders) as scratch:
+        return _run(
+            cassette, scratch, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
+        )

@@ -9,6 +9,7 @@ import asyncio
 import errno
 import logging.config
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -100,8 +101,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--redis-url",
-        help="Redis for the replay (default: a private one in a temporary folder); "
-        "its database must not hold the cassette's chats",
+        help="Redis for the replay (default: a private one in a temporary folder); each "
+        "run uses chat ids of its own there, so replays may share a database",
+    )
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument(
+        "--agent",
+        dest="agent_file",
+        help="replay against this agent file (default: the agent file the cassette names, "
+        "relative to the cassette)",
+    )
+    which.add_argument(
+        "--cassette-agent",
+        action="store_true",
+        help="replay against the copy of the agent stored in the cassette",
+    )
+    replay.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="leave this path out of the comparison (repeatable), e.g. usage.* or "
+        "data-parkway-widget:data.description (docs/cassettes.md, 'Ignore paths')",
+    )
+    replay.add_argument(
+        "--full", action="store_true", help="list every difference, the follow-on ones too"
     )
     # -- parkway replay (end) --
     # -- parkway agent (begin) --
@@ -120,15 +144,59 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- parkway replay (begin) --
-def _replay(path: str, *, cold: bool, redis_url: str | None) -> int:
-    from parkway.transport.cassettes import CassetteError, load_cassette, replay
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT while replaying: unwinds the replay so that its server, its
+    private Redis and its temporary folder are cleaned up (the default SIGTERM action
+    would leave them all behind, as a CI timeout does)."""
 
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    for each in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut cleanup
+        signal.signal(each, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
+def _replay(
+    path: str,
+    *,
+    cold: bool,
+    redis_url: str | None,
+    agent: str | None,
+    cassette_agent: bool,
+    ignore: tuple[str, ...] = (),
+    full: bool = False,
+) -> int:
+    """``parkway replay``: exit 0 when every response matched, 1 with differences, 2
+    when nothing could be compared (one line on stderr), 128 + the signal's number when
+    stopped by SIGTERM (143) or SIGINT (130), after cleaning up."""
+    from parkway.transport.cassettes import (
+        CassetteError,
+        check_replayable,
+        load_cassette,
+        replay,
+        replay_agent,
+    )
+
+    for each in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(each, _stop_on_signal)
     try:
-        report = replay(load_cassette(path), cold=cold, redis_url=redis_url)
+        cassette = load_cassette(path)
+        check_replayable(cassette, cold=cold)
+        chosen = replay_agent(cassette, agent, cassette_agent=cassette_agent)
+        print(chosen.describe(), flush=True)
+        report = replay(cassette, agent=chosen, cold=cold, redis_url=redis_url, ignore=ignore)
     except CassetteError as exc:
         print(f"parkway replay: {exc}", file=sys.stderr)
         return 2
-    print(report.format(), flush=True)
+    except _Stopped as stopped:
+        name = signal.Signals(stopped.signum).name
+        print(f"parkway replay: stopped by {name}; nothing left running", file=sys.stderr)
+        return 128 + stopped.signum
+    print(report.format(full=full), flush=True)
     return 0 if report.matched else 1
 
 
@@ -331,7 +399,15 @@ def _run_server(flags: dict[str, str | None]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "replay":  # -- parkway replay --
-        return _replay(args.file, cold=args.cold, redis_url=args.redis_url)
+        return _replay(
+            args.file,
+            cold=args.cold,
+            redis_url=args.redis_url,
+            agent=args.agent_file,
+            cassette_agent=args.cassette_agent,
+            ignore=tuple(args.ignore),
+            full=args.full,
+        )
     if args.command == "agent":  # -- parkway agent --
         flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
         return _agent_reset(flags)

@@ -15,7 +15,6 @@ The test suite records with this script too (tests/test_cassettes.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,8 +71,10 @@ def tool_part(message: dict[str, Any], tool: str) -> dict[str, Any]:
     return next(p for p in reversed(message["parts"]) if p["type"] == f"tool-{tool}")
 
 
-async def record_trip(base_url: str, agent: dict[str, Any]) -> Cassette:
-    """Drive the trip chat on the server at ``base_url`` and return its cassette."""
+async def record_trip(base_url: str, agent: Path | dict[str, Any]) -> Cassette:
+    """Drive the trip chat on the server at ``base_url`` and return its cassette.
+    ``agent`` is the agent file the server serves (the cassette names it) or its
+    document (the cassette then names no file)."""
     recorder = Recorder(agent, description=DESCRIPTION)
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
         session = (await client.post("/api/sessions")).json()
@@ -115,8 +116,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     base_url, out = argv
-    agent = json.loads((Path(__file__).parent / "trip.agent.json").read_text())
-    cassette = asyncio.run(record_trip(base_url, agent))
+    cassette = asyncio.run(record_trip(base_url, Path(__file__).parent / "trip.agent.json"))
     save_cassette(cassette, out)
     print(f"recorded {len(cassette.exchanges)} exchanges to {out}")
     return 0
