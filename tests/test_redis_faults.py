@@ -41,7 +41,16 @@ from tests.support import (
     user_message,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # redis-py leaves a connection's socket open when the connection handshake (HELLO,
+    # SELECT) is cancelled rather than failed: `connect_check_health` disconnects on a
+    # RedisError only. Cutting Redis off mid-request cancels such handshakes here (a
+    # stream whose client left, a readiness check's timeout), and the garbage collector
+    # later finds the socket: a ResourceWarning, raised at a random later point. This
+    # module kills connections on purpose; elsewhere the warning still fails a test.
+    pytest.mark.filterwarnings("ignore:unclosed <StreamWriter:ResourceWarning"),
+]
 
 TWO_STEPS = [[text("Pick one."), call("pick", {"q": "colour"})], [text("got it")]]
 
