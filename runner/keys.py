@@ -125,7 +125,8 @@ class ChatKeys:
         self.artifacts = f"{tag}:artifacts"
         self.artifact_data = f"{tag}:artifact-data"
         # stream: the chat's audit trail (runner/audit.py), one entry per settle, written
-        # by the SETTLE or ANSWER run that won it, each naming the chat's owner (the meta
+        # by the SETTLE or ANSWER run that won it (CLAIM_TURN for the calls a new message
+        # supersedes), each naming the chat's owner (the meta
         # key may expire first). Not among :meth:`all`: it outlives the chat. Trimmed by
         # age (entries older than audit_keep_s) and its TTL set to audit_keep_s on every
         # append; nothing deletes it.
