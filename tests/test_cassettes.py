@@ -354,9 +354,9 @@ def _v1(agent: Any, exchanges: list[Any]) -> str:
         (None, (), "cannot read cassette"),
         ("{not json", (), "is not valid JSON"),
         (
-            json.dumps({"version": 3, "agent": AGENT, "exchanges": []}),
+            json.dumps({"version": 4, "agent": AGENT, "exchanges": []}),
             (),
-            "version 3 is not supported",
+            "version 4 is not supported",
         ),
         (
             json.dumps({"version": 1, "agent": AGENT, "exchanges": [], "extra": 1}),

@@ -98,7 +98,7 @@ def test_a_version_1_cassette_replays_its_own_copy_or_another_agent(
     v1 = {k: document[k] for k in ("description", "agent", "exchanges")}
     example.write_text(json.dumps({"version": 1, **v1}))
     migrated = load_cassette(example)
-    assert migrated.version == 2 and migrated.agent_file is None
+    assert migrated.version == 3 and migrated.agent_file is None
     assert migrated.agent_digest == document["agent_digest"] and migrated.model == "scripted"
 
     refused = _cli(str(example))

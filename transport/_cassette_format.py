@@ -5,7 +5,9 @@ name that a cassette records.
 Version 2 records *which* agent produced the cassette (the agent file's path relative to
 the cassette, a digest of the agent document, the model's name) so that a replay serves
 the current agent file and says whether it changed; the agent document itself is an
-optional copy. Version 1 held only that copy; it is read and migrated in memory.
+optional copy. Version 3 adds ``model_steps``: each step of a real model, with the request
+that produced it and what the model streamed back (:mod:`parkway.runner.llm.tape`), so a
+replay serves the model offline. Versions 1 and 2 are read and migrated in memory.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import ParkwayError
 from parkway.runner.keys import CHAT_ID
 from parkway.runner.llm.spec import parse_model_spec
+from parkway.runner.llm.tape import TapeStep, event_from_json
 from parkway.runner.validation import describe_first_error
 from parkway.transport._replay_process import CassetteError
 from parkway.transport.sse import sse_chunks
@@ -34,6 +37,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Cassette",
     "Exchange",
+    "ModelStepRecord",
     "RequestRecord",
     "ResponseRecord",
     "agent_digest",
@@ -45,7 +49,7 @@ __all__ = [
     "save_cassette",
 ]
 
-FORMAT_VERSION: Literal[2] = 2
+FORMAT_VERSION: Literal[3] = 3
 _CHAT_PATH = re.compile(r"^/api/chats?/([^/?]+)")
 
 
@@ -107,7 +111,8 @@ class ResponseRecord(BaseModel):
         """True when this is a stream that ended a turn by parking it."""
         if not self.chunks:
             return False
-        return self.chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
+        last = self.chunks[-1]  # with a real model it also carries messageMetadata
+        return last.get("type") == "finish" and last.get("finishReason") == "tool-calls"
 
     def finishes(self) -> bool:
         """True when this is a stream that reached the end of a turn (a ``finish``)."""
@@ -130,6 +135,30 @@ class Exchange(BaseModel):
     response: ResponseRecord
 
 
+class ModelStepRecord(BaseModel):
+    """One recorded step of a real model: chat ``chat``'s model call ``index``, the
+    request as the model saw it (normalised) and the events it streamed back."""
+
+    model_config = ConfigDict(extra="forbid")
+    chat: str = Field(min_length=1)
+    index: int = Field(ge=0)
+    request: dict[str, Any]
+    events: list[dict[str, Any]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _known_events(self) -> ModelStepRecord:
+        for event in self.events:
+            event_from_json(event)  # ValueError on an unknown kind
+        return self
+
+    def step(self) -> TapeStep:
+        return TapeStep.from_json(self.model_dump())
+
+    @classmethod
+    def of(cls, step: TapeStep) -> ModelStepRecord:
+        return cls.model_validate(step.to_json())
+
+
 class Cassette(BaseModel):
     """A recorded chat: which agent and model produced it, and the exchanges in order.
 
@@ -139,13 +168,14 @@ class Cassette(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    version: Literal[2] = FORMAT_VERSION
+    version: Literal[3] = FORMAT_VERSION
     description: str | None = None
     agent_file: str | None = Field(default=None, min_length=1)
     agent_digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     model: str = Field(min_length=1)
     agent: dict[str, Any] | None = None
     exchanges: list[Exchange] = Field(default_factory=list)
+    model_steps: list[ModelStepRecord] = Field(default_factory=list)
     _source: Path | None = PrivateAttr(default=None)
 
     @property
@@ -176,16 +206,18 @@ class Cassette(BaseModel):
 
 
 def _migrate_v1(document: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 document as version 2: it names no agent file, and its embedded
-    agent is the one recorded."""
+    """A version-1 document as the current version: it names no agent file, and its
+    embedded agent is the one recorded."""
     migrated = {k: v for k, v in document.items() if k != "version"}
     agent = document.get("agent")
-    migrated.update(version=2, agent_digest=agent_digest(agent), model=model_name(agent))
+    migrated.update(
+        version=FORMAT_VERSION, agent_digest=agent_digest(agent), model=model_name(agent)
+    )
     return migrated
 
 
 def parse_cassette(document: Any) -> Cassette:
-    """Validate a cassette document (version 2, or 1 migrated); raise
+    """Validate a cassette document (version 3, or 1 or 2 migrated); raise
     :class:`CassetteError` naming the problem."""
     if not isinstance(document, dict):
         raise CassetteError(
@@ -196,10 +228,12 @@ def parse_cassette(document: Any) -> Cassette:
         if not isinstance(document.get("agent"), dict):
             raise CassetteError("a version 1 cassette needs its 'agent'")
         document = _migrate_v1(document)
+    elif version == 2:  # version 3 only added model_steps
+        document = {**document, "version": FORMAT_VERSION}
     elif version != FORMAT_VERSION:
         raise CassetteError(
             f"cassette format version {version!r} is not supported "
-            f"(this Parkway reads versions 1 and {FORMAT_VERSION})"
+            f"(this Parkway reads versions 1 to {FORMAT_VERSION})"
         )
     try:
         return Cassette.model_validate(document)
@@ -270,6 +304,11 @@ def cassette_json(cassette: Cassette, *, folder: Path | None = None) -> str:
     if cassette.agent is not None:
         document["agent"] = cassette.agent
     document["exchanges"] = exchanges
+    if cassette.model_steps:
+        document["model_steps"] = [
+            {**step.model_dump(), "events": [mark(e) for e in step.events]}
+            for step in cassette.model_steps
+        ]
     text = json.dumps(document, ensure_ascii=False, indent=2)
     text = re.sub(f'"({re.escape(marker)}[0-9]+@@)"', lambda m: compact[m.group(1)], text)
     return text + "\n"

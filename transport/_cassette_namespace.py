@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from parkway.transport._cassette_format import ResponseRecord
+from parkway.transport._cassette_format import RequestRecord, ResponseRecord
 
 __all__ = ["ChatNamespace"]
 
@@ -84,13 +84,23 @@ class ChatNamespace:
             out["id"] = self.ids[chat]
         return out
 
+    def _back_text(self, text: str) -> str:
+        pattern = self._replayed
+        return text if pattern is None else pattern.sub(lambda m: self._back[m.group(0)], text)
+
     def restore(self, record: ResponseRecord) -> ResponseRecord:
         """An answer with this run's chat ids mapped back to the recorded ones."""
-        pattern = self._replayed
-        if pattern is None:
+        if self._replayed is None:
             return record
+        return ResponseRecord.model_validate(_map_strings(record.document(), self._back_text))
 
-        def back(text: str) -> str:
-            return pattern.sub(lambda m: self._back[m.group(0)], text)
+    def restore_request(self, record: RequestRecord) -> RequestRecord:
+        """A request as sent, with this run's chat ids mapped back to the recorded ones
+        (for a cassette recorded again from a replay)."""
+        document = {"method": record.method, "path": record.path, "json": record.body}
+        return RequestRecord.model_validate(_map_strings(document, self._back_text))
 
-        return ResponseRecord.model_validate(_map_strings(record.document(), back))
+    @property
+    def served(self) -> dict[str, str]:
+        """This run's chat ids, each mapped to the recorded one."""
+        return dict(self._back)

@@ -35,6 +35,7 @@ from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
 from parkway.runner.loop import Runner, RunnerConfig
 from parkway.runner.sweeper import Sweeper
 from parkway.runner.telemetry import REDIS_ERRORS
+from parkway.transport._cassette_models import load_tape
 from parkway.transport.admission import Admission
 from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
 from parkway.transport.code_routes import code_mode_from, code_routes
@@ -200,6 +201,7 @@ def model_catalog(settings: Settings, agent: AgentFile) -> ModelCatalog:
         retry=RetryPolicy(
             retries=settings.model_retries, max_wait_s=settings.model_retry_max_wait_s
         ),
+        tape=load_tape(settings.model_tape) if settings.model_tape is not None else None,
     )
     spec = models.chosen(agent.template.llm)
     problem = models.problem(spec)

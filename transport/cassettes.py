@@ -45,6 +45,7 @@ import dataclasses
 import http.client
 import json
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,14 @@ from parkway.transport._cassette_format import (
 )
 from parkway.transport._cassette_format import response_record as _response_record
 from parkway.transport._cassette_ignore import IgnoreFilter, ignore_filter
+from parkway.transport._cassette_models import (
+    RECORD_MODES,
+    ModelFinding,
+    TapeOutcome,
+    read_outcome,
+    tape_mode,
+    write_tape_folder,
+)
 from parkway.transport._cassette_namespace import ChatNamespace
 from parkway.transport._cassette_recorder import Recorder
 from parkway.transport._cassette_report import (
@@ -92,11 +101,13 @@ from parkway.transport._replay_process import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "RECORD_MODES",
     "Cassette",
     "CassetteError",
     "Difference",
     "Exchange",
     "IdTable",
+    "ModelFinding",
     "Recorder",
     "ReplayAgent",
     "ReplayReport",
@@ -134,10 +145,16 @@ class ReplayReport:
     requests: tuple[RequestRecord, ...]
     responses: tuple[ResponseRecord, ...]
     ignore: tuple[str, ...] = ()
+    # Real-model cassettes: model steps whose request differs from the recorded one, or
+    # that the cassette lacks; the steps recorded anew (record modes new_episodes, all)
+    # and the cassette recorded again with them.
+    model_findings: tuple[ModelFinding, ...] = ()
+    rerecorded: tuple[tuple[str, int], ...] = ()
+    cassette: Cassette | None = None
 
     @property
     def matched(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.model_findings
 
     @property
     def findings(self) -> list[Finding]:
@@ -148,10 +165,15 @@ class ReplayReport:
         restarts = len(self.restarts_after)
         times = "once" if restarts == 1 else f"{restarts} times"
         mode = f"cold: killed and restarted {times}" if self.cold else "warm"
-        if self.matched:
-            return f"replayed {self.exchanges} exchanges ({mode}): every response matches"
+        text = f"replayed {self.exchanges} exchanges ({mode})"
+        if self.rerecorded:
+            text += f", {len(self.rerecorded)} model step(s) recorded anew"
+        if self.model_findings:
+            text += f": {len(self.model_findings)} model request(s) differ"
+        if not self.differences:
+            return text + (": every response matches" if not self.model_findings else "")
         count = len(self.differences)
-        text = f"replayed {self.exchanges} exchanges ({mode}): {count} difference(s)"
+        text += f"{',' if self.model_findings else ':'} {count} difference(s)"
         roots = sum(1 for f in self.findings if f.follows is None)
         if roots < count:
             text += f", {roots} at the root and {count - roots} follow-on"
@@ -164,6 +186,12 @@ class ReplayReport:
         lines = [self.summary()]
         if self.ignore:
             lines.append("ignoring: " + ", ".join(self.ignore))
+        # A changed request to the model is the cause of what follows from it: first.
+        lines += [str(finding) for finding in self.model_findings]
+        if self.model_findings:
+            lines.append(
+                "  (record the changed steps again with the model: record mode new_episodes)"
+            )
         findings = self.findings
         shown = 0
         for finding in findings:
@@ -369,6 +397,7 @@ def replay(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 60.0,
     ignore: Sequence[str] = (),
+    record_mode: str = "none",
 ) -> ReplayReport:
     """Replay ``cassette`` against a fresh server and compare every answer, leaving the
     ``ignore`` paths out (docs/cassettes.md, "Ignore paths").
@@ -383,11 +412,22 @@ def replay(
     starts and stops it. With ``cold``, the server is killed with SIGKILL after each
     response that parks a turn and started again before the next request.
 
+    A real model's steps are served from the cassette (no key, no network): a request to
+    the model that differs from the recorded one is reported (and the recorded answer
+    served), a step the cassette lacks fails its run. ``record_mode`` ``new_episodes``
+    sends just those steps to the real model and records them, ``all`` every step; the
+    report's ``cassette`` is then the cassette recorded again (save it with
+    :func:`save_cassette`). ``once`` and ``none`` never call the model.
+
     Raises :class:`CassetteError` when nothing could be compared: no agent, an agent
     that does not load, a cassette with nothing to prove (see
     :func:`check_replayable`), a Redis or server that does not start. A replay that
     runs returns a report, matched or not.
     """
+    try:
+        mode = tape_mode(record_mode)
+    except ValueError as exc:
+        raise CassetteError(str(exc)) from None
     check_replayable(cassette, cold=cold)
     paths = tuple(ignore)
     IgnoreFilter(paths)  # a malformed path stops the replay before any server starts
@@ -399,7 +439,40 @@ def replay(
             cassette, server, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
         )
     folders = [agent.import_folder] if agent.import_folder is not None else []
-    with scratch_server(agent.path, agent.document, redis_url, env, folders) as scratch:
-        return _run(
-            cassette, scratch, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
+    with tempfile.TemporaryDirectory(prefix="pw-tape-") as tmp:
+        tape = Path(tmp)
+        write_tape_folder(tape, cassette, mode, namespace.served)
+        env = {**(env or {}), "PARKWAY_MODEL_TAPE": str(tape)}
+        with scratch_server(agent.path, agent.document, redis_url, env, folders) as scratch:
+            report = _run(
+                cassette,
+                scratch,
+                cold=cold,
+                timeout_s=timeout_s,
+                namespace=namespace,
+                ignore=paths,
+            )
+        return _with_models(report, read_outcome(tape, cassette), cassette, namespace)
+
+
+def _with_models(
+    report: ReplayReport, outcome: TapeOutcome, cassette: Cassette, namespace: ChatNamespace
+) -> ReplayReport:
+    """The report with what the model tape found; with steps recorded anew, the
+    cassette recorded again: the requests as sent and the answers as received (chat ids
+    mapped back), with the run's model steps."""
+    again = None
+    if outcome.recorded:
+        exchanges = [
+            Exchange(request=namespace.restore_request(request), response=namespace.restore(got))
+            for request, got in zip(report.requests, report.responses, strict=False)
+        ]
+        again = cassette.model_copy(
+            update={"exchanges": exchanges, "model_steps": outcome.model_steps()}
         )
+    return dataclasses.replace(
+        report,
+        model_findings=tuple(outcome.findings),
+        rerecorded=tuple(outcome.recorded),
+        cassette=again,
+    )

@@ -203,6 +203,9 @@ class Settings(BaseSettings):
     model_read_timeout_s: LongWait = 120.0
     model_retries: int = Field(2, ge=0, le=10)
     model_retry_max_wait_s: LongWait = 20.0
+    # a folder holding a cassette's model tape (docs/cassettes.md): set by `parkway replay`
+    # for the server it starts, so recorded model steps are served offline
+    model_tape: str | None = None
     # -- Redis connection budget (docs/operations.md, "Limits")
     redis_max_connections: Count = 32
     redis_pool_timeout_s: Timeout = 5.0

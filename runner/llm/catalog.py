@@ -4,6 +4,8 @@
 override (``parkway serve --model``) if there is one, else the run's template ``llm``,
 else the agent file's model. Provider models are built on first use and kept (one HTTP
 connection pool per model), with the keys and base URLs of the environment it was given.
+With a model tape (:mod:`parkway.runner.llm.tape`, a cassette's recorded model steps),
+provider models are served through the tape instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from parkway.runner.errors import ModelError, TemplateError
 from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
 from parkway.runner.llm.spec import ModelSpec, missing_environment
+from parkway.runner.llm.tape import ModelTape
 from parkway.runner.model import Model
 from parkway.runner.scripted import ScriptedModel
 
@@ -118,8 +121,12 @@ class ModelCatalog:
         timeouts: ModelTimeouts | None = None,
         retry: RetryPolicy | None = None,
         sleep: Sleep | None = None,
+        tape: ModelTape | None = None,
     ) -> None:
         self.default = default
+        # A cassette's model tape (replays of real-model chats): provider models are
+        # served through it, and built only when a step goes to the real model.
+        self.tape = tape
         self.default_spec = default_spec
         self.override = override
         # The environment is read when the catalog is made (a server: at startup).
@@ -141,6 +148,8 @@ class ModelCatalog:
         """What the environment lacks to build ``spec``, in one line, or None."""
         if spec is None or spec.provider == "scripted":
             return None
+        if self.tape is not None and not self.tape.needs_model:
+            return None  # every step comes from the tape: no key is needed
         return missing_environment(spec, self._environ)
 
     def model_for(self, llm: ModelSpec | None) -> Model:
@@ -156,13 +165,20 @@ class ModelCatalog:
         cache_key = repr((spec.name, sorted(spec.settings.items()), spec.scripted))
         model = self._built.get(cache_key)
         if model is None:
-            model = build_model(
-                spec,
-                self._environ,
-                timeouts=self._timeouts,
-                retry=self._retry,
-                sleep=self._sleep,
-            )
+
+            def build(spec: ModelSpec = spec) -> Model:
+                return build_model(
+                    spec,
+                    self._environ,
+                    timeouts=self._timeouts,
+                    retry=self._retry,
+                    sleep=self._sleep,
+                )
+
+            if self.tape is not None and spec.provider != "scripted":
+                model = self.tape.wrap(spec.name, build)
+            else:
+                model = build()
             self._built[cache_key] = model
         return model
 

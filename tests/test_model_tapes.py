@@ -1,0 +1,274 @@
+"""Real-model chats replayed offline (docs/cassettes.md, "Real models").
+
+A chat is recorded against Anthropic's real SDK talking to the provider double on
+loopback: the server runs with a model tape in mode ``all`` and the cassette gets each
+model step (request and streamed answer, thinking signature included). The replays then
+run with no key and the double's queue empty: every model answer comes from the
+cassette. An edited agent is reported at the step and field its request changed, and
+``new_episodes`` sends just that step to the model again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from parkway.runner.llm.tape import event_from_json
+from parkway.transport._cassette_models import read_outcome, write_tape_folder
+from parkway.transport._replay_process import ServerProcess
+from parkway.transport.cassettes import (
+    Cassette,
+    Recorder,
+    load_cassette,
+    replay,
+    save_cassette,
+)
+from tests.llm_double import Call, ProviderDouble, Turn
+from tests.support import PICK_TOOL, user_message
+
+pytestmark = pytest.mark.timeout(180)
+
+TOOLS_MODULE = """
+def weather(tool_input):
+    return {"city": tool_input["city"], "sky": "SKY"}
+"""
+AGENT = {
+    "template": {
+        "instructions": "You plan trips.",
+        "tools": [
+            PICK_TOOL,
+            {
+                "type": "function",
+                "name": "weather",
+                "ref": "triptools:weather",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        ],
+    },
+    "model": "anthropic:claude-test",
+}
+
+
+def _turns() -> list[Turn]:
+    return [
+        Turn(reasoning="Ask where to", signature="sig-ask", calls=[Call("pick", {"q": "Where?"})]),
+        Turn(calls=[Call("weather", {"city": "Oslo"})]),
+        Turn(text="Oslo it is: the sky is sunny."),
+    ]
+
+
+def _project(folder: Path, sky: str = "sunny") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "triptools.py").write_text(TOOLS_MODULE.replace("SKY", sky))
+    agent = folder / "trip.agent.json"
+    agent.write_text(json.dumps(AGENT, indent=2))
+    return agent
+
+
+def _record(agent: Path, redis_url: str, folder: Path) -> Cassette:
+    """Drive the chat through a recording server (a tape in mode ``all``)."""
+    tape = folder / "tape"
+    blank = Cassette(agent_digest="sha256:" + "0" * 64, model="x")
+    write_tape_folder(tape, blank, "all", {})
+    server = ServerProcess(
+        agent,
+        redis_url,
+        secrets.token_urlsafe(32),
+        log_file=folder / "server.log",
+        env={"PARKWAY_MODEL_TAPE": str(tape)},
+        import_paths=[agent.parent],
+    )
+    recorder = Recorder(agent, description="a real-model trip")
+    try:
+        with httpx.Client(base_url=server.start(), timeout=30) as client:
+            token = client.post("/api/sessions").json()["token"]
+            client.headers["authorization"] = f"Bearer {token}"
+            recorder.attach(client)
+            client.post("/api/chat", json={"id": "trip", "messages": [user_message("Plan")]})
+            call = client.get("/api/chats/trip").json()["calls"][0]["toolCallId"]
+            client.post(
+                f"/api/chats/trip/calls/{call}",
+                json={"outcome": "output", "output": {"choice": "Oslo"}},
+            )
+            client.post("/api/chats/trip/resume")
+    finally:
+        server.stop()
+    cassette = recorder.cassette()
+    cassette.model_steps = read_outcome(tape, cassette).model_steps()
+    return cassette
+
+
+PROVIDER_VARIABLES = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GEMINI_BASE_URL",
+)
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No provider key and no base URL reach a replay's server."""
+    for name in PROVIDER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def recorded(
+    redis: Redis, redis_url: str, double: ProviderDouble, tmp_path: Path
+) -> Path:
+    agent = _project(tmp_path / "project")
+    double.script("anthropic", _turns())
+    cassette = _record(agent, redis_url, tmp_path)
+    path = tmp_path / "project" / "trip.cassette.json"
+    save_cassette(cassette, path)
+    return path
+
+
+def _said(cassette: Cassette) -> str:
+    return "".join(
+        c.get("delta", "")
+        for e in cassette.exchanges
+        for c in e.response.chunks or ()
+        if c["type"] == "text-delta"
+    )
+
+
+def test_recording_keeps_each_model_step_with_its_request_and_provider_state(
+    recorded: Path,
+) -> None:
+    cassette = load_cassette(recorded)
+    assert cassette.version == 3 and cassette.model == "anthropic:claude-test"
+    assert [(s.chat, s.index) for s in cassette.model_steps] == [
+        ("trip", 0),
+        ("trip", 1),
+        ("trip", 2),
+    ]
+    first = cassette.model_steps[0]
+    assert first.request["instructions"] == "You plan trips."
+    assert [t["name"] for t in first.request["tools"]] == ["pick", "weather"]
+    assert first.request["messages"] == [{"role": "user", "text": "Plan"}]
+    events = [event_from_json(e) for e in first.events]
+    assert [e.kind for e in events] == [
+        "reasoning-delta",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-call",
+        "step-end",
+    ]
+    end = first.events[-1]
+    assert end["usage"]["input_tokens"] == 11 and end["finish_reason"] == "tool-calls"
+    assert "sig-ask" in json.dumps(end["parts"])  # the thinking signature, kept for the SDK
+    # The later steps' requests carry the conversation, generated call ids labelled.
+    tool_turn = cassette.model_steps[2].request["messages"]
+    assert {"role": "tool", "id": "call#2", "name": "weather", "is_error": False,
+            "result": {"city": "Oslo", "sky": "sunny"}} in tool_turn  # fmt: skip
+    assert "Oslo it is: the sky is sunny." in _said(cassette)
+
+
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold"])
+def test_a_real_model_chat_replays_offline_with_no_key(
+    recorded: Path, double: ProviderDouble, offline: None, redis_url: str, cold: bool
+) -> None:
+    seen = len(double.requests)
+    report = replay(load_cassette(recorded), cold=cold, redis_url=redis_url)
+    assert report.matched, report.format()
+    assert report.model_findings == () and report.rerecorded == () and report.cassette is None
+    if cold:
+        assert len(report.restarts_after) == 1
+    assert len(double.requests) == seen  # not one request reached a model
+
+
+def test_an_edited_agent_is_reported_at_the_step_and_field_that_changed(
+    recorded: Path, offline: None, redis_url: str
+) -> None:
+    agent = recorded.parent / "trip.agent.json"
+    edited = json.loads(agent.read_text())
+    edited["template"]["instructions"] = "You plan cheap trips."
+    agent.write_text(json.dumps(edited))
+    report = replay(load_cassette(recorded), redis_url=redis_url)
+    assert not report.matched
+    assert [(f.chat, f.index) for f in report.model_findings] == [
+        ("trip", 0),
+        ("trip", 1),
+        ("trip", 2),
+    ]
+    assert report.model_findings[0].fields == (
+        ("instructions", "You plan trips.", "You plan cheap trips."),
+    )
+    text = report.format()
+    assert "model step 0 of chat 'trip': the request to the model differs at instructions" in (text)
+    assert 'expected: "You plan trips."' in text and 'got:      "You plan cheap trips."' in text
+    # The recorded answers were served: the conversation itself still matches.
+    assert report.differences == ()
+
+    done = subprocess.run(
+        [sys.executable, "-m", "parkway.transport.cli", "replay", str(recorded)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the request to the model differs at instructions" in done.stdout
+
+
+def test_new_episodes_records_only_the_steps_whose_request_changed(
+    recorded: Path, double: ProviderDouble, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server tool now answers otherwise: only the step after it asks the model
+    something new. That step goes to the model; the two before come from the cassette."""
+    _project(recorded.parent, sky="rainy")
+    before = len(double.requests)
+    double.script("anthropic", [Turn(text="Oslo it is: take an umbrella.")])
+    report = replay(load_cassette(recorded), redis_url=redis_url, record_mode="new_episodes")
+    assert len(double.requests) == before + 1
+    assert report.rerecorded == (("trip", 2),)
+    assert report.model_findings == ()
+    assert report.cassette is not None
+    again = report.cassette
+    assert [s.index for s in again.model_steps] == [0, 1, 2]
+    assert again.model_steps[:2] == load_cassette(recorded).model_steps[:2]
+    assert "take an umbrella" in _said(again)
+    assert again.chat_ids() == ["trip"]  # the replay's own chat ids mapped back
+
+    # Saved, it replays offline and matches: the recording is whole again.
+    save_cassette(again, recorded)
+    for name in PROVIDER_VARIABLES:
+        monkeypatch.delenv(name)
+    check = replay(load_cassette(recorded), redis_url=redis_url, cold=True)
+    assert check.matched, check.format()
+
+
+def test_a_step_the_cassette_lacks_fails_its_run_and_is_reported(
+    recorded: Path, offline: None, redis_url: str
+) -> None:
+    cassette = load_cassette(recorded)
+    cassette.model_steps = cassette.model_steps[:2]
+    report = replay(cassette, redis_url=redis_url)
+    assert not report.matched
+    finding = report.model_findings[-1]
+    assert (finding.chat, finding.index, finding.missing) == ("trip", 2, True)
+    assert "has no recorded answer" in report.format()
+    errors = [
+        c
+        for r in report.responses
+        for c in r.chunks or ()
+        if c["type"] == "error" or c.get("finishReason") == "error"
+    ]
+    assert errors, "the run without a recorded answer ended with an error"
