@@ -1,8 +1,8 @@
 """Real-model chats replayed offline (docs/cassettes.md, "Real models").
 
-A chat is recorded against Anthropic's real SDK talking to the provider double on
-loopback: the server runs with a model tape in mode ``all`` and the cassette gets each
-model step (request and streamed answer, thinking signature included). The replays then
+A chat is recorded by ``parkway serve --record`` on Anthropic's real SDK, talking to the
+provider double on loopback: the cassette gets each model step (request and streamed
+answer, thinking signature included) besides the HTTP exchanges. The replays then
 run with no key and the double's queue empty: every model answer comes from the
 cassette. An edited agent is reported at the step and field its request changed, and
 ``new_episodes`` sends just that step to the model again.
@@ -22,15 +22,8 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.llm.tape import event_from_json
-from parkway.transport._cassette_models import read_outcome, write_tape_folder
 from parkway.transport._replay_process import ServerProcess
-from parkway.transport.cassettes import (
-    Cassette,
-    Recorder,
-    load_cassette,
-    replay,
-    save_cassette,
-)
+from parkway.transport.cassettes import Cassette, load_cassette, replay, save_cassette
 from tests.llm_double import Call, ProviderDouble, Turn
 from tests.support import PICK_TOOL, user_message
 
@@ -77,25 +70,21 @@ def _project(folder: Path, sky: str = "sunny") -> Path:
     return agent
 
 
-def _record(agent: Path, redis_url: str, folder: Path) -> Cassette:
-    """Drive the chat through a recording server (a tape in mode ``all``)."""
-    tape = folder / "tape"
-    blank = Cassette(agent_digest="sha256:" + "0" * 64, model="x")
-    write_tape_folder(tape, blank, "all", {})
+def _record(agent: Path, redis_url: str, folder: Path) -> Path:
+    """Drive the chat through ``parkway serve --record``; return the cassette it wrote."""
+    cassette = agent.parent / "trip.cassette.json"
     server = ServerProcess(
         agent,
         redis_url,
         secrets.token_urlsafe(32),
         log_file=folder / "server.log",
-        env={"PARKWAY_MODEL_TAPE": str(tape)},
         import_paths=[agent.parent],
+        extra_args=["--record", str(cassette)],
     )
-    recorder = Recorder(agent, description="a real-model trip")
     try:
         with httpx.Client(base_url=server.start(), timeout=30) as client:
             token = client.post("/api/sessions").json()["token"]
             client.headers["authorization"] = f"Bearer {token}"
-            recorder.attach(client)
             client.post("/api/chat", json={"id": "trip", "messages": [user_message("Plan")]})
             call = client.get("/api/chats/trip").json()["calls"][0]["toolCallId"]
             client.post(
@@ -105,8 +94,6 @@ def _record(agent: Path, redis_url: str, folder: Path) -> Cassette:
             client.post("/api/chats/trip/resume")
     finally:
         server.stop()
-    cassette = recorder.cassette()
-    cassette.model_steps = read_outcome(tape, cassette).model_steps()
     return cassette
 
 
@@ -128,15 +115,10 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def recorded(
-    redis: Redis, redis_url: str, double: ProviderDouble, tmp_path: Path
-) -> Path:
+def recorded(redis: Redis, redis_url: str, double: ProviderDouble, tmp_path: Path) -> Path:
     agent = _project(tmp_path / "project")
     double.script("anthropic", _turns())
-    cassette = _record(agent, redis_url, tmp_path)
-    path = tmp_path / "project" / "trip.cassette.json"
-    save_cassette(cassette, path)
-    return path
+    return _record(agent, redis_url, tmp_path)
 
 
 def _said(cassette: Cassette) -> str:
@@ -216,14 +198,7 @@ def test_an_edited_agent_is_reported_at_the_step_and_field_that_changed(
     # The recorded answers were served: the conversation itself still matches.
     assert report.differences == ()
 
-    done = subprocess.run(
-        [sys.executable, "-m", "parkway.transport.cli", "replay", str(recorded)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")},
-    )
+    done = _cli(str(recorded))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "the request to the model differs at instructions" in done.stdout
 
@@ -272,3 +247,91 @@ def test_a_step_the_cassette_lacks_fails_its_run_and_is_reported(
         if c["type"] == "error" or c.get("finishReason") == "error"
     ]
     assert errors, "the run without a recorded answer ended with an error"
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "parkway.transport.cli", "replay", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **(env or {})},
+    )
+
+
+def test_the_cli_records_changed_steps_again_and_the_result_replays_with_no_key(
+    recorded: Path, double: ProviderDouble, redis_url: str
+) -> None:
+    _project(recorded.parent, sky="rainy")
+    stale = _cli(str(recorded), "--redis-url", redis_url, "--record-mode", "none")
+    assert stale.returncode == 1, stale.stdout + stale.stderr
+    assert "model step 2 of chat 'trip': the request to the model differs at " in stale.stdout
+    assert "messages[4].result.sky" in stale.stdout and '"sunny"' in stale.stdout
+
+    double.script("anthropic", [Turn(text="Oslo it is: take an umbrella.")])
+    again = _cli(str(recorded), "--redis-url", redis_url, "--record-mode", "new_episodes")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"recorded anew: chat 'trip' step 2; wrote {recorded}" in again.stdout
+    assert "take an umbrella" in _said(load_cassette(recorded))
+
+    no_key = dict.fromkeys(PROVIDER_VARIABLES, "")
+    check = _cli(str(recorded), "--cold", "--redis-url", redis_url, env=no_key)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "every response matches" in check.stdout
+
+
+# -- the pytest fixture, as a project uses it -------------------------------------------
+
+pytest_plugins = ["pytester"]
+
+INNER_TEST = """
+def drive(client):
+    hello = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Plan"}]}
+    client.post("/api/chat", json={"id": "trip", "messages": [hello]})
+    call = client.get("/api/chats/trip").json()["calls"][0]["toolCallId"]
+    answer = {"outcome": "output", "output": {"choice": "Oslo"}}
+    client.post(f"/api/chats/trip/calls/{call}", json=answer)
+    client.post("/api/chats/trip/resume")
+
+
+def test_trip(parkway_record):
+    parkway_record("trip.cassette.json", drive, agent="trip.agent.json", cold=True)
+"""
+
+
+def test_the_fixture_records_a_real_model_then_replays_and_re_records_it_offline(
+    pytester: pytest.Pytester, double: ProviderDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's workflow: the first run records with the model (here the double), CI
+    replays cold with no key, and after a change only the changed step goes to the model
+    again (record mode new_episodes)."""
+    _project(pytester.path)
+    pytester.makepyfile(test_trip=INNER_TEST)
+    cassette = pytester.path / "trip.cassette.json"
+
+    def run(*args: str) -> None:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=240)
+        assert result.ret == 0, "\n".join(result.outlines + result.errlines)
+
+    double.script("anthropic", _turns())
+    run()  # once: no cassette yet, so the model answers and the cassette is written
+    assert [s.index for s in load_cassette(cassette).model_steps] == [0, 1, 2]
+    assert len(double.requests) == 3
+
+    with monkeypatch.context() as ci:
+        for name in PROVIDER_VARIABLES:
+            ci.delenv(name)
+        run("--record-mode=none")  # CI: no key, cold
+    assert len(double.requests) == 3
+
+    (pytester.path / "triptools.py").write_text(TOOLS_MODULE.replace("SKY", "rainy"))
+    double.script("anthropic", [Turn(text="Oslo it is: take an umbrella.")])
+    run("--record-mode=new_episodes")
+    assert len(double.requests) == 4  # just the step after the changed tool output
+    assert "take an umbrella" in _said(load_cassette(cassette))
+    with monkeypatch.context() as ci:
+        for name in PROVIDER_VARIABLES:
+            ci.delenv(name)
+        run("--record-mode=none")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ __all__ = [
     "load_tape",
     "read_outcome",
     "tape_mode",
+    "with_model_steps",
     "write_tape_folder",
 ]
 
@@ -74,6 +75,17 @@ def write_tape_folder(
     }
     (folder / _TAPE).write_text(json.dumps(document), encoding="utf-8")
     (folder / _REPORTS).write_bytes(b"")
+
+
+def with_model_steps(tape: ModelTape) -> Callable[[Cassette], Cassette]:
+    """For a recording server: a cassette with the model steps ``tape`` has recorded so
+    far, in the order they were made."""
+
+    def finish(cassette: Cassette) -> Cassette:
+        steps = [ModelStepRecord.of(step) for step in list(tape.steps.values())]
+        return cassette.model_copy(update={"model_steps": steps})
+
+    return finish
 
 
 def _reports(folder: Path) -> list[dict[str, Any]]:

@@ -1,9 +1,10 @@
-"""Recording a cassette (private to :mod:`parkway.transport.cassettes`): a
-:class:`Recorder` hooks into the ``httpx`` client that talks to a Parkway server and
-keeps every exchange, with the agent file and model that produced them.
+"""Recording a cassette on the client side (private to
+:mod:`parkway.transport.cassettes`): a :class:`Recorder` hooks into the ``httpx2`` or
+``httpx`` client that talks to a Parkway server and keeps every exchange, with the agent
+file and model that produced them.
 
-Recording modes (a ``parkway record`` command, a fixture that records on the first run)
-belong here: they drive a server through a :class:`Recorder` and save its cassette.
+The server records on its own with ``parkway serve --record`` (``parkway record``, the
+``parkway_record`` fixture): :mod:`parkway.transport._cassette_recording`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from parkway.transport._replay_process import CassetteError
 
 if TYPE_CHECKING:
     import httpx
+    import httpx2
+
+    Client = httpx2.AsyncClient | httpx2.Client | httpx.AsyncClient | httpx.Client
+    Response = httpx2.Response | httpx.Response
 
 __all__ = ["Recorder"]
 
@@ -35,10 +40,11 @@ _UNRECORDED = frozenset({"/api/sessions", "/healthz"})
 
 
 class Recorder:
-    """Records what an ``httpx`` client exchanges with a Parkway server.
+    """Records what an HTTP client exchanges with a Parkway server.
 
-    ``attach(client)`` adds a response hook to an ``httpx.AsyncClient`` (or
-    ``httpx.Client``); from then on every request the client sends is recorded with its
+    ``attach(client)`` adds a response hook to an ``httpx2.AsyncClient`` or
+    ``httpx2.Client`` (``httpx2`` comes with Parkway), or to their ``httpx`` twins;
+    from then on every request the client sends is recorded with its
     answer, except ``/api/sessions`` and ``/healthz``. The hook reads each response body
     in full before the caller sees it, so streams arrive all at once. Record one
     request at a time: exchanges are kept in the order their answers completed.
@@ -69,23 +75,25 @@ class Recorder:
         self.description = description
         self.exchanges: list[Exchange] = []
 
-    def attach(self, client: httpx.AsyncClient | httpx.Client) -> None:
-        if inspect.iscoroutinefunction(client.send):  # an httpx.AsyncClient
+    def attach(self, client: Client) -> None:
+        """Record every exchange ``client`` has from now on (the two packages' clients
+        have the same hooks, so either works)."""
+        if inspect.iscoroutinefunction(client.send):  # an AsyncClient
 
-            async def on_response(response: httpx.Response) -> None:
+            async def on_response(response: Response) -> None:
                 await response.aread()
                 self._record(response)
 
             client.event_hooks["response"].append(on_response)
-        else:  # an httpx.Client
+        else:  # a Client
 
-            def on_response_sync(response: httpx.Response) -> None:
+            def on_response_sync(response: Response) -> None:
                 response.read()
                 self._record(response)
 
             client.event_hooks["response"].append(on_response_sync)
 
-    def _record(self, response: httpx.Response) -> None:
+    def _record(self, response: Response) -> None:
         request = response.request
         path = request.url.raw_path.decode("ascii")
         if path.split("?", 1)[0] in _UNRECORDED:
@@ -107,7 +115,7 @@ class Recorder:
     def add(
         self, method: str, path: str, body: Any, *, status: int, content_type: str, raw: bytes
     ) -> None:
-        """Record one exchange by hand (for clients other than ``httpx``)."""
+        """Record one exchange by hand (for clients other than ``httpx2`` and ``httpx``)."""
         request = RequestRecord.model_validate({"method": method, "path": path, "json": body})
         self.exchanges.append(
             Exchange(request=request, response=response_record(status, content_type, raw))

@@ -70,8 +70,9 @@ class ServerProcess:
     """``parkway serve`` as a child process, for replays.
 
     ``PARKWAY_*`` variables of this process are not passed on (a replay serves exactly
-    the cassette's agent with default settings); ``env`` adds variables. The server's
-    stderr goes to ``log_file``.
+    the cassette's agent with default settings); ``env`` adds variables and
+    ``extra_args`` flags (``--record CASSETTE`` to record). The server's stderr goes to
+    ``log_file``.
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         import_paths: Sequence[Path] = (),
         startup_timeout_s: float = 30.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.agent_file = agent_file
         self.redis_url = redis_url
@@ -92,6 +94,7 @@ class ServerProcess:
         self.env = dict(env or {})
         self.import_paths = [str(p) for p in import_paths]
         self.startup_timeout_s = startup_timeout_s
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -117,6 +120,7 @@ class ServerProcess:
             "--redis-url", self.redis_url,
             "--agent", str(self.agent_file),
             "--log-level", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
@@ -194,11 +198,13 @@ def scratch_server(
     redis_url: str | None,
     env: Mapping[str, str] | None,
     import_paths: Sequence[Path] = (),
+    *,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[ServerProcess]:
     """A server for the agent in a temporary folder, on an embedded Redis there
     (started here, so killing the server leaves Redis to the replay) or on
     ``redis_url``. It serves ``agent_file``, or a copy of ``agent`` written to the
-    folder when there is no file."""
+    folder when there is no file, with ``extra_args`` on its command line."""
     if redis_url is not None:
         check_redis(redis_url)
     with tempfile.TemporaryDirectory(prefix="pw-replay-") as tmp:
@@ -222,6 +228,7 @@ def scratch_server(
                 log_file=folder / "server.log",
                 env=env,
                 import_paths=import_paths,
+                extra_args=extra_args,
             )
             yield server
         finally:

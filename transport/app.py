@@ -32,10 +32,12 @@ from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.embedded import EmbeddedRedis
 from parkway.runner.errors import ParkwayError, SettleConflictError
 from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
+from parkway.runner.llm.tape import ModelTape
 from parkway.runner.loop import Runner, RunnerConfig
 from parkway.runner.sweeper import Sweeper
 from parkway.runner.telemetry import REDIS_ERRORS
-from parkway.transport._cassette_models import load_tape
+from parkway.transport._cassette_models import load_tape, with_model_steps
+from parkway.transport._cassette_recording import CassetteRecording, recording_writer
 from parkway.transport.admission import Admission
 from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
 from parkway.transport.code_routes import code_mode_from, code_routes
@@ -187,9 +189,15 @@ def agent_id_for(settings: Settings, agent: AgentFile) -> str:
     return f"agent-{agent.template.digest[:16]}"
 
 
-def model_catalog(settings: Settings, agent: AgentFile) -> ModelCatalog:
+def model_catalog(
+    settings: Settings, agent: AgentFile, *, tape: ModelTape | None = None
+) -> ModelCatalog:
     """The models of the server's runs, checked now: a model that cannot be built here (a
-    missing key or base URL) stops the server at startup with a one-line error."""
+    missing key or base URL) stops the server at startup with a one-line error. Provider
+    models go through ``tape`` if given (a recording), else through the model tape
+    ``parkway replay`` names (``model_tape``), else straight to the provider."""
+    if tape is None and settings.model_tape is not None:
+        tape = load_tape(settings.model_tape)
     models = ModelCatalog(
         agent.model,
         default_spec=agent.spec,
@@ -201,7 +209,7 @@ def model_catalog(settings: Settings, agent: AgentFile) -> ModelCatalog:
         retry=RetryPolicy(
             retries=settings.model_retries, max_wait_s=settings.model_retry_max_wait_s
         ),
-        tape=load_tape(settings.model_tape) if settings.model_tape is not None else None,
+        tape=tape,
     )
     spec = models.chosen(agent.template.llm)
     problem = models.problem(spec)
@@ -354,6 +362,8 @@ def create_app(
     """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo);
     ``authenticator`` replaces the default signed-session authenticator."""
     settings = settings or Settings()
+    # parkway serve --record (transport/_cassette_recording.py): checked before anything
+    writer = recording_writer(settings, agent is not None) if settings.record else None
     access_log = logging.getLogger("uvicorn.access")
     if _ACCESS_FILTER not in access_log.filters:
         access_log.addFilter(_ACCESS_FILTER)
@@ -366,7 +376,11 @@ def create_app(
     if authenticator is None:
         authenticator = SessionAuthenticator(settings.resolve_secret().get_secret_value())
     agent_id = agent_id_for(settings, agent)
-    models = model_catalog(settings, agent)
+    # A recording keeps each provider model step for the cassette (runner/llm/tape.py).
+    tape = ModelTape((), "all") if writer is not None else None
+    models = model_catalog(settings, agent, tape=tape)
+    if writer is not None and tape is not None:
+        writer.finish = with_model_steps(tape)
     oauth_settings = _oauth_settings(settings)
 
     @contextlib.asynccontextmanager
@@ -444,4 +458,7 @@ def create_app(
     app.state.authenticator = authenticator
     app.state.describe = describe_call
     app.state.connect = None
+    app.state.cassette_writer = writer
+    if writer is not None:
+        app.add_middleware(CassetteRecording, writer=writer)
     return app

@@ -45,7 +45,6 @@ import dataclasses
 import http.client
 import json
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -439,19 +438,14 @@ def replay(
             cassette, server, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
         )
     folders = [agent.import_folder] if agent.import_folder is not None else []
-    with tempfile.TemporaryDirectory(prefix="pw-tape-") as tmp:
-        tape = Path(tmp)
+    with scratch_server(agent.path, agent.document, redis_url, env, folders) as scratch:
+        # The model tape lives in the replay's own temporary folder, beside the log.
+        tape = scratch.log_file.parent / "tape"
         write_tape_folder(tape, cassette, mode, namespace.served)
-        env = {**(env or {}), "PARKWAY_MODEL_TAPE": str(tape)}
-        with scratch_server(agent.path, agent.document, redis_url, env, folders) as scratch:
-            report = _run(
-                cassette,
-                scratch,
-                cold=cold,
-                timeout_s=timeout_s,
-                namespace=namespace,
-                ignore=paths,
-            )
+        scratch.env["PARKWAY_MODEL_TAPE"] = str(tape)
+        report = _run(
+            cassette, scratch, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths
+        )
         return _with_models(report, read_outcome(tape, cassette), cassette, namespace)
 
 

@@ -1,4 +1,5 @@
-"""The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn;
+"""The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn (``parkway
+record CASSETTE`` is ``parkway serve --record CASSETTE``);
 ``parkway replay FILE`` replays a recorded chat (a cassette) against a fresh server;
 ``parkway agent reset`` commits the agent file's version of the agent again."""
 
@@ -26,7 +27,8 @@ __all__ = ["main"]
 # What `parkway --help` says (the module docstring is for readers of the code).
 DESCRIPTION = (
     "Parkway: human-in-the-loop tool calls for AI agents. 'parkway serve' runs the "
-    "server; 'parkway replay FILE' replays a recorded chat (a cassette) against a fresh "
+    "server; 'parkway record CASSETTE' runs it recording every chat to a cassette; "
+    "'parkway replay FILE' replays a recorded chat (a cassette) against a fresh "
     "server; 'parkway agent reset' commits the agent file's version of the agent again. "
     "Settings come from these flags and from PARKWAY_* environment variables (see "
     "docs/operations.md)."
@@ -37,13 +39,100 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parkway", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the Parkway server")
+    _serve_options(serve)
+    serve.add_argument(
+        "--record",
+        metavar="CASSETTE",
+        help="record every chat exchange the server answers to this cassette, saved after "
+        "each one (docs/cassettes.md, 'Recording')",
+    )
+    # -- parkway record (begin) --
+    record = sub.add_parser(
+        "record",
+        help="parkway serve, recording every chat exchange to a cassette; stop it with Ctrl-C",
+    )
+    record.add_argument("record", metavar="CASSETTE", help="the cassette to write")
+    _serve_options(record, agent_required=True)
+    # -- parkway record (end) --
+    # -- parkway replay (begin) --
+    replay = sub.add_parser(
+        "replay",
+        help="replay a cassette against a fresh server; exit 0 on a match, 1 on a "
+        "difference, 2 when the file or the setup is bad",
+    )
+    replay.add_argument("file", help="the cassette (JSON, see docs/cassettes.md)")
+    replay.add_argument(
+        "--cold",
+        action="store_true",
+        help="kill the server with SIGKILL at each park point and start a new one",
+    )
+    replay.add_argument(
+        "--redis-url",
+        help="Redis for the replay (default: a private one in a temporary folder); each "
+        "run uses chat ids of its own there, so replays may share a database",
+    )
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument(
+        "--agent",
+        dest="agent_file",
+        help="replay against this agent file (default: the agent file the cassette names, "
+        "relative to the cassette)",
+    )
+    which.add_argument(
+        "--cassette-agent",
+        action="store_true",
+        help="replay against the copy of the agent stored in the cassette",
+    )
+    replay.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="leave this path out of the comparison (repeatable), e.g. usage.* or "
+        "data-parkway-widget:data.description (docs/cassettes.md, 'Ignore paths')",
+    )
+    replay.add_argument(
+        "--full", action="store_true", help="list every difference, the follow-on ones too"
+    )
+    replay.add_argument(
+        "--record-mode",
+        dest="replay_record_mode",
+        choices=["once", "new_episodes", "none", "all"],  # cassettes.RECORD_MODES
+        default="once",
+        help="a real model's recorded steps: once or none (default) serve them and never "
+        "call the model; new_episodes records the steps whose request changed, all every "
+        "step, with the model (its key from the environment) and writes the cassette again",
+    )
+    # -- parkway replay (end) --
+    # -- parkway agent (begin) --
+    agent = sub.add_parser("agent", help="the agent's stored revisions")
+    agent_sub = agent.add_subparsers(dest="agent_command", required=True)
+    reset = agent_sub.add_parser(
+        "reset",
+        help="commit the agent file's template as a new revision (history is kept), "
+        "undoing what was committed since; run it against the server's Redis",
+    )
+    reset.add_argument("--agent", dest="agent_file", help="agent file (default: the demo)")
+    reset.add_argument("--redis-url", help="Redis URL (default: the embedded Redis)")
+    reset.add_argument("--data-dir", help="data folder of the embedded Redis (default .parkway)")
+    # -- parkway agent (end) --
+    return parser
+
+
+def _serve_options(serve: argparse.ArgumentParser, *, agent_required: bool = False) -> None:
+    """The options of ``parkway serve``, which ``parkway record`` shares."""
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8000)")
     serve.add_argument(
         "--redis-url", help="Redis URL (default: an embedded Redis in the data folder)"
     )
     serve.add_argument("--data-dir", help="data folder for the embedded Redis (default .parkway)")
-    serve.add_argument("--agent", dest="agent_file", help="agent file (default: the demo agent)")
+    serve.add_argument(
+        "--agent",
+        dest="agent_file",
+        required=agent_required,
+        help="agent file" + ("" if agent_required else " (default: the demo agent)"),
+    )
     serve.add_argument(
         "--model",
         help="the model of every run, overriding the agent's: provider:model, e.g. "
@@ -87,60 +176,12 @@ def _parser() -> argparse.ArgumentParser:
         "list would show it). See docs/security.md",
     )
     # -- agent editors (end) --
-    # -- parkway replay (begin) --
-    replay = sub.add_parser(
-        "replay",
-        help="replay a cassette against a fresh server; exit 0 on a match, 1 on a "
-        "difference, 2 when the file or the setup is bad",
+    serve.add_argument(
+        "--record-mode",
+        choices=["once", "all"],
+        help="with a cassette to record: once (default) refuses an existing cassette, all "
+        "records it again",
     )
-    replay.add_argument("file", help="the cassette (JSON, see docs/cassettes.md)")
-    replay.add_argument(
-        "--cold",
-        action="store_true",
-        help="kill the server with SIGKILL at each park point and start a new one",
-    )
-    replay.add_argument(
-        "--redis-url",
-        help="Redis for the replay (default: a private one in a temporary folder); each "
-        "run uses chat ids of its own there, so replays may share a database",
-    )
-    which = replay.add_mutually_exclusive_group()
-    which.add_argument(
-        "--agent",
-        dest="agent_file",
-        help="replay against this agent file (default: the agent file the cassette names, "
-        "relative to the cassette)",
-    )
-    which.add_argument(
-        "--cassette-agent",
-        action="store_true",
-        help="replay against the copy of the agent stored in the cassette",
-    )
-    replay.add_argument(
-        "--ignore",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="leave this path out of the comparison (repeatable), e.g. usage.* or "
-        "data-parkway-widget:data.description (docs/cassettes.md, 'Ignore paths')",
-    )
-    replay.add_argument(
-        "--full", action="store_true", help="list every difference, the follow-on ones too"
-    )
-    # -- parkway replay (end) --
-    # -- parkway agent (begin) --
-    agent = sub.add_parser("agent", help="the agent's stored revisions")
-    agent_sub = agent.add_subparsers(dest="agent_command", required=True)
-    reset = agent_sub.add_parser(
-        "reset",
-        help="commit the agent file's template as a new revision (history is kept), "
-        "undoing what was committed since; run it against the server's Redis",
-    )
-    reset.add_argument("--agent", dest="agent_file", help="agent file (default: the demo)")
-    reset.add_argument("--redis-url", help="Redis URL (default: the embedded Redis)")
-    reset.add_argument("--data-dir", help="data folder of the embedded Redis (default .parkway)")
-    # -- parkway agent (end) --
-    return parser
 
 
 # -- parkway replay (begin) --
@@ -169,9 +210,11 @@ def _replay(
     cassette_agent: bool,
     ignore: tuple[str, ...] = (),
     full: bool = False,
+    record_mode: str = "once",
 ) -> int:
-    """``parkway replay``: exit 0 when every response matched, 1 with differences, 2
-    when nothing could be compared (one line on stderr), 128 + the signal's number when
+    """``parkway replay``: exit 0 when every response matched (or the cassette was
+    recorded again, in record mode new_episodes or all), 1 with differences, 2 when
+    nothing could be compared (one line on stderr), 128 + the signal's number when
     stopped by SIGTERM (143) or SIGINT (130), after cleaning up."""
     from parkway.transport.cassettes import (
         CassetteError,
@@ -179,6 +222,7 @@ def _replay(
         load_cassette,
         replay,
         replay_agent,
+        save_cassette,
     )
 
     for each in (signal.SIGTERM, signal.SIGINT):
@@ -188,7 +232,16 @@ def _replay(
         check_replayable(cassette, cold=cold)
         chosen = replay_agent(cassette, agent, cassette_agent=cassette_agent)
         print(chosen.describe(), flush=True)
-        report = replay(cassette, agent=chosen, cold=cold, redis_url=redis_url, ignore=ignore)
+        report = replay(
+            cassette,
+            agent=chosen,
+            cold=cold,
+            redis_url=redis_url,
+            ignore=ignore,
+            record_mode=record_mode,
+        )
+        if report.cassette is not None:
+            save_cassette(report.cassette, path)
     except CassetteError as exc:
         print(f"parkway replay: {exc}", file=sys.stderr)
         return 2
@@ -197,6 +250,10 @@ def _replay(
         print(f"parkway replay: stopped by {name}; nothing left running", file=sys.stderr)
         return 128 + stopped.signum
     print(report.format(full=full), flush=True)
+    if report.cassette is not None:
+        steps = ", ".join(f"chat {chat!r} step {index}" for chat, index in report.rerecorded)
+        print(f"recorded anew: {steps}; wrote {path}", flush=True)
+        return 0
     return 0 if report.matched else 1
 
 
@@ -310,7 +367,11 @@ def _uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
 
 
 def _serve(
-    app: Starlette, config: uvicorn.Config, sock: socket.socket, announce: Callable[[], None]
+    app: Starlette,
+    config: uvicorn.Config,
+    sock: socket.socket,
+    announce: Callable[[], None],
+    farewell: Callable[[], None],
 ) -> None:
     """Run the app's lifespan (Redis, the agent, the sweeper), then uvicorn on ``sock``
     until SIGINT or SIGTERM, then the lifespan's shutdown.
@@ -318,7 +379,8 @@ def _serve(
     The lifespan runs here rather than inside uvicorn so that an error starting it (an
     unreachable Redis) leaves as the exception it is, for a one-line message, where
     uvicorn would log a traceback and exit 3. ``announce`` is called once uvicorn
-    listens. uvicorn's signal capture is held around the whole run: a signal during the
+    listens, ``farewell`` once everything stopped (before a SIGTERM ends the process).
+    uvicorn's signal capture is held around the whole run: a signal during the
     lifespan's startup stops the server as soon as it is up, and the signal uvicorn
     raises again after its shutdown reaches the process's handler only after the
     lifespan's shutdown has run (running turns finish, the embedded Redis stops).
@@ -343,6 +405,7 @@ def _serve(
             asyncio.Runner(loop_factory=config.get_loop_factory()) as runner,
         ):
             runner.run(run())
+            farewell()
     except KeyboardInterrupt:  # SIGINT, raised again once everything has stopped
         pass
 
@@ -377,16 +440,24 @@ def _run_server(flags: dict[str, str | None]) -> int:
     if settings.model is not None:
         agent = f"{agent} on {settings.model}"
 
+    recording = "" if settings.record is None else f", recording to {settings.record}"
+
     def announce() -> None:
         print(
             f"Parkway is serving {agent} at {settings.base_url}/ "
-            f"(Redis: {settings.redacted_redis_url()})",
+            f"(Redis: {settings.redacted_redis_url()}){recording}",
             flush=True,
         )
 
+    def farewell() -> None:
+        if app.state.cassette_writer is not None:  # -- parkway record --
+            saved = app.state.cassette_writer.saved
+            noun = "exchange" if saved == 1 else "exchanges"
+            print(f"recorded {saved} {noun} to {settings.record}", flush=True)
+
     try:
         with sock:
-            _serve(app, _uvicorn_config(app, settings), sock, announce)
+            _serve(app, _uvicorn_config(app, settings), sock, announce, farewell)
     except startup_errors as exc:  # raised by the lifespan's startup: nothing served
         print(f"parkway: {exc}", file=sys.stderr)
         return 2
@@ -407,11 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             cassette_agent=args.cassette_agent,
             ignore=tuple(args.ignore),
             full=args.full,
+            record_mode=args.replay_record_mode,
         )
     if args.command == "agent":  # -- parkway agent --
         flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
         return _agent_reset(flags)
-    if args.command != "serve":  # pragma: no cover - argparse enforces the choice
+    if args.command not in {"serve", "record"}:  # pragma: no cover - argparse's choice
         return 2
     return _run_server({k: v for k, v in vars(args).items() if k != "command"})
 

@@ -1,4 +1,5 @@
-"""Pytest fixtures for cassette replays: ``parkway_cassette`` and ``parkway_replay``.
+"""Pytest fixtures for cassettes: ``parkway_cassette``, ``parkway_replay`` and
+``parkway_record``, and pytest's ``--record-mode`` option.
 
 Parkway registers this module as a pytest plugin (the ``pytest11`` entry point
 ``parkway``), so every project with Parkway installed has the fixtures; no import and no
@@ -12,17 +13,28 @@ Parkway registers this module as a pytest plugin (the ``pytest11`` entry point
 ``parkway_replay`` starts a real ``parkway serve`` process for each replay (on a private
 Redis in a temporary folder unless ``redis_url`` is given) and fails the test with the
 report's readable diff when a response differs from the recording.
+
+``parkway_record(path, drive, agent=...)`` records the cassette on the first run, as
+VCR.py users expect: ``drive(client)`` talks to a recording ``parkway serve`` through an
+``httpx2.Client``; once the cassette exists, the test replays it instead.
+``--record-mode`` (or the ini option ``parkway_record_mode``) says when to record:
+``once`` (default: when the cassette is missing), ``new_episodes`` (the same, for now),
+``none`` (never: a missing cassette fails the test, for CI) or ``all`` (always).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
+import httpx2
 import pytest
 
+from parkway.transport._replay_process import scratch_server
 from parkway.transport.cassettes import (
+    RECORD_MODES,
     Cassette,
     CassetteError,
     ReplayReport,
@@ -31,9 +43,33 @@ from parkway.transport.cassettes import (
     load_cassette,
     replay,
     replay_agent,
+    save_cassette,
 )
 
-__all__ = ["CassetteLoader", "CassetteReplayer", "parkway_cassette", "parkway_replay"]
+__all__ = [
+    "RECORD_MODES",
+    "CassetteLoader",
+    "CassetteRecorder",
+    "CassetteReplayer",
+    "parkway_cassette",
+    "parkway_record",
+    "parkway_replay",
+    "pytest_addoption",
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("parkway", "Parkway cassettes")
+    group.addoption(
+        "--record-mode",
+        choices=RECORD_MODES,
+        default=None,
+        help="when parkway_record records a cassette: once (default: when it is missing), "
+        "new_episodes, none (never: a missing cassette fails) or all (always)",
+    )
+    parser.addini(
+        "parkway_record_mode", "parkway_record's mode when --record-mode is not given", "string"
+    )
 
 
 class CassetteLoader(Protocol):
@@ -64,6 +100,7 @@ class CassetteReplayer(Protocol):
         env: Mapping[str, str] | None = None,
         ignore: Sequence[str] = (),
         full: bool = False,
+        record_mode: str = "none",
     ) -> ReplayReport: ...
 
 
@@ -109,6 +146,7 @@ def parkway_replay(
         env: Mapping[str, str] | None = None,
         ignore: Sequence[str] = (),
         full: bool = False,
+        record_mode: str = "none",
     ) -> ReplayReport:
         if not isinstance(cassette, Cassette):
             cassette = parkway_cassette(cassette)
@@ -125,13 +163,138 @@ def parkway_replay(
                 server=server,
                 env=env,
                 ignore=ignore,
+                record_mode=record_mode,
             )
+            if report.cassette is not None:  # model steps recorded anew: keep them
+                save_cassette(report.cassette, cassette.source or Path("cassette.json"))
         except CassetteError as exc:
             error = f"the replay could not run: {exc}"
         else:
-            if report.matched:
+            if report.matched or report.cassette is not None:
                 return report
             error = f"{chosen.describe()}\n{report.format(full=full)}"
         _fail(error)
+
+    return run
+
+
+# -- recording ------------------------------------------------------------------------
+
+
+class CassetteRecorder(Protocol):
+    """``parkway_record(cassette, drive, agent=None, cold=False, ignore=(),
+    redis_url=None, env=None, full=False)``: record the cassette at ``cassette`` by
+    calling ``drive(client)`` against a recording server for the agent file ``agent``,
+    or replay it (as ``parkway_replay`` does, failing the test on a difference) when the
+    record mode says so; paths are relative to the test file's folder. Returns the
+    replay's report, or None after a recording."""
+
+    def __call__(
+        self,
+        cassette: str | Path,
+        drive: Callable[[httpx2.Client], object],
+        *,
+        agent: str | Path | None = None,
+        cold: bool = False,
+        ignore: Sequence[str] = (),
+        redis_url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        full: bool = False,
+    ) -> ReplayReport | None: ...
+
+
+def _record_mode(config: pytest.Config) -> str:
+    """``--record-mode``, else the ini option, else ``once``."""
+    mode = config.getoption("record_mode", None) or config.getini("parkway_record_mode")
+    return str(mode or "once")
+
+
+# What a record mode adds to the replay of an existing cassette (keyword arguments of
+# parkway_replay): new_episodes sends the model steps whose request changed, or that the
+# cassette lacks, to the real model and writes the cassette again with them.
+_REPLAY_OPTIONS: dict[str, dict[str, Any]] = {"new_episodes": {"record_mode": "new_episodes"}}
+
+
+def _record(
+    target: Path,
+    agent: Path,
+    drive: Callable[[httpx2.Client], object],
+    *,
+    cold: bool,
+    redis_url: str | None,
+    env: Mapping[str, str] | None,
+) -> str | None:
+    """Record ``target`` by driving a ``parkway serve --record`` child process; return
+    why the recording is unusable, or None. The server records to a file next to the
+    target, renamed over it only once the recording proved replayable, so a failed
+    recording never leaves a cassette behind (nor destroys the one there)."""
+    if not agent.is_file():
+        return f"cannot record {target}: there is no agent file at {agent}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    draft = target.with_name(f".{target.name}.{os.getpid()}.recording")  # one per worker
+    argv = ["--record", str(draft), "--record-mode", "all"]
+    try:
+        with scratch_server(agent, {}, redis_url, env, [agent.parent], extra_args=argv) as server:
+            base_url = server.start()
+            with httpx2.Client(base_url=base_url, timeout=60) as client:
+                session = client.post("/api/sessions")
+                if session.status_code != 201:
+                    raise CassetteError(f"the server refused a session ({session.status_code})")
+                client.headers["authorization"] = f"Bearer {session.json()['token']}"
+                drive(client)
+            server.stop()  # SIGTERM: the server finishes its answers, then exits
+        if not draft.exists():
+            raise CassetteError("drive() sent no chat request, so nothing was recorded")
+        check_replayable(load_cassette(draft), cold=cold)
+        os.replace(draft, target)
+    except CassetteError as exc:
+        return f"the recording of {target} is not usable: {exc}"
+    finally:
+        draft.unlink(missing_ok=True)
+    return None
+
+
+@pytest.fixture
+def parkway_record(
+    request: pytest.FixtureRequest, parkway_replay: CassetteReplayer
+) -> CassetteRecorder:
+    """Record a cassette on the first run (by the record mode), replay it afterwards."""
+    here = Path(request.path).parent
+    mode = _record_mode(request.config)
+
+    def run(
+        cassette: str | Path,
+        drive: Callable[[httpx2.Client], object],
+        *,
+        agent: str | Path | None = None,
+        cold: bool = False,
+        ignore: Sequence[str] = (),
+        redis_url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        full: bool = False,
+    ) -> ReplayReport | None:
+        if mode not in RECORD_MODES:
+            _fail(f"record mode {mode!r} is not one of {', '.join(RECORD_MODES)}")
+        target = here / cassette  # an absolute path stays as it is
+        agent_file = None if agent is None else here / agent
+        if target.exists() and mode != "all":
+            return parkway_replay(
+                target,
+                agent=agent_file,
+                cold=cold,
+                redis_url=redis_url,
+                env=env,
+                ignore=ignore,
+                full=full,
+                **_REPLAY_OPTIONS.get(mode, {}),
+            )
+        if mode == "none":
+            _fail(f"no cassette at {target} and --record-mode=none (record it with once)")
+        if agent_file is None:
+            _fail(f"recording {target} needs agent=, the agent file the server serves")
+        error = _record(target, agent_file, drive, cold=cold, redis_url=redis_url, env=env)
+        if error is not None:
+            _fail(error)
+        return None
 
     return run

@@ -66,6 +66,8 @@ _FLAGS = {
     "metrics": "--metrics",
     "metrics_port": "--metrics-port",
     "tracing": "--tracing",
+    "record": "--record",
+    "record_mode": "--record-mode",
 }
 # Settings whose value an error message never repeats: secrets, a Redis URL (it may
 # carry a password) and provider JSON (it may carry client secrets).
@@ -237,6 +239,10 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
     tracing: Literal["off", "otlp", "console"] = "off"
+    # -- recording (docs/cassettes.md, "Recording"): the cassette every chat exchange is
+    # written to, and whether an existing one is refused (once) or replaced (all)
+    record: Path | None = None
+    record_mode: Literal["once", "all"] = "once"
 
     def __init__(self, **values: Any) -> None:
         """Settings from keyword values only (no environment: see :meth:`from_sources`);

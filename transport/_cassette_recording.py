@@ -1,0 +1,257 @@
+"""Recording a cassette on the server side: ``parkway serve --record CASSETTE`` (and
+``parkway record``) wraps the app in :class:`CassetteRecording`, an ASGI middleware that
+keeps every chat exchange the server answers, from any client (the playground in a
+browser, a script, the AI SDK), and a :class:`CassetteWriter` that saves the cassette
+after each one.
+
+What is recorded: the chat API, ``/api/chat`` and everything under ``/api/chat/`` and
+``/api/chats/``, except a chat's audit trail (wall-clock times and the recording
+session's principal, which no replay reproduces). Left out: sessions (a replay opens its
+own), the agent and connection routes (they describe the server, not the chat), health,
+metrics, the OpenAPI document, the playground's page and assets, OAuth pages.
+
+An exchange is kept once its answer has been sent in full, in the order answers complete
+(as :class:`~parkway.transport.cassettes.Recorder` keeps them); a replay sends them one
+at a time, so requests that overlapped (a stream reconnect during a running turn) are
+logged with a warning. A request whose body is not JSON, that the server answered before
+reading its body, or whose client left before the answer ended, is skipped with a
+warning: a replay could not send it as recorded, or would compare a cut-off answer.
+
+Each stream passes through untouched: its bytes are copied as they go, never held back.
+After each exchange the whole cassette is written to a temporary file that replaces the
+cassette (``os.replace``), so a server killed at any moment leaves a valid cassette of
+the exchanges that completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from parkway.runner.demo import DEMO_AGENT
+from parkway.transport._cassette_format import (
+    Cassette,
+    Exchange,
+    RequestRecord,
+    agent_digest,
+    cassette_json,
+    model_name,
+    response_record,
+)
+from parkway.transport.settings import Settings, SettingsError, flag_and_variable
+
+__all__ = ["CassetteRecording", "CassetteWriter", "is_recorded", "recording_writer"]
+
+log = logging.getLogger("parkway.cassettes")
+
+_CHAT_ROUTE = re.compile(r"^/api/(chat|chat/.+|chats/.+)$")
+_AUDIT_ROUTE = re.compile(r"^/api/chats/[^/]+/audit$")
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})  # what a cassette holds
+
+
+def is_recorded(path: str) -> bool:
+    """Whether a request to ``path`` (without its query) goes into the cassette: the
+    chat API, except a chat's audit trail."""
+    return bool(_CHAT_ROUTE.match(path)) and not _AUDIT_ROUTE.match(path)
+
+
+class CassetteWriter:
+    """The cassette being recorded, saved to ``path`` after each exchange.
+
+    ``agent_file`` is the agent file the server serves (the cassette names it relative
+    to its own folder), ``agent`` its document (digest, model and an embedded copy),
+    ``model`` the model the runs use when ``--model`` overrides the agent's. ``finish``
+    is applied to each snapshot before it is saved (to add what the runtime recorded
+    besides the exchanges, such as model steps); it runs on the event loop.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        agent_file: Path | None,
+        agent: Mapping[str, Any],
+        model: str | None = None,
+        finish: Callable[[Cassette], Cassette] | None = None,
+    ) -> None:
+        self.path = path
+        self.agent_file = agent_file.resolve() if agent_file is not None else None
+        self.agent = dict(agent)
+        self.model = model or model_name(self.agent)
+        self.finish = finish
+        self.exchanges: list[Exchange] = []
+        self.saved = 0  # exchanges in the file on disk
+        self._lock = asyncio.Lock()
+
+    def cassette(self) -> Cassette:
+        """What was recorded so far, before ``finish``."""
+        return Cassette(
+            agent_file=str(self.agent_file) if self.agent_file is not None else None,
+            agent_digest=agent_digest(self.agent),
+            model=self.model,
+            agent=self.agent,
+            exchanges=list(self.exchanges),
+        )
+
+    def _write(self, text: str) -> None:
+        """Replace the cassette atomically: a reader, or a server killed mid-write, never
+        sees half a file."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    async def add(self, exchange: Exchange) -> None:
+        """Keep ``exchange`` and save the cassette, off the event loop."""
+        self.exchanges.append(exchange)
+        async with self._lock:  # saves in order; each writes everything kept so far
+            cassette = self.cassette()
+            if self.finish is not None:
+                cassette = self.finish(cassette)
+            text = cassette_json(cassette, folder=self.path.parent)
+            await asyncio.to_thread(self._write, text)
+            self.saved = len(cassette.exchanges)
+
+
+class _Exchange:
+    """One request and its answer, copied as they pass through."""
+
+    def __init__(self, scope: Scope) -> None:
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        self.method: str = scope["method"]
+        self.path = raw_path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        headers = dict(scope.get("headers", ()))
+        length = headers.get(b"content-length", b"0").strip()
+        # a request with a body the app did not read to its end is not kept (below)
+        self.body_read = length in {b"", b"0"} and b"transfer-encoding" not in headers
+        self.body = bytearray()
+        self.status = 0
+        self.content_type = ""
+        self.answer = bytearray()
+        self.answered = False
+
+    def request_message(self, message: Message) -> None:
+        if message["type"] == "http.request":
+            self.body += message.get("body", b"")
+            self.body_read = not message.get("more_body", False)
+
+    def response_message(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            for name, value in message.get("headers", ()):
+                if name.lower() == b"content-type":
+                    self.content_type = value.decode("latin-1")
+        elif message["type"] == "http.response.body":
+            self.answer += message.get("body", b"")
+            self.answered = not message.get("more_body", False)
+
+    def record(self) -> Exchange | None:
+        """The exchange as a cassette keeps it, or None (with a warning) when a replay
+        could not send it as recorded or would compare a cut-off answer."""
+        line = f"{self.method} {self.path}"
+        if self.method not in _METHODS:  # HEAD, OPTIONS: nothing a chat client sends
+            return None
+        if not self.answered:
+            log.warning("not recorded: %s (the client left before the answer ended)", line)
+            return None
+        if not self.body_read:
+            log.warning("not recorded: %s (answered before its body was read)", line)
+            return None
+        try:
+            body = json.loads(self.body) if self.body else None
+            request = RequestRecord.model_validate(
+                {"method": self.method, "path": self.path, "json": body}
+            )
+        except ValueError:  # pydantic's ValidationError is one too
+            log.warning("not recorded: %s (the body is not JSON)", line)
+            return None
+        response = response_record(self.status, self.content_type, bytes(self.answer))
+        return Exchange(request=request, response=response)
+
+
+class CassetteRecording:
+    """ASGI middleware: records the chat exchanges the app answers into ``writer``."""
+
+    def __init__(self, app: ASGIApp, writer: CassetteWriter) -> None:
+        self.app = app
+        self.writer = writer
+        self.running = 0  # recorded requests in flight, and how many ever started:
+        self.started = 0  # together they tell whether two requests overlapped
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_recorded(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        exchange = _Exchange(scope)
+        overlapped, first = self.running > 0, self.started
+
+        async def tee_receive() -> Message:
+            message = await receive()
+            exchange.request_message(message)
+            return message
+
+        async def tee_send(message: Message) -> None:
+            exchange.response_message(message)  # a copy of the bytes, then on at once
+            await send(message)
+
+        self.running += 1
+        self.started += 1
+        try:
+            await self.app(scope, tee_receive, tee_send)
+        finally:
+            self.running -= 1
+        overlapped = overlapped or self.running > 0 or self.started > first + 1
+        recorded = exchange.record()
+        if recorded is None:
+            return
+        if overlapped:
+            log.warning(
+                "recorded %s while another request ran: the replay sends requests one at "
+                "a time, in the order their answers completed",
+                recorded.request.line(),
+            )
+        await self.writer.add(recorded)
+
+
+def recording_writer(settings: Settings, agent_in_code: bool) -> CassetteWriter:
+    """The writer for ``settings.record``, checked at startup: with ``record_mode`` once
+    an existing cassette is refused (it would be lost), and the agent must come from a
+    file or be the built-in demo (the cassette needs its document)."""
+    path = settings.record
+    assert path is not None
+    where = f"record ({flag_and_variable('record')})"
+    if path.exists() and settings.record_mode == "once":
+        raise SettingsError(
+            f"{where}: {path} exists; replay it with `parkway replay {path}`, or pass "
+            "--record-mode all to record it again"
+        )
+    if path.is_dir():
+        raise SettingsError(f"{where}: {path} is a folder, not a cassette file")
+    if agent_in_code:
+        raise SettingsError(f"{where}: recording needs the agent as a file (agent_file)")
+    if settings.agent_file is not None:
+        try:
+            document = json.loads(settings.agent_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SettingsError(f"cannot read agent file {settings.agent_file}: {exc}") from None
+    else:
+        document = DEMO_AGENT
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(f"{where}: cannot create {path.parent}: {exc.strerror}") from None
+    spec = settings.model_spec
+    return CassetteWriter(
+        path,
+        agent_file=settings.agent_file,
+        agent=document,
+        model=spec.name if spec is not None else None,
+    )
