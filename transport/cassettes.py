@@ -1,9 +1,9 @@
 """Cassettes: a chat recorded once, replayed against a fresh server, cold or warm.
 
-A cassette is a JSON file (format version 2; version 1 is read and migrated)::
+A cassette is a JSON file (format version 3; versions 1 and 2 are read and migrated)::
 
     {
-      "version": 2,
+      "version": 3,
       "description": "optional free text",
       "agent_file": "../agents/trip.agent.json",
       "agent_digest": "sha256:…",
@@ -35,7 +35,13 @@ request: the proof that a parked run resumes from Redis alone. A cassette that c
 prove anything (no exchanges, no turn that ends, a cold replay with no park point) is
 an error, not a pass.
 
-Recording: attach a :class:`Recorder` to the ``httpx`` client that talks to the server.
+A real model's steps (``model_steps``, format version 3) are served from the cassette by
+the replay's server (:mod:`parkway.runner.llm.tape`): no key, no network; a request to the
+model that differs from the recorded one is reported by step and field. ``record_mode``
+``new_episodes`` or ``all`` sends steps to the real model and records them again.
+
+Recording: ``parkway record`` / ``parkway serve --record`` (model steps included), the
+``parkway_record`` fixture, or a :class:`Recorder` on an ``httpx2`` or ``httpx`` client.
 See docs/cassettes.md.
 """
 
