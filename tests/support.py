@@ -126,6 +126,25 @@ def call(name: str, tool_input: Any = None) -> dict[str, Any]:
     return {"tool_call": {"name": name, "input": {} if tool_input is None else tool_input}}
 
 
+# The source of a user's own tool module (written into a test's project folder): a
+# server tool `hold` that holds its call while $HOLD_DIR/hold exists (bounded), after
+# noting that it was entered, so a test knows a server is busy and keeps a turn running.
+HOLD_TOOL_CODE = '''import os, time
+from pathlib import Path
+
+
+def hold(data):
+    """Hold while asked to, then answer."""
+    folder = os.environ.get("HOLD_DIR")
+    if folder:
+        Path(folder, "entered").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while Path(folder, "hold").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return {"held": True}
+'''
+
+
 # A server tool that holds its run until the test creates a file (tests/tools.py).
 WAIT_FOR_FILE_TOOL = {
     "type": "function",

@@ -27,28 +27,12 @@ from parkway.transport.cassettes import (
     load_cassette,
     replay,
 )
-from tests.support import ROOT, TEST_SECRET, free_port
+from tests.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
 
 MODULE = f"rectools_{uuid.uuid4().hex[:10]}"
-# A server tool that holds its call while $HOLD_DIR/hold exists (bounded), after noting
-# that it was entered: how a test keeps a turn running while it looks at the stream.
-TOOL_CODE = '''import os, time
-from pathlib import Path
-
-
-def hold(data):
-    """Hold while asked to, then answer."""
-    folder = os.environ.get("HOLD_DIR")
-    if folder:
-        Path(folder, "entered").write_text(str(os.getpid()))
-        deadline = time.monotonic() + 60
-        while Path(folder, "hold").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-    return {"held": True}
-'''
 AGENT = {
     "template": {
         "instructions": "An agent that holds, then asks the user to pick.",
@@ -92,7 +76,7 @@ HELLO = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}
 
 def _project(folder: Path) -> Path:
     """The agent file and its tool module in ``folder``; returns the agent file."""
-    (folder / f"{MODULE}.py").write_text(TOOL_CODE)
+    (folder / f"{MODULE}.py").write_text(HOLD_TOOL_CODE)
     agent = folder / "agent.json"
     agent.write_text(json.dumps(AGENT, indent=2))
     return agent

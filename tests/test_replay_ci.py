@@ -24,28 +24,12 @@ from redis.asyncio import Redis
 
 from parkway.runner.keys import owned_without_ttl
 from parkway.transport.cassettes import Recorder, load_cassette, save_cassette
-from tests.support import ROOT, TEST_SECRET, free_port
+from tests.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 MODULE = f"projtools_{uuid.uuid4().hex[:10]}"
-# A server tool that holds its call while $HOLD_DIR/hold exists (bounded), after noting
-# that it was entered: the SIGTERM test's way to know the replay's server is busy.
-TOOL_CODE = '''import os, time
-from pathlib import Path
-
-
-def hold(data):
-    """Hold while asked to, then answer."""
-    folder = os.environ.get("HOLD_DIR")
-    if folder:
-        Path(folder, "entered").write_text(str(os.getpid()))
-        deadline = time.monotonic() + 60
-        while Path(folder, "hold").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-    return {"held": True}
-'''
 AGENT = f"""{{
   "template": {{
     "instructions": "A project's own agent.",
@@ -111,7 +95,7 @@ def project(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's project: its tool module at the root, its agent in agents/, a cassette
     recorded from it in cassettes/ (naming ../agents/agent.json)."""
     root = tmp_path_factory.mktemp("project")
-    (root / f"{MODULE}.py").write_text(TOOL_CODE)
+    (root / f"{MODULE}.py").write_text(HOLD_TOOL_CODE)
     (root / "agents").mkdir()
     (root / "agents" / "agent.json").write_text(AGENT)
     (root / "cassettes").mkdir()
