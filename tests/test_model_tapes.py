@@ -25,6 +25,7 @@ from parkway.runner.llm.tape import event_from_json
 from parkway.transport._replay_process import ServerProcess
 from parkway.transport.cassettes import Cassette, load_cassette, replay, save_cassette
 from tests.llm_double import Call, ProviderDouble, Turn
+from tests.model_rig import MODELS, WIRES
 from tests.support import PICK_TOOL, user_message
 
 pytestmark = pytest.mark.timeout(180)
@@ -119,6 +120,38 @@ def recorded(redis: Redis, redis_url: str, double: ProviderDouble, tmp_path: Pat
     agent = _project(tmp_path / "project")
     double.script("anthropic", _turns())
     return _record(agent, redis_url, tmp_path)
+
+
+@pytest.mark.parametrize("provider", ["openai", "google", "openai-compatible"])
+def test_every_provider_records_and_replays_offline_cold(
+    redis: Redis,
+    redis_url: str,
+    double: ProviderDouble,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    provider: str,
+) -> None:
+    """The tape stores what the model interface streamed, so it is the same for every
+    provider; what each provider needs back (OpenAI's encrypted reasoning, Gemini's
+    thought signatures) is in the step's stored parts and replayed with it."""
+    agent = _project(tmp_path / "project")
+    document = json.loads(agent.read_text())
+    document["model"] = MODELS[provider]
+    agent.write_text(json.dumps(document))
+    double.script(WIRES[provider], _turns())
+    cassette = load_cassette(_record(agent, redis_url, tmp_path))
+    assert cassette.model == MODELS[provider] and len(cassette.model_steps) == 3
+    first = cassette.model_steps[0].events
+    if provider != "openai-compatible":  # the Chat Completions wire has no reasoning
+        assert any(e["kind"] == "reasoning-delta" for e in first)
+        stored = json.dumps(first[-1]["parts"])  # the signature, as the SDK gave it back
+        assert "sig-ask" in stored or "sig+ask=" in stored, stored
+    for name in PROVIDER_VARIABLES:
+        monkeypatch.delenv(name)
+    seen = len(double.requests)
+    report = replay(cassette, cold=True, redis_url=redis_url)
+    assert report.matched, report.format()
+    assert len(report.restarts_after) == 1 and len(double.requests) == seen
 
 
 def _said(cassette: Cassette) -> str:
