@@ -1,6 +1,6 @@
 """Real-model chats replayed offline (docs/cassettes.md, "Real models").
 
-A chat is recorded by ``parkway serve --record`` on Anthropic's real SDK, talking to the
+A chat is recorded by ``parkway record`` on Anthropic's real SDK, talking to the
 provider double on loopback: the cassette gets each model step (request and streamed
 answer, thinking signature included) besides the HTTP exchanges. The replays then
 run with no key and the double's queue empty: every model answer comes from the
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -22,11 +23,10 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.llm.tape import event_from_json
-from parkway.transport._replay_process import ServerProcess
 from parkway.transport.cassettes import Cassette, load_cassette, replay, save_cassette
 from tests.llm_double import Call, ProviderDouble, Turn
 from tests.model_rig import MODELS, WIRES
-from tests.support import PICK_TOOL, user_message
+from tests.support import PICK_TOOL, TEST_SECRET, free_port, user_message
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,18 +72,27 @@ def _project(folder: Path, sky: str = "sunny") -> Path:
 
 
 def _record(agent: Path, redis_url: str, folder: Path) -> Path:
-    """Drive the chat through ``parkway serve --record``; return the cassette it wrote."""
+    """Drive the chat through ``parkway record``, stopped with Ctrl-C (SIGINT) as a
+    developer stops it; return the cassette it wrote."""
     cassette = agent.parent / "trip.cassette.json"
-    server = ServerProcess(
-        agent,
-        redis_url,
-        secrets.token_urlsafe(32),
-        log_file=folder / "server.log",
-        import_paths=[agent.parent],
-        extra_args=["--record", str(cassette)],
-    )
+    port = free_port()
+    out = folder / "record.out"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
+    environ.update(PARKWAY_SECRET_KEY=TEST_SECRET)
+    with out.open("wb") as stdout, (folder / "record.err").open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "parkway.transport.cli", "record", str(cassette),
+             "--agent", str(agent), "--redis-url", redis_url, "--port", str(port),
+             "--log-level", "warning"],
+            cwd=agent.parent, env=environ, stdout=stdout, stderr=stderr,
+        )  # fmt: skip
     try:
-        with httpx.Client(base_url=server.start(), timeout=30) as client:
+        deadline = time.monotonic() + 30
+        while "Parkway is serving" not in out.read_text():
+            assert proc.poll() is None, (folder / "record.err").read_text()
+            assert time.monotonic() < deadline, "parkway record did not start"
+            time.sleep(0.05)  # bounded polling for the server to come up
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             token = client.post("/api/sessions").json()["token"]
             client.headers["authorization"] = f"Bearer {token}"
             client.post("/api/chat", json={"id": "trip", "messages": [user_message("Plan")]})
@@ -93,8 +102,14 @@ def _record(agent: Path, redis_url: str, folder: Path) -> Path:
                 json={"outcome": "output", "output": {"choice": "Oslo"}},
             )
             client.post("/api/chats/trip/resume")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
     finally:
-        server.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    last = out.read_text().splitlines()[-1]
+    assert last == f"recorded 4 exchanges and 3 model steps to {cassette}"
     return cassette
 
 

@@ -89,6 +89,7 @@ class CassetteWriter:
         self.finish = finish
         self.exchanges: list[Exchange] = []
         self.saved = 0  # exchanges in the file on disk
+        self.saved_steps = 0  # model steps in the file on disk
         self._lock = asyncio.Lock()
 
     def cassette(self) -> Cassette:
@@ -108,16 +109,29 @@ class CassetteWriter:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, self.path)
 
+    def _snapshot(self) -> Cassette:
+        cassette = self.cassette()
+        return self.finish(cassette) if self.finish is not None else cassette
+
     async def add(self, exchange: Exchange) -> None:
         """Keep ``exchange`` and save the cassette, off the event loop."""
         self.exchanges.append(exchange)
         async with self._lock:  # saves in order; each writes everything kept so far
-            cassette = self.cassette()
-            if self.finish is not None:
-                cassette = self.finish(cassette)
+            cassette = self._snapshot()
             text = cassette_json(cassette, folder=self.path.parent)
             await asyncio.to_thread(self._write, text)
             self.saved = len(cassette.exchanges)
+            self.saved_steps = len(cassette.model_steps)
+
+    def close(self) -> None:
+        """Save once more at shutdown if a model step was recorded after the last
+        exchange (a run that went on with no request open, such as an automatic resume)."""
+        if not self.exchanges:
+            return
+        cassette = self._snapshot()
+        if len(cassette.model_steps) != self.saved_steps:
+            self._write(cassette_json(cassette, folder=self.path.parent))
+            self.saved_steps = len(cassette.model_steps)
 
 
 class _Exchange:

@@ -450,10 +450,14 @@ def _run_server(flags: dict[str, str | None]) -> int:
         )
 
     def farewell() -> None:
-        if app.state.cassette_writer is not None:  # -- parkway record --
-            saved = app.state.cassette_writer.saved
-            noun = "exchange" if saved == 1 else "exchanges"
-            print(f"recorded {saved} {noun} to {settings.record}", flush=True)
+        writer = app.state.cassette_writer
+        if writer is not None:  # -- parkway record --
+            writer.close()
+            saved, steps = writer.saved, writer.saved_steps
+            what = f"{saved} exchange{'' if saved == 1 else 's'}"
+            if steps:
+                what += f" and {steps} model step{'' if steps == 1 else 's'}"
+            print(f"recorded {what} to {settings.record}", flush=True)
 
     try:
         with sock:
