@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +23,23 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.llm.tape import event_from_json
-from parkway.transport.cassettes import Cassette, load_cassette, replay, save_cassette
+from parkway.runner.llm.tape import event_from_json, event_to_json
+from parkway.runner.model import (
+    ModelReasoningDelta,
+    ModelStepEnd,
+    ModelTextDelta,
+    ModelToolCall,
+    ModelToolInputDelta,
+    ModelToolInputStart,
+    ModelUsage,
+)
+from parkway.transport.cassettes import (
+    Cassette,
+    CassetteError,
+    load_cassette,
+    replay,
+    save_cassette,
+)
 from tests.llm_double import Call, ProviderDouble, Turn
 from tests.model_rig import MODELS, WIRES
 from tests.support import PICK_TOOL, TEST_SECRET, free_port, user_message
@@ -383,3 +399,55 @@ def test_the_fixture_records_a_real_model_then_replays_and_re_records_it_offline
         for name in PROVIDER_VARIABLES:
             ci.delenv(name)
         run("--record-mode=none")
+
+
+# -- the stored form ----------------------------------------------------------------------
+
+
+def test_every_model_event_round_trips_through_its_stored_form() -> None:
+    events = [
+        ModelReasoningDelta("think"),
+        ModelTextDelta("hi"),
+        ModelToolInputStart("0", "pick"),
+        ModelToolInputDelta("0", '{"q":'),
+        ModelToolCall("pick", {"q": 1}, provider_id="toolu_1", stream_key="0"),
+        ModelToolCall("pick", {}, input_error="not JSON"),
+        ModelStepEnd(
+            finish_reason="tool-calls",
+            usage=ModelUsage(3, 4, 1),
+            model="m",
+            parts=({"type": "reasoning", "sig": "s"},),
+            response={"rid": "r"},
+        ),
+        ModelStepEnd(),
+    ]
+    assert [event_from_json(event_to_json(e)) for e in events] == events
+
+
+@pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        ({"kind": "nope"}, "unknown model event kind 'nope'"),
+        ({"kind": "text-delta"}, "model event 'text-delta' is malformed: KeyError 'text'"),
+        ({"kind": "tool-call", "name": "x", "id": 5}, "'id' must be a string"),
+        ({"kind": "step-end", "usage": {"input_tokens": "9"}}, "token counts must be integers"),
+        ({"kind": "step-end", "usage": {"bogus": 1}}, "unexpected keyword argument 'bogus'"),
+        ({"kind": "step-end", "parts": [[1]]}, "'parts' must be a list of objects"),
+    ],
+)
+def test_a_malformed_model_step_is_refused_when_the_cassette_loads(
+    tmp_path: Path, event: dict[str, object], problem: str
+) -> None:
+    document = {
+        "version": 3,
+        "agent_digest": "sha256:" + "0" * 64,
+        "model": "anthropic:claude-test",
+        "exchanges": [],
+        "model_steps": [{"chat": "c", "index": 0, "request": {}, "events": [event]}],
+    }
+    path = tmp_path / "bad.cassette.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(CassetteError, match=re.escape(problem)):
+        load_cassette(path)
+    done = _cli(str(path), "--agent", str(_project(tmp_path / "p")))
+    assert done.returncode == 2 and problem in done.stderr and "Traceback" not in done.stderr

@@ -136,35 +136,68 @@ def event_to_json(event: ModelEvent) -> dict[str, Any]:
 
 
 def event_from_json(data: Mapping[str, Any]) -> ModelEvent:
-    """The event :func:`event_to_json` wrote. Raises ``ValueError`` on an unknown kind."""
+    """The event :func:`event_to_json` wrote. Raises ``ValueError`` naming the problem
+    for an unknown kind, a missing field or a field of the wrong shape."""
+    try:
+        return _event(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"model event {str(data.get('kind'))!r} is malformed: {type(exc).__name__} {exc}"
+        ) from None
+
+
+def _event(data: Mapping[str, Any]) -> ModelEvent:
     kind = data.get("kind")
     if kind == "text-delta":
-        return ModelTextDelta(str(data["text"]))
+        return ModelTextDelta(_text(data, "text"))
     if kind == "reasoning-delta":
-        return ModelReasoningDelta(str(data["text"]))
+        return ModelReasoningDelta(_text(data, "text"))
     if kind == "tool-input-start":
-        return ModelToolInputStart(str(data["key"]), str(data["name"]))
+        return ModelToolInputStart(_text(data, "key"), _text(data, "name"))
     if kind == "tool-input-delta":
-        return ModelToolInputDelta(str(data["key"]), str(data["delta"]))
+        return ModelToolInputDelta(_text(data, "key"), _text(data, "delta"))
     if kind == "tool-call":
         return ModelToolCall(
-            str(data["name"]),
+            _text(data, "name"),
             data.get("input"),
-            id=data.get("id"),
-            provider_id=data.get("provider_id"),
-            stream_key=data.get("stream_key"),
-            input_error=data.get("input_error"),
+            id=_text(data, "id", None),
+            provider_id=_text(data, "provider_id", None),
+            stream_key=_text(data, "stream_key", None),
+            input_error=_text(data, "input_error", None),
         )
     if kind == "step-end":
-        usage = data.get("usage")
+        usage, parts, response = data.get("usage"), data.get("parts", []), data.get("response")
+        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+            raise TypeError("'parts' must be a list of objects")
+        if response is not None and not isinstance(response, dict):
+            raise TypeError("'response' must be an object")
         return ModelStepEnd(
-            finish_reason=data.get("finish_reason"),
-            usage=ModelUsage(**usage) if usage is not None else None,
-            model=data.get("model"),
-            parts=tuple(dict(p) for p in data.get("parts", ())),
-            response=data.get("response"),
+            finish_reason=_text(data, "finish_reason", None),
+            usage=_usage(usage) if usage is not None else None,
+            model=_text(data, "model", None),
+            parts=tuple(parts),
+            response=response,
         )
     raise ValueError(f"unknown model event kind {kind!r}")
+
+
+_REQUIRED: Any = object()
+
+
+def _text(data: Mapping[str, Any], key: str, default: Any = _REQUIRED) -> Any:
+    """``data[key]``, which must be a string (or absent, given a ``default``)."""
+    if key not in data and default is not _REQUIRED:
+        return default
+    value = data[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key!r} must be a string")
+    return value
+
+
+def _usage(data: Mapping[str, Any]) -> ModelUsage:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in data.values()):
+        raise TypeError(f"token counts must be integers, not {dict(data)!r}")
+    return ModelUsage(**data)
 
 
 def _merge_deltas(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
