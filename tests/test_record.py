@@ -27,6 +27,7 @@ from parkway.transport.cassettes import (
     load_cassette,
     replay,
 )
+from parkway.transport.settings import Settings
 from tests.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
 
 pytestmark = pytest.mark.slow
@@ -240,6 +241,24 @@ async def test_a_stream_passes_at_once_and_sigkill_leaves_a_valid_cassette(
     cassette = load_cassette(target)
     assert [e.request.body["id"] for e in cassette.exchanges] == ["first"]
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "editing"),
+    [
+        ({}, True),  # a local playground on the embedded Redis
+        ({"record": "x.cassette.json"}, False),  # recording: turns run the agent file
+        ({"record": "x.cassette.json", "agent_editing": "on"}, True),  # said so
+        ({"redis_url": "redis://127.0.0.1:1/0"}, False),
+    ],
+)
+def test_recording_turns_agent_editing_off_unless_told(
+    values: dict[str, str], editing: bool
+) -> None:
+    """A cassette names the agent file, and its replay refuses a turn on a working copy:
+    so while recording, the playground runs the agent file unless agent editing is
+    asked for."""
+    assert Settings(**values).agent_editing_enabled is editing
 
 
 def test_once_refuses_an_existing_cassette(tmp_path: Path) -> None:

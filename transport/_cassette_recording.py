@@ -10,12 +10,20 @@ session's principal, which no replay reproduces). Left out: sessions (a replay o
 own), the agent and connection routes (they describe the server, not the chat), health,
 metrics, the OpenAPI document, the playground's page and assets, OAuth pages.
 
-An exchange is kept once its answer has been sent in full, in the order answers complete
-(as :class:`~parkway.transport.cassettes.Recorder` keeps them); a replay sends them one
-at a time, so requests that overlapped (a stream reconnect during a running turn) are
-logged with a warning. A request whose body is not JSON, that the server answered before
-reading its body, or whose client left before the answer ended, is skipped with a
-warning: a replay could not send it as recorded, or would compare a cut-off answer.
+An exchange is kept the moment the last message of its answer passes, just before it
+goes on to the client: so exchanges are in the order their answers complete (as
+:class:`~parkway.transport.cassettes.Recorder` keeps them), even when the client sends
+its next request before the app's call has returned (the playground reads a chat's view
+as soon as a stream ends, while the stream's response is still unwinding). A replay
+sends them one at a time, so requests that overlapped (one started before another's
+answer had ended: a stream reconnect during a running turn, two tabs) are logged with a
+warning. A request whose body is not JSON, that the server answered before reading its
+body, or whose client left before the answer ended, is skipped with a warning: a replay
+could not send it as recorded, or would compare a cut-off answer. Recording turns agent
+editing off by default (transport/settings.py), so the playground sends no working copy
+of the agent; a turn that runs one all the same (``agentTemplate``, with agent editing
+turned on) is recorded with a warning: a replay serves the agent file with agent editing
+off and refuses it.
 
 Each stream passes through untouched: its bytes are copied as they go, never held back.
 After each exchange the whole cassette is written to a temporary file that replaces the
@@ -113,9 +121,18 @@ class CassetteWriter:
         cassette = self.cassette()
         return self.finish(cassette) if self.finish is not None else cassette
 
-    async def add(self, exchange: Exchange) -> None:
-        """Keep ``exchange`` and save the cassette, off the event loop."""
+    def keep(self, exchange: Exchange) -> None:
+        """Keep ``exchange`` (at once, with no await: the order of the calls is the
+        cassette's order); :meth:`save` writes it."""
         self.exchanges.append(exchange)
+
+    async def add(self, exchange: Exchange) -> None:
+        """Keep ``exchange`` and save the cassette."""
+        self.keep(exchange)
+        await self.save()
+
+    async def save(self) -> None:
+        """Save every exchange kept so far, off the event loop."""
         async with self._lock:  # saves in order; each writes everything kept so far
             cassette = self._snapshot()
             text = cassette_json(cassette, folder=self.path.parent)
@@ -125,12 +142,16 @@ class CassetteWriter:
 
     def close(self) -> None:
         """Save once more at shutdown if a model step was recorded after the last
-        exchange (a run that went on with no request open, such as an automatic resume)."""
+        exchange (a run that went on with no request open, such as an automatic resume),
+        or an exchange was kept whose save never ran (its app call raised after the
+        answer ended)."""
         if not self.exchanges:
             return
         cassette = self._snapshot()
-        if len(cassette.model_steps) != self.saved_steps:
+        unsaved = len(cassette.exchanges) != self.saved  # kept, its save never ran
+        if unsaved or len(cassette.model_steps) != self.saved_steps:
             self._write(cassette_json(cassette, folder=self.path.parent))
+            self.saved = len(cassette.exchanges)
             self.saved_steps = len(cassette.model_steps)
 
 
@@ -197,8 +218,10 @@ class CassetteRecording:
     def __init__(self, app: ASGIApp, writer: CassetteWriter) -> None:
         self.app = app
         self.writer = writer
-        self.running = 0  # recorded requests in flight, and how many ever started:
-        self.started = 0  # together they tell whether two requests overlapped
+        # recorded requests whose answers are under way, and how many ever started:
+        # together they tell whether two requests overlapped
+        self.running = 0
+        self.started = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_recorded(scope["path"]):
@@ -206,6 +229,18 @@ class CassetteRecording:
             return
         exchange = _Exchange(scope)
         overlapped, first = self.running > 0, self.started
+        ended = False  # this answer's last message passed (or the app returned without)
+        kept = False
+
+        def end() -> None:
+            """The answer ended: keep the exchange now, so that its place is where its
+            answer completed, not where the app's call returned. A request that starts
+            from here on (the client's next one, sent on the last byte) no longer
+            overlaps this one."""
+            nonlocal ended, kept
+            ended = True
+            self.running -= 1
+            kept = self._keep(exchange, overlapped or self.started > first + 1)
 
         async def tee_receive() -> Message:
             message = await receive()
@@ -214,6 +249,8 @@ class CassetteRecording:
 
         async def tee_send(message: Message) -> None:
             exchange.response_message(message)  # a copy of the bytes, then on at once
+            if exchange.answered and not ended:
+                end()
             await send(message)
 
         self.running += 1
@@ -221,18 +258,36 @@ class CassetteRecording:
         try:
             await self.app(scope, tee_receive, tee_send)
         finally:
-            self.running -= 1
-        overlapped = overlapped or self.running > 0 or self.started > first + 1
+            if not ended:  # no answer, or a cut-off one: record() says why it is skipped
+                end()
+        if kept:
+            await self.writer.save()
+
+    def _keep(self, exchange: _Exchange, overlapped: bool) -> bool:
+        """Keep ``exchange`` in the writer if a replay can send it; warn about what a
+        replay may not reproduce."""
         recorded = exchange.record()
         if recorded is None:
-            return
+            return False
+        line = recorded.request.line()
         if overlapped:
             log.warning(
                 "recorded %s while another request ran: the replay sends requests one at "
                 "a time, in the order their answers completed",
-                recorded.request.line(),
+                line,
             )
-        await self.writer.add(recorded)
+        body = recorded.request.body
+        if isinstance(body, dict) and body.get("agentTemplate") is not None:
+            # (only with agent editing turned on: recording turns it off by default)
+            log.warning(
+                "recorded %s with agentTemplate, a working copy of the agent (the "
+                "playground's build kit, or edits not committed): a replay serves the "
+                "agent file with agent editing off and refuses it (403); record with "
+                "agent editing off (the default while recording)",
+                line,
+            )
+        self.writer.keep(recorded)
+        return True
 
 
 def recording_writer(settings: Settings, agent_in_code: bool) -> CassetteWriter:

@@ -360,8 +360,12 @@ class Settings(BaseSettings):
     def agent_editing_enabled(self) -> bool:
         """Whether users may commit the agent and run working copies: on by default with
         the embedded Redis (a local playground), off otherwise (the agent is shared by
-        every user, and with the default authenticator anyone can get a session)."""
-        return self.embedded if self.agent_editing is None else self.agent_editing
+        every user, and with the default authenticator anyone can get a session), and
+        off by default while recording a cassette (a turn on a working copy would not
+        be the agent file the cassette names, and its replay refuses it)."""
+        if self.agent_editing is not None:
+            return self.agent_editing
+        return self.embedded and self.record is None
 
     @property
     def embedded(self) -> bool:

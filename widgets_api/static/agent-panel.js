@@ -240,7 +240,9 @@ export class AgentPanel {
    *  {} to send none (the server runs the committed head), or {error} to not send. */
   async forTurn() {
     await this.ready;
-    if (!this.head) return {};
+    // A server with agent editing off runs only its agent: it refuses any template sent
+    // with a turn, the build kit's included.
+    if (!this.head || this.head.editable === false) return {};
     if (this.working === null) {
       return { error: `The working template is not valid (${this.problem.replace(/^Not a valid template: /, "")}): fix it or discard your edits before sending.` };
     }
@@ -307,9 +309,12 @@ export class AgentPanel {
     e.meta.textContent = `${head.agentId} · v${head.version}`;
     e.notice.hidden = this.newer === null;
     e.noticeText.textContent = this.newer === null ? "" : `A new revision ${this.newer} was committed; reload to see it.`;
-    e.kit.checked = this.kitOn;
-    e.kit.disabled = !this.overlay;
-    this.root.dataset.kit = this.kitOn ? "on" : "off";
+    const editable = head.editable !== false;
+    this.root.dataset.editable = String(editable);
+    e.kit.checked = editable && this.kitOn;
+    e.kit.disabled = !editable || !this.overlay;
+    e.kit.title = editable ? "" : "Agent editing is off on this server: turns run its agent as it is";
+    this.root.dataset.kit = editable && this.kitOn ? "on" : "off";
     const edited = this.edited();
     this.root.dataset.edited = String(edited);
     e.edited.hidden = !edited;
@@ -317,7 +322,7 @@ export class AgentPanel {
 
     let problem = this.problem;
     let overrides = [];
-    if (!problem && this.kitOn && this.overlay) {
+    if (!problem && editable && this.kitOn && this.overlay) {
       try {
         overrides = this.merged().overrides;
       } catch (error) {
@@ -334,10 +339,12 @@ export class AgentPanel {
     );
     // Only the agent's editors commit (GET /api/agent says mayCommit); anyone else's
     // edits run as a working copy in their own chats.
-    const mayCommit = head.mayCommit !== false;
+    const mayCommit = editable && head.mayCommit !== false;
     this.root.dataset.mayCommit = String(mayCommit);
     e.commit.disabled = !mayCommit || this.committing || !edited || this.working === null;
-    e.commit.title = !mayCommit
+    e.commit.title = !editable
+      ? "Agent editing is off on this server"
+      : !mayCommit
       ? "Only the agent's editors can commit; your edits run in your own chats"
       : edited
         ? ""
