@@ -216,6 +216,16 @@ class _Entry(BaseModel):
         """The entry stored under ``entry_id`` with these stream fields."""
         raise NotImplementedError
 
+    @staticmethod
+    def _head(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any]:
+        """The fields every entry has, read from its stream id and fields."""
+        return {
+            "id": entry_id,
+            "at": _ms(entry_id),
+            "principal": fields.get("who") or None,
+            "source": fields.get("source", ""),
+        }
+
 
 class AuditEdits(BaseModel):
     """An approval's edits: an RFC 6902 JSON Patch from the input shown to the input
@@ -245,10 +255,7 @@ class SettleEntry(_Entry):
     def of(cls, entry_id: str, fields: Mapping[str, str]) -> Self:
         edits = fields.get("edits")
         return cls(
-            id=entry_id,
-            at=_ms(entry_id),
-            principal=fields.get("who") or None,
-            source=fields.get("source", ""),
+            **cls._head(entry_id, fields),
             tool_call_id=fields.get("call", ""),
             tool_name=fields.get("tool", ""),
             input_digest=fields.get("input", ""),
@@ -271,10 +278,7 @@ class CommitEntry(_Entry):
     @classmethod
     def of(cls, entry_id: str, fields: Mapping[str, str]) -> Self:
         return cls(
-            id=entry_id,
-            at=_ms(entry_id),
-            principal=fields.get("who") or None,
-            source=fields.get("source", ""),
+            **cls._head(entry_id, fields),
             committed_by=fields.get("by", ""),
             version=int(fields.get("version", "0")),
             previous_version=int(fields.get("previous", "0")),
@@ -299,10 +303,7 @@ class ConnectionEntry(_Entry):
     def of(cls, entry_id: str, fields: Mapping[str, str]) -> Self:
         scopes = orjson.loads(fields.get("scopes") or "[]")
         return cls(
-            id=entry_id,
-            at=_ms(entry_id),
-            principal=fields.get("who") or None,
-            source=fields.get("source", ""),
+            **cls._head(entry_id, fields),
             action=fields.get("action", ""),
             provider=fields.get("provider", ""),
             connection_id=fields.get("connection", ""),

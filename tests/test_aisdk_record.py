@@ -11,11 +11,8 @@ namespaced, and nothing the client sent depends on the process that answered it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,14 +22,13 @@ import pytest
 
 from parkway.transport.cassettes import load_cassette, replay
 from tests import test_aisdk as aisdk
+from tests.record_rig import Recording
 from tests.support import (
     PICK_TOOL,
     PUBLISH_TOOL,
     ROOT,
-    TEST_SECRET,
     agent_doc,
     call,
-    free_port,
     text,
 )
 
@@ -73,27 +69,14 @@ def test_a_chat_the_ai_sdk_had_while_recording_replays_cold(
     agent = tmp_path / "agent.json"
     agent.write_text(json.dumps(AGENT))
     cassette = tmp_path / "ai.cassette.json"
-    port = free_port()
-    out = tmp_path / "record.out"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-    environ.update(PARKWAY_SECRET_KEY=TEST_SECRET, PYTHONPATH=str(ROOT))
-    with out.open("wb") as stdout, (tmp_path / "record.err").open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "parkway.transport.cli", "record", str(cassette),
-             "--agent", str(agent), "--redis-url", redis_url, "--port", str(port),
-             "--log-level", "warning"],
-            cwd=ROOT, env=environ, stdout=stdout, stderr=stderr,
-        )  # fmt: skip
-    base_url = f"http://127.0.0.1:{port}"
     chat_id = f"chat-{uuid.uuid4().hex[:12]}"
+    server = Recording(
+        tmp_path, "record", str(cassette), "--agent", str(agent), "--redis-url", redis_url,
+        cwd=ROOT,
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while "Parkway is serving" not in out.read_text():
-            assert proc.poll() is None, (tmp_path / "record.err").read_text()
-            assert time.monotonic() < deadline, "parkway record did not start"
-            time.sleep(0.05)  # bounded polling for the server to come up
-        token = httpx2.post(f"{base_url}/api/sessions").json()["token"]
-        scenario = {"baseUrl": base_url, "token": token, "chatId": chat_id, "ai": major}
+        token = httpx2.post(f"{server.base_url}/api/sessions").json()["token"]
+        scenario = {"baseUrl": server.base_url, "token": token, "chatId": chat_id, "ai": major}
         # The message; onToolCall answers `pick`, sendAutomaticallyWhen resends; the
         # approval is answered with addToolApprovalResponse, and resent the same way.
         first = _drive(
@@ -110,12 +93,9 @@ def test_a_chat_the_ai_sdk_had_while_recording_replays_cold(
         assert first["posts"] == 3, first["requests"]
         # A reload: a new Chat from the server's history asks for the stream (none runs).
         _drive(node, {**scenario, "loadMessages": True, "actions": [{"type": "resume"}]})
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        assert server.stop(signal.SIGINT) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        server.close()
 
     recorded = load_cassette(cassette)
     lines = [e.request.line() for e in recorded.exchanges]

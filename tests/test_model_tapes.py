@@ -16,10 +16,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
@@ -42,7 +40,8 @@ from parkway.transport.cassettes import (
 )
 from tests.llm_double import Call, ProviderDouble, Turn
 from tests.model_rig import MODELS, WIRES
-from tests.support import PICK_TOOL, TEST_SECRET, free_port, user_message
+from tests.record_rig import Recording
+from tests.support import PICK_TOOL, user_message
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,26 +90,12 @@ def _record(agent: Path, redis_url: str, folder: Path) -> Path:
     """Drive the chat through ``parkway record``, stopped with Ctrl-C (SIGINT) as a
     developer stops it; return the cassette it wrote."""
     cassette = agent.parent / "trip.cassette.json"
-    port = free_port()
-    out = folder / "record.out"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-    environ.update(PARKWAY_SECRET_KEY=TEST_SECRET)
-    with out.open("wb") as stdout, (folder / "record.err").open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "parkway.transport.cli", "record", str(cassette),
-             "--agent", str(agent), "--redis-url", redis_url, "--port", str(port),
-             "--log-level", "warning"],
-            cwd=agent.parent, env=environ, stdout=stdout, stderr=stderr,
-        )  # fmt: skip
+    server = Recording(
+        folder, "record", str(cassette), "--agent", str(agent), "--redis-url", redis_url,
+        cwd=agent.parent,
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while "Parkway is serving" not in out.read_text():
-            assert proc.poll() is None, (folder / "record.err").read_text()
-            assert time.monotonic() < deadline, "parkway record did not start"
-            time.sleep(0.05)  # bounded polling for the server to come up
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            token = client.post("/api/sessions").json()["token"]
-            client.headers["authorization"] = f"Bearer {token}"
+        with server.client() as client:
             client.post("/api/chat", json={"id": "trip", "messages": [user_message("Plan")]})
             call = client.get("/api/chats/trip").json()["calls"][0]["toolCallId"]
             client.post(
@@ -118,14 +103,10 @@ def _record(agent: Path, redis_url: str, folder: Path) -> Path:
                 json={"outcome": "output", "output": {"choice": "Oslo"}},
             )
             client.post("/api/chats/trip/resume")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        assert server.stop(signal.SIGINT) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    last = out.read_text().splitlines()[-1]
-    assert last == f"recorded 4 exchanges and 3 model steps to {cassette}"
+        server.close()
+    assert server.lines()[-1] == f"recorded 4 exchanges and 3 model steps to {cassette}"
     return cassette
 
 

@@ -20,11 +20,9 @@ import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ from parkway.transport._cassette_recording import (
 )
 from parkway.transport.cassettes import load_cassette, replay
 from tests.browser import Tab
+from tests.record_rig import Recording
 from tests.support import (
     CONFIRM_TOOL,
     PICK_TOOL,
@@ -45,7 +44,6 @@ from tests.support import (
     ROOT,
     agent_doc,
     call,
-    free_port,
     text,
 )
 
@@ -61,43 +59,6 @@ AGENT = agent_doc(
 # (tests.tools:publish) importable, as a project's own module would be.
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
 ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), ENV.get("PYTHONPATH")]))
-SERVING = re.compile(r"^Parkway is serving .* at (http://\S+/) ")
-
-
-class ParkwayRecord:
-    """``parkway record`` as the user runs it, in the project folder; stdout and stderr
-    go to files, and the URL it prints is read before the test goes on."""
-
-    def __init__(self, project: Path, cassette: str, agent: str) -> None:
-        self.out, self.err = project / "stdout.txt", project / "stderr.txt"
-        argv = [sys.executable, "-m", "parkway.transport.cli", "record", cassette,
-                "--agent", agent, "--port", str(free_port()), "--log-level", "warning"]  # fmt: skip
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen(argv, cwd=project, env=ENV, stdout=out, stderr=err)
-        deadline = time.monotonic() + 60
-        while not (found := SERVING.match(self.out.read_text())):
-            assert self.proc.poll() is None, self.err.read_text()
-            assert time.monotonic() < deadline, "parkway record did not start"
-            time.sleep(0.05)
-        self.url = found.group(1)
-
-    def ctrl_c(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(30)
-
-    def stop(self) -> None:
-        """After a failure: SIGTERM (the server stops its embedded Redis too), else
-        SIGKILL."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def lines(self) -> list[str]:
-        return self.out.read_text().splitlines()
 
 
 @pytest.fixture
@@ -118,7 +79,7 @@ def test_a_chat_recorded_from_the_playground_replays_cold(browser: Browser, proj
     Recording turns agent editing off by default, so the page's build kit is off and
     cannot be turned on, and every turn runs the agent file (no ``agentTemplate``, which
     a replay's server would refuse): what a new user does is what a replay can test."""
-    server = ParkwayRecord(project, "cassettes/x.cassette.json", "agent.json")
+    server = Recording(project, "record", "cassettes/x.cassette.json", "--agent", "agent.json")
     cassette_path = project / "cassettes" / "x.cassette.json"
     sent: list[str] = []  # every request the page sent to the API, as the browser saw it
 
@@ -163,9 +124,9 @@ def test_a_chat_recorded_from_the_playground_replays_cold(browser: Browser, proj
         tab.expect_ready()
         tab.assert_clean()
         tab.context.close()  # the user closes the tab, then stops the server
-        assert server.ctrl_c() == 0, server.err.read_text()
+        assert server.stop(signal.SIGINT) == 0, server.err.read_text()
     finally:
-        server.stop()
+        server.close()
 
     cassette = load_cassette(cassette_path)
     lines = [e.request.line() for e in cassette.exchanges]

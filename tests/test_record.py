@@ -5,9 +5,7 @@ records on the first run and replays afterwards, by ``--record-mode``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,7 +26,8 @@ from parkway.transport.cassettes import (
     replay,
 )
 from parkway.transport.settings import Settings
-from tests.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
+from tests.record_rig import Recording
+from tests.support import HOLD_TOOL_CODE
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -83,59 +82,13 @@ def _project(folder: Path) -> Path:
     return agent
 
 
-class Recording:
-    """``parkway serve``/``parkway record`` as a child process; stdout and stderr in
-    files, the startup line read before the test goes on."""
-
-    def __init__(
-        self,
-        folder: Path,
-        *args: str,
-        env: dict[str, str] | None = None,
-        python: tuple[str, ...] = (),
-    ) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.out, self.err = folder / "stdout.txt", folder / "stderr.txt"
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-        environ.update(PARKWAY_SECRET_KEY=TEST_SECRET, PYTHONPATH=str(ROOT), **(env or {}))
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, *python, "-m", "parkway.transport.cli", *args,
-                 "--port", str(self.port), "--log-level", "warning"],
-                cwd=folder, env=environ, stdout=out, stderr=err,
-            )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while "Parkway is serving" not in self.out.read_text():
-            assert self.proc.poll() is None, self.err.read_text()
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
-
-    @contextlib.contextmanager
-    def client(self) -> Iterator[httpx2.Client]:
-        """A client with a session of its own."""
-        with httpx2.Client(base_url=self.base_url, timeout=30) as client:
-            token = client.post("/api/sessions").json()["token"]
-            client.headers["authorization"] = f"Bearer {token}"
-            yield client
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(signum)
-        return self.proc.wait(30)
-
-    def lines(self) -> list[str]:
-        return self.out.read_text().splitlines()
-
-
 @pytest.fixture
 def recordings(tmp_path: Path) -> Iterator[list[Recording]]:
     """Recording servers a test starts, killed at its end whatever happened."""
     started: list[Recording] = []
     yield started
     for each in started:
-        if each.proc.poll() is None:
-            each.proc.kill()
-            each.proc.wait(10)
+        each.close()
 
 
 def _wait_for_exchanges(path: Path, count: int) -> Cassette:
