@@ -166,7 +166,12 @@ def parkway_replay(
                 record_mode=record_mode,
             )
             if report.cassette is not None:  # model steps recorded anew: keep them
-                save_cassette(report.cassette, cassette.source or Path("cassette.json"))
+                if cassette.source is None:
+                    raise CassetteError(
+                        "model steps were recorded anew, but the cassette was given as an "
+                        "object, not a file: pass its path to have it written again"
+                    )
+                save_cassette(report.cassette, cassette.source)
         except CassetteError as exc:
             error = f"the replay could not run: {exc}"
         else:
