@@ -25,6 +25,7 @@ from bench.roundtrips import install
 from bench.runner_level import SizeResult, run_size
 from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
+from parkway.runner.connection import connect
 
 __all__ = ["main"]
 
@@ -112,7 +113,9 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
     warmup, http_warmup = 50, 20
     if args.quick:
         iterations, http_iterations, warmup, http_warmup = 100, 40, 10, 5
-    redis = Redis.from_url(url)
+    redis = connect(url)  # the client the server builds: the runner's and the floor's
+    if not isinstance(redis, Redis):
+        raise SystemExit("the benchmark needs one Redis server (not a Cluster)")
     helper = Redis.from_url(url)
     try:
         info = await helper.info("server")

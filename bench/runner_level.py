@@ -22,7 +22,12 @@ and the benchmark in one asyncio event loop, Redis on loopback TCP):
   until the model is called, and until the caller receives ``MessageFinished("stop")``.
 - **resume -> model request**: from calling ``Runner.resume`` until the model is called
   with the rebuilt request (lease claimed, history, template snapshot and outcomes
-  loaded, tool result added, model messages built). This is the cold-resume cost.
+  loaded, tool result added, model messages built), on the worker that ran the chat's
+  last operation, which keeps the chat's decoded history (:mod:`parkway.runner.histcache`)
+  and decodes and converts only what is new. Every other resume (even samples) instead
+  runs as on a worker that never saw the chat (its kept history dropped first): those
+  are the breakdown row *resume -> model request, history not kept by this worker*, and
+  are not in this row.
 - **resume -> finished**: from calling ``Runner.resume`` until the caller receives
   ``MessageFinished("stop")``: the above, plus the scripted model streaming a 14-word
   answer, the final ``COMMIT`` and the events.
@@ -41,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -70,7 +74,7 @@ from parkway.runner.keys import chat_keys
 from parkway.runner.loop import Answer, Runner
 from parkway.runner.model import Model, ModelEvent, ModelRequest
 from parkway.runner.store import ChatStore
-from parkway.runner.template import load_template
+from parkway.runner.template import load_template_json
 
 __all__ = ["SizeResult", "run_size"]
 
@@ -78,6 +82,8 @@ PRINCIPAL = "bench-principal"
 # Connections opened before the first sample: one opened inside a measured region would
 # add its handshake (CLIENT SETINFO) to that operation's round trips.
 WARM_CONNECTIONS = 8
+# The breakdown row of the resumes made as on a worker that never saw the chat.
+COLD_RESUME = "resume -> model request, history not kept by this worker (every 2nd resume)"
 
 
 # -- instruments ------------------------------------------------------------------------
@@ -253,6 +259,16 @@ async def _cycle(
         )
         return
     settled = await _settle(runner, store, chat_id, call_id, result=result)
+    # Every other resume runs as on a worker that never saw the chat: its history is
+    # decoded and converted whole (the others find it kept, runner/histcache.py).
+    if (i // 2) % 2:
+        runner.store.histories.forget(chat_id)
+        took, trips = await _resume(
+            runner, store, marks, helper, chat_id, settled=settled, result=None
+        )
+        if result is not None:
+            result.part(COLD_RESUME, trips).add(took)
+        return
     await _resume(runner, store, marks, helper, chat_id, settled=settled, result=result)
 
 
@@ -367,9 +383,10 @@ async def _resume(
     *,
     settled: int,
     result: SizeResult | None,
-) -> None:
+) -> tuple[float, int]:
     """The measured resume, to the model request and to the end of the run; ``settled``
-    is the round trips of the settle before it."""
+    is the round trips of the settle before it. Returns the time and round trips to the
+    model request."""
     marks.reset()
     store.log.clear()
     rt0, sent0 = ROUND_TRIPS.snapshot()
@@ -400,6 +417,7 @@ async def _resume(
         await run.task  # the next cycle starts with nothing of this one still running
     if result is not None and result.stored_idle is None:
         result.stored_idle = await stored_bytes(helper, chat_id)
+    return marks.request_at - t0, marks.request_rt - rt0
 
 
 def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> None:
@@ -413,8 +431,8 @@ def _python_parts(result: SizeResult, *, history: list[str], runner: Runner) -> 
         mid = time.perf_counter()
         to_model_messages(entries)
         end = time.perf_counter()
-        load_template(json.loads(template_json))
+        load_template_json(template_json)
         after = time.perf_counter()
         result.part("python: decode_entries(history)").add(mid - start)
         result.part("python: to_model_messages(history)").add(end - mid)
-        result.part("python: load_template(snapshot), cached").add(after - end)
+        result.part("python: load_template_json(snapshot), cached").add(after - end)

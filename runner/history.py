@@ -28,6 +28,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from parkway.runner.connection import as_text
 from parkway.runner.model import (
     AssistantTurn,
@@ -186,15 +188,19 @@ def dump_entry(entry: Mapping[str, Any]) -> str:
 def decode_entries(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
     """Parse stored entries (as Redis returned them, bytes or text): each is one JSON
     object this runner wrote, so the list is parsed as one JSON array (one C-level
-    parse, not one call per entry); if the count comes out different, something odd is
-    stored and each entry is parsed alone."""
+    parse, by orjson, not one call per entry); if the count comes out different,
+    something odd is stored and each entry is parsed alone. What orjson refuses and
+    Python's parser reads (an integer beyond 64 bits, ``NaN``) is parsed by the latter."""
     if not raw:
         return []
     if all(isinstance(item, bytes) for item in raw):
         joined: bytes | str = b"[" + b",".join(raw) + b"]"  # type: ignore[arg-type]
     else:
         joined = "[" + ",".join(as_text(item) for item in raw) + "]"
-    entries: list[dict[str, Any]] = json.loads(joined)
+    try:
+        entries: list[dict[str, Any]] = orjson.loads(joined)
+    except orjson.JSONDecodeError:
+        entries = json.loads(joined)
     if len(entries) != len(raw):
         entries = [json.loads(item) for item in raw]
     return entries
@@ -247,6 +253,14 @@ class ModelView:
         self._open: list[ModelToolCall] = []  # calls of the last assistant entry
         self._answered: set[str] = set()
         self._unknown: set[str] = set()  # calls closed with "result unknown"
+
+    def copy(self) -> ModelView:
+        """An independent view in the same state (it goes on from the same entries)."""
+        other = ModelView.__new__(ModelView)
+        other._seen, other._last = self._seen, self._last
+        other._messages, other._open = list(self._messages), list(self._open)
+        other._answered, other._unknown = set(self._answered), set(self._unknown)
+        return other
 
     def update(self, entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:
         """The model's view of ``entries``."""

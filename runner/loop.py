@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -74,7 +73,7 @@ from parkway.runner.telemetry import (
     span,
     traceparent,
 )
-from parkway.runner.template import AgentTemplate, load_template
+from parkway.runner.template import AgentTemplate, load_template_json
 from parkway.runner.triage import Triage, triage
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
@@ -239,6 +238,7 @@ class Runner:
             template=template,
             model_calls=claim.model_calls,
             entries=claim.entries,
+            view=claim.view,
             parked_ids=claim.parked_ids,
             user_message_id=user_message_id,
         )
@@ -247,7 +247,7 @@ class Runner:
         async def work(supervisor: RunSupervisor) -> None:
             # The earlier message's calls finish off-stream (this is a new message), with
             # the template they were made under.
-            earlier = load_template(json.loads(previous)) if previous else None
+            earlier = load_template_json(previous) if previous else None
             await self._apply_outcomes(supervisor, emit=False, template=earlier)
             supervisor.state.unsaved.append(user_entry(text, user_message_id))
             await self._drive(supervisor)
@@ -345,6 +345,7 @@ class Runner:
             template=self.template,
             model_calls=claim.model_calls,
             entries=claim.entries,
+            view=claim.view,
             parked_ids=claim.parked_ids,
             parked_calls=claim.calls,
             skip_echo=skip_echo,
@@ -365,7 +366,7 @@ class Runner:
         """The template the resumed run started with; if it no longer loads, the chat is
         handed back untouched (so a fixed deployment can resume it) and the error raised."""
         try:
-            return load_template(json.loads(template_json))
+            return load_template_json(template_json)
         except Exception:
             await self.store.commit(
                 state.keys,

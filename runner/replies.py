@@ -8,7 +8,7 @@ refusal stands for).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from parkway.runner.connection import as_text
@@ -19,6 +19,7 @@ from parkway.runner.errors import (
     IncompatibleStateError,
     NothingToResumeError,
 )
+from parkway.runner.history import ModelView
 from parkway.runner.parking import ParkedCall, decode_call
 
 __all__ = [
@@ -78,6 +79,7 @@ class TurnClaim:
     parked_ids: list[str]
     previous_template: str
     entries: list[dict[str, Any]]
+    view: ModelView = field(default_factory=ModelView)  # the model's view of ``entries``
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class ResumeClaim:
     template_json: str
     calls: list[ParkedCall]
     entries: list[dict[str, Any]]
+    view: ModelView = field(default_factory=ModelView)  # the model's view of ``entries``
 
 
 SettleStatus = Literal["settled", "same", "conflict", "missing", "forbidden", "error"]

@@ -18,7 +18,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from parkway.runner import _scripts
 from parkway.runner.audit import AUDIT_KEEP_S, AuditSource, SettleAudit, answer_audit
 from parkway.runner.connection import RedisClient, as_text
-from parkway.runner.history import decode_entries, dump_entry
+from parkway.runner.histcache import HistoryCache
+from parkway.runner.history import dump_entry
 from parkway.runner.keys import DEADLINES, ChatKeys, deadline_member
 from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
 from parkway.runner.replies import (
@@ -77,6 +78,7 @@ class ChatStore:
         # Records of parked calls this worker wrote or read (a settle of one is one
         # round trip).
         self.known_calls = CallCache()
+        self.histories = HistoryCache()
         self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
         self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
         self._answer = redis.register_script(_scripts.ANSWER)
@@ -124,11 +126,13 @@ class ChatStore:
         fields = [_s(x) for x in result[:4]]
         raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
+        entries, view = self.histories.decode(keys.chat_id, result[4:])
         return TurnClaim(
             model_calls=int(fields[1]),
             parked_ids=json.loads(fields[2]),
             previous_template=fields[3],
-            entries=decode_entries(result[4:]),
+            entries=entries,
+            view=view,
         )
 
     async def claim_resume(
@@ -151,13 +155,15 @@ class ChatStore:
         count = int(raw[5])
         calls = decode_pairs(raw[6 : 6 + 2 * count])
         self.known_calls.remember(keys.chat_id, calls)
+        entries, view = self.histories.decode(keys.chat_id, raw[6 + 2 * count :])
         return ResumeClaim(
             model_calls=int(raw[1]),
             message_id=_s(raw[2]),
             parked_ids=json.loads(_s(raw[3])),
             template_json=_s(raw[4]),
             calls=calls,
-            entries=decode_entries(raw[6 + 2 * count :]),
+            entries=entries,
+            view=view,
         )
 
     async def answer(

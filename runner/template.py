@@ -34,7 +34,7 @@ from parkway.runner.platform import PLATFORM_OPS
 from parkway.runner.validation import describe_first_error
 from parkway.runner.workflows import RESERVED_WORKFLOWS
 
-__all__ = ["AgentTemplate", "ToolSpec", "load_template"]
+__all__ = ["AgentTemplate", "ToolSpec", "load_template", "load_template_json"]
 
 TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
@@ -297,6 +297,14 @@ def load_template(document: Any) -> AgentTemplate:
     except NotPlainJSONError as exc:
         raise TemplateError(f"agent template is not plain JSON: {exc}") from None
     return _load_cached(text)
+
+
+@functools.lru_cache(maxsize=256)
+def load_template_json(text: str) -> AgentTemplate:
+    """:func:`load_template` of a JSON text, such as a chat's stored template snapshot,
+    remembered by the text itself: a resume finds its template without parsing and
+    canonicalising the snapshot again (a template is immutable, so runs share it)."""
+    return load_template(json.loads(text))
 
 
 @functools.lru_cache(maxsize=256)
