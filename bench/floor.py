@@ -1,8 +1,9 @@
 """The floor: what the same Redis and client library cost for the least work Parkway's
 operations could be, measured in the same run so targets can be stated as ratios to it.
 
-One operation at a time, on the benchmark's redis-py asyncio client, ``time.perf_counter``
-around each command (its own round trip, reply parsed by redis-py):
+One operation at a time, on the runner's redis-py asyncio client (``connect(url)``, as the
+server builds it), ``time.perf_counter`` around each command (its own round trip, reply
+parsed by redis-py):
 
 - **PING**;
 - **SET of 4 KB** (a 4,096-byte value), timed alone: the denominator of "park <= 3x the

@@ -360,7 +360,8 @@ requests, which this measurement leaves out."""
 
 FLOOR = """\
 **The floor.** Every run first measures, on the same Redis with the same client
-(redis-py asyncio), one command at a time (`bench/floor.py`): `PING`; a `SET` of 4 KB;
+(the runner's: redis-py asyncio as the server builds it, `connect(url)`, whose commands
+hiredis packs), one command at a time (`bench/floor.py`): `PING`; a `SET` of 4 KB;
 a `GETDEL` of 4 KB, timed apart from its `SET`; `SET` + `GETDEL` of 4 KB together; and
 *`GETDEL` of 64 KB + `json.loads`*: the stored history of a really seeded 200-message
 chat joined into one JSON array (about 59 KB), `SET` untimed, then `GETDEL` and
