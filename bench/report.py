@@ -376,7 +376,9 @@ ratios to the floor of the same run, p50 to p50 (ratio column; PASS or MISS):
 - park / `SET` of 4 KB <= 3, at 2 and at 200 messages;
 - settle + resume / `GETDEL` of 4 KB <= 3 at 2 messages, and settle + resume /
   (`GETDEL` of 64 KB + `json.loads`) <= 4 at 200 messages, where settle + resume =
-  p50(settle) + p50(resume -> model request) of the runner-level table;
+  p50(settle) + p50(resume -> model request) of the runner-level table, a resume on
+  the worker that parked the chat (which keeps its decoded history); the same sum with
+  the resumes made as on a worker that never saw the chat is shown beside it;
 - park at 200 messages / park at 2 within 1 ± 0.10 (park independent of history length);
 - parks/s / SET/s >= 0.5 and resumes/s / GETDEL/s >= 0.5 (100 at once, medians);
 - memory of a parked 200-message chat (`MEMORY USAGE` of every key) / the text it holds
