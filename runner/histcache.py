@@ -79,7 +79,7 @@ class HistoryCache:
         return list(entries), view.copy()
 
     def forget(self, chat_id: str) -> None:
-        """Let go of a chat (deleted, or its history rewritten by this worker)."""
+        """Let go of a chat (a test or benchmark playing a worker that never saw it)."""
         self._drop(chat_id)
 
     def _drop(self, chat_id: str) -> _Kept | None:

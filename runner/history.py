@@ -41,6 +41,11 @@ from parkway.runner.model import (
     UserTurn,
 )
 
+# Digits as b"0", everything else as b" ": a run of 19 zeros marks a number orjson may
+# not read exactly (64-bit integers have at most 19 digits, floats are read exactly).
+_DIGIT_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS = b"0" * 19
+
 __all__ = [
     "UNKNOWN_RESULT",
     "ModelView",
@@ -190,16 +195,21 @@ def decode_entries(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
     object this runner wrote, so the list is parsed as one JSON array (one C-level
     parse, by orjson, not one call per entry); if the count comes out different,
     something odd is stored and each entry is parsed alone. What orjson refuses and
-    Python's parser reads (an integer beyond 64 bits, ``NaN``) is parsed by the latter."""
+    Python's parser reads exactly (``NaN``; a run of 19 or more digits, which may be an
+    integer beyond 64 bits that orjson would turn into a float) is parsed by the latter."""
     if not raw:
         return []
     if all(isinstance(item, bytes) for item in raw):
         joined: bytes | str = b"[" + b",".join(raw) + b"]"  # type: ignore[arg-type]
     else:
         joined = "[" + ",".join(as_text(item) for item in raw) + "]"
-    try:
-        entries: list[dict[str, Any]] = orjson.loads(joined)
-    except orjson.JSONDecodeError:
+    entries: list[dict[str, Any]]
+    if isinstance(joined, bytes) and _LONG_DIGITS not in joined.translate(_DIGIT_MARKS):
+        try:
+            entries = orjson.loads(joined)
+        except orjson.JSONDecodeError:
+            entries = json.loads(joined)
+    else:  # orjson reads an integer past 64 bits as a float: Python's parser keeps it
         entries = json.loads(joined)
     if len(entries) != len(raw):
         entries = [json.loads(item) for item in raw]
