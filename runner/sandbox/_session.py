@@ -228,16 +228,14 @@ class _Plumbing:
         stream = asyncio.StreamReader(limit=limit)
         self.parent_fds.remove(fd)
         transport, _ = await self.loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(fd, "rb", buffering=0)
+            lambda: asyncio.StreamReaderProtocol(stream), _pipe_file(fd, "rb")
         )
         self.transports.append(transport)
         return stream
 
     async def writer(self, fd: int) -> asyncio.WriteTransport:
         self.parent_fds.remove(fd)
-        transport, _ = await self.loop.connect_write_pipe(
-            asyncio.Protocol, os.fdopen(fd, "wb", buffering=0)
-        )
+        transport, _ = await self.loop.connect_write_pipe(asyncio.Protocol, _pipe_file(fd, "wb"))
         self.transports.append(transport)
         return transport
 
@@ -316,6 +314,19 @@ class _Plumbing:
         for fd in (*self.parent_fds, *self.child_fds):
             os.close(fd)
         session.close_spill()
+
+
+def _pipe_file(fd: int, mode: str) -> Any:
+    """The file object a pipe transport is made from; its transport closes the pipe.
+
+    asyncio's own loop closes the pipe by closing this file object. uvloop hands the
+    descriptor to libuv, which closes it, and then closes the file object as well
+    (MagicStack/uvloop#763): the second close hits whatever another thread opened under
+    that number in between (a workspace's ``rmtree`` lost its directory this way). On
+    any loop but asyncio's the file object leaves the descriptor to the transport.
+    """
+    owns_fd = isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
+    return os.fdopen(fd, mode, buffering=0, closefd=owns_fd)
 
 
 def _new_spill_file(folder: Path) -> tuple[int, str]:
