@@ -316,7 +316,8 @@ return claim()
 # by APPEND and COMMIT: the run's first entry records where it starts (``run_start``); a
 # batch that ends the run records how it finished, and when. Every append publishes on
 # the chat's wake-up channel, so followers on any worker read the log again
-# (runner/logwatch.py); the message carries nothing else. The number of the run's last
+# (runner/logwatch.py); the message is the new entry's id (a worker whose own run
+# appended it has woken its followers already: runner/logtap.py). The number of the run's last
 # batch and its entry id are kept in ``log_seq`` and ``log_last``: a batch whose number
 # is not above ``log_seq`` was appended (a replay) and answers that id, unwritten.
 # What the log keeps: the current (or last) run and the one before it (``prev_start``,
@@ -334,7 +335,7 @@ local function log_append(events, meta, batch, seq, maxlen, finish, now, wake, t
   local id = redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'b', batch)
   redis.call('HSET', meta, 'log_seq', seq, 'log_last', id)
   if not m[3] then redis.call('HSET', meta, 'run_start', id) end
-  redis.call('PUBLISH', wake, '1')
+  redis.call('PUBLISH', wake, id)
   if finish == '' then
     redis.call('EXPIRE', events, ttl)
   else

@@ -34,6 +34,7 @@ from parkway.runner.events import (
     events_from_json,
 )
 from parkway.runner.keys import ChatKeys
+from parkway.runner.logtap import id_before
 from parkway.runner.logwatch import LogWatch
 from parkway.runner.store import ChatStore
 
@@ -41,7 +42,6 @@ __all__ = ["FELL_BEHIND", "INTERRUPTED", "cancel_requested", "follow", "id_befor
 
 INTERRUPTED = "The run was interrupted before it finished. Send the message again or resume."
 FELL_BEHIND = "This stream fell too far behind the chat to go on. Reload the chat to see it."
-_MAX_SEQ = 18446744073709551615
 POLL_WHILE_DOWN_S = 0.5  # how often a follower reads while the log watch reconnects
 LONGEST_QUIET = 12  # a quiet follower of a live run checks it at least every 12 quiet_s
 
@@ -54,15 +54,6 @@ def cancel_requested() -> bool:
     """
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def id_before(entry_id: str) -> str:
-    """The stream id just before ``entry_id`` (XREAD reads after an id, exclusively)."""
-    ms_text, _, seq_text = entry_id.partition("-")
-    ms, seq = int(ms_text), int(seq_text or 0)
-    if seq > 0:
-        return f"{ms}-{seq - 1}"
-    return f"{ms - 1}-{_MAX_SEQ}" if ms > 0 else "0-0"
 
 
 async def _read(store: ChatStore, keys: ChatKeys, after: str) -> list[tuple[str, list[Event]]]:
@@ -95,13 +86,22 @@ async def follow(
     after = first = id_before(start_id)
     quiet_rounds = 0
     quiet = quiet_s
-    async with watch.watching(keys.wake) as woken:
+    # A run of this worker: its entries come from memory (runner/logtap.py) while the
+    # sequence kept there vouches for them; Redis is read when it cannot, and after a
+    # wake-up the sequence does not explain (an entry from elsewhere, a reconnect).
+    local = watch.local.after(keys.wake, start_id, after) is not None
+    unexplained = True
+    async with watch.watching(keys.wake, confirm=not local) as woken:
         while True:
             if cancel_requested():
                 raise asyncio.CancelledError
             woken.clear()
-            # (followers of one chat woken at one entry share one read, decoded once)
-            entries = await watch.shared(keys.events, after, partial(_read, store, keys, after))
+            entries = watch.local.after(keys.wake, start_id, after)
+            if entries is None or (not entries and unexplained):
+                # (followers of one chat woken at one entry share one read, decoded once)
+                read = partial(_read, store, keys, after)
+                entries = await watch.shared(keys.events, after, read)
+            unexplained = False
             if entries and after == first and entries[0][0] != start_id:
                 yield RunFailed(FELL_BEHIND)  # the run's entries are gone (_scripts.py)
                 return
@@ -119,6 +119,7 @@ async def follow(
                 quiet = quiet_s
                 continue
             wait_s = quiet if watch.healthy else min(quiet, POLL_WHILE_DOWN_S)
+            unexplained = True  # whatever ends the wait, Redis may have more
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait_s)
                 continue  # woken: read again

@@ -31,6 +31,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from parkway.runner.connection import RedisClient, as_text
 from parkway.runner.keys import LOGWATCH_CHANNEL
+from parkway.runner.logtap import LocalLog
 
 __all__ = ["LogWatch"]
 
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 CONFIRM_TIMEOUT_S = 2.0  # how long a follower waits for its subscription to be confirmed
 _IDLE_READ_S = 1.0  # how long one read of the subscription connection waits
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+# How long a wake-up for a chat whose run logs on this worker waits for that run's own
+# append to answer (which wakes the followers itself) before it wakes them anyway.
+_LOCAL_GRACE_S = 0.05
 
 
 class _ReconnectingPubSub(PubSub):
@@ -75,6 +79,9 @@ class LogWatch:
         self._broken = False  # a subscribe failed: the reader starts over
         self._reads: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.healthy = False
+        self._connected_before = False
+        # What this worker's runs appended, for followers here (runner/logtap.py).
+        self.local = LocalLog()
 
     @property
     def channels(self) -> int:
@@ -98,10 +105,23 @@ class LogWatch:
         async with self._read_slots:
             return await read()
 
+    def local_append(
+        self, channel: str, entry_id: str, text: str, *, start: str, last: bool
+    ) -> None:
+        """A run of this worker (first entry ``start``) appended ``entry_id`` to the chat
+        of ``channel`` (``last``: its end): keep it for followers here
+        (:class:`LocalLog`), wake them now."""
+        self.local.appended(channel, entry_id, text, start=start, last=last)
+        for event in self._waiters.get(channel, ()):
+            event.set()
+
     @contextlib.asynccontextmanager
-    async def watching(self, channel: str) -> AsyncIterator[asyncio.Event]:
+    async def watching(self, channel: str, *, confirm: bool = True) -> AsyncIterator[asyncio.Event]:
         """An event set whenever ``channel`` (a chat's wake-up channel) is published to,
-        or the watch lost messages; the caller clears it before each read."""
+        or the watch lost messages; the caller clears it before each read. ``confirm``:
+        wait (a while) until Redis confirms the subscription, so that an append right
+        after the caller's first read wakes it; a follower of a run of this worker has
+        its appends from :meth:`local_append` and need not wait."""
         self._ensure_running()
         event = asyncio.Event()
         waiters = self._waiters.setdefault(channel, set())
@@ -111,7 +131,7 @@ class LogWatch:
             if first:
                 await self._subscribe(channel)
             confirmed = self._confirmed.get(channel)
-            if confirmed is not None and not confirmed.done():
+            if confirm and confirmed is not None and not confirmed.done():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(confirmed), CONFIRM_TIMEOUT_S)
             yield event
@@ -182,7 +202,11 @@ class LogWatch:
                 self.healthy = True
                 if attempt:
                     self.reconnects += 1
-                self._wake_all()  # anything published while it was away: read again
+                if self._connected_before:
+                    self._wake_all()  # anything published while it was away: read again
+                # (on the first connection, a follower reads once its subscription is
+                # confirmed, or polls if that takes too long: none needs waking)
+                self._connected_before = True
                 attempt = 0
                 while not _cancelling():
                     if self._broken:
@@ -218,12 +242,26 @@ class LogWatch:
         channel = message.get("channel")
         name = as_text(channel)
         if kind == "message":
-            for event in self._waiters.get(name, ()):
-                event.set()
+            entry_id = as_text(message.get("data"))
+            if self.local.logging(name):
+                # Most likely an entry of this worker's run whose append has not been
+                # answered yet: it wakes the followers itself once it is; anything else
+                # wakes them a moment later.
+                loop = asyncio.get_running_loop()
+                loop.call_later(_LOCAL_GRACE_S, self._wake_unless_local, name, entry_id)
+            else:
+                self._wake_unless_local(name, entry_id)
         elif kind == "subscribe":
             confirmed = self._confirmed.get(name)
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
+
+    def _wake_unless_local(self, channel: str, entry_id: str) -> None:
+        """Wake the chat's followers, unless ``entry_id`` is one they take from memory
+        (its append here woke them already)."""
+        if not self.local.knows(channel, entry_id):
+            for event in self._waiters.get(channel, ()):
+                event.set()
 
     async def aclose(self) -> None:
         """Stop the watch and close its connection."""

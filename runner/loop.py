@@ -168,7 +168,12 @@ class Runner:
     def _start(self, state: RunState, work: Work) -> Run:
         """Run ``work`` in a task of its own, beside its supervisor."""
         supervisor = RunSupervisor(
-            state, store=self.store, config=self.config, clock=self.clock, watch=self.watch
+            state,
+            store=self.store,
+            config=self.config,
+            clock=self.clock,
+            watch=self.watch,
+            logwatch=self.logwatch,
         )
         task = asyncio.create_task(supervisor.supervise(work), name=f"parkway-run-{state.chat_id}")
         supervisor.run.task = task

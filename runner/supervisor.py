@@ -40,6 +40,7 @@ from parkway.runner.events import (
     coalesce,
     events_to_json,
 )
+from parkway.runner.logwatch import LogWatch
 from parkway.runner.parking import ParkedCall
 from parkway.runner.run import Run, RunnerConfig, RunState
 from parkway.runner.store import ChatStore, LogBatch
@@ -166,8 +167,10 @@ class RunSupervisor:
         config: RunnerConfig,
         clock: Callable[[], float],
         watch: RunWatch,
+        logwatch: LogWatch | None = None,
     ) -> None:
         self.state = state
+        self.logwatch = logwatch
         self.store = store
         self.config = config
         self.clock = clock
@@ -261,13 +264,17 @@ class RunSupervisor:
                     log=log,
                 )
             except BaseException:
+                self._unsure()  # its batch may have landed
                 self._put_back(pending, pending_finish)
                 raise
             if entry_id is None:
+                self._unsure()
                 self._put_back(pending, pending_finish)
                 raise ChatBusyError("this run lost the chat's lease to another worker")
-            if entry_id:
-                self._logged(entry_id)
+            if entry_id and log is not None:
+                self._logged(entry_id, log.batch, last=bool(log.finish))
+            elif log is not None:
+                self._unsure()  # a replay whose entry Redis no longer names
         state.entries.extend(state.unsaved)
         state.unsaved = []
         state.clear_parked = False
@@ -353,6 +360,7 @@ class RunSupervisor:
             self.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(writer), LOG_FLUSH_S)
+            self._log_over()
 
     async def _write_log(self) -> None:
         """Append the run's events to the chat's log, a batch at a time, until the run is
@@ -367,33 +375,55 @@ class RunSupervisor:
             async with self._log_lock:
                 batch, finish = self._take_batch()
                 if batch:
-                    self._logged(await self._append(batch, finish))
+                    entry_id, text = await self._append(batch, finish)
+                    self._logged(entry_id, text, last=bool(finish))
             if self._closed and not self._batch:
                 if not self.run.log_start.done():
                     self.run.log_start.set_exception(ChatBusyError("no event log"))
                 return
 
-    def _logged(self, entry_id: str) -> None:
-        """A batch went to the log as ``entry_id`` ('' if it could not be written); the
-        run's first resolves ``run.log_start``."""
+    def _logged(self, entry_id: str, batch: str, *, last: bool) -> None:
+        """A batch (JSON) went to the log as ``entry_id`` ('' if it could not be written,
+        or may have been): the run's first resolves ``run.log_start``; followers on this
+        worker take it from memory (runner/logtap.py) while every entry of the run so
+        far is known to be there."""
         log_start = self.run.log_start
-        if log_start.done():
+        if not entry_id:
+            self._unsure()
+            if not log_start.done():
+                log_start.set_exception(ChatBusyError("no event log"))
             return
-        if entry_id:
+        if not log_start.done():
             log_start.set_result(entry_id)
-        else:
-            log_start.set_exception(ChatBusyError("no event log"))
+        if self.logwatch is not None and log_start.exception() is None:
+            start = log_start.result()
+            channel = self.state.keys.wake
+            self.logwatch.local_append(channel, entry_id, batch, start=start, last=last)
 
-    async def _append(self, batch: list[Event], finish: str) -> str:
-        """Append one batch; the entry's id, '' if it could not be written."""
+    def _log_over(self) -> None:
+        """The run logs nothing more (runner/logtap.py)."""
+        log_start = self.run.log_start
+        if self.logwatch is not None and log_start.done() and log_start.exception() is None:
+            self.logwatch.local.run_over(self.state.keys.wake, log_start.result())
+
+    def _unsure(self) -> None:
+        """A batch of the run's may or may not be in the log: followers here read what
+        follows from Redis (runner/logtap.py)."""
+        if self.logwatch is not None:
+            self.logwatch.local.broken(self.state.keys.wake)
+
+    async def _append(self, batch: list[Event], finish: str) -> tuple[str, str]:
+        """Append one batch; the entry's id ('' if it could not be written) and the
+        batch's JSON."""
         state = self.state
         state.log_batches += 1
         watch = Stopwatch()
+        text = events_to_json(coalesce(batch))
         try:
             entry_id = await self.store.append_events(
                 state.keys,
                 token=state.token,
-                batch=events_to_json(coalesce(batch)),
+                batch=text,
                 finish=finish,
                 now_ms=self._now_ms(),
                 seq=state.log_batches,
@@ -402,9 +432,9 @@ class RunSupervisor:
             if is_redis_outage(exc):
                 REDIS_ERRORS.labels("event_log").inc()
             log.exception("could not append events of chat %s", state.chat_id)
-            return ""
+            return "", text
         EVENT_LOG_WRITE.observe(watch.seconds())
-        return entry_id
+        return entry_id, text
 
 
 # How a run that ended with a finish reason counts in ``parkway_runs_total``.
