@@ -12,7 +12,10 @@ Nothing is lost when a notification is: a wake-up only says "read again", the re
 itself is exact (after the last entry id the follower saw), and a follower that hears
 nothing reads again after its quiet period anyway. The watch subscribes a chat before
 its first follower reads (the subscription is confirmed by Redis before the follower
-is let go), so an append that lands between the read and the wait still wakes it.
+is let go), so an append that lands between the read and the wait still wakes it. A
+follower of a run of this worker takes the run's entries from memory instead
+(:mod:`parkway.runner.logtap`, :meth:`LogWatch.local_append`), woken by the append
+itself; a published entry id that memory holds wakes nobody.
 When the connection fails, every follower is woken (reads again) and the watch
 reconnects with backoff, subscribing again to every chat that still has followers;
 meanwhile :attr:`LogWatch.healthy` is false and followers poll at a short interval.
