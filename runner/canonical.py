@@ -31,9 +31,12 @@ import rfc8785
 
 from parkway.runner.errors import NotPlainJSONError
 
-__all__ = ["canonical_json", "is_plain_json", "parked_call_key"]
+__all__ = ["canonical_json", "has_long_digit_run", "is_plain_json", "parked_call_key"]
 
 _MAX_DEPTH = 64
+# Digits as b"0", every other byte as b" " (has_long_digit_run).
+_DIGIT_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS = b"0" * 19
 # rfc8785 refuses integers beyond this instead of rounding them (see _plain).
 _MAX_SAFE_INTEGER = 2**53 - 1
 # Python strings hold astral characters whole, so any surrogate code point is a lone one:
@@ -127,3 +130,10 @@ def canonical_json(value: Any) -> str:
 def parked_call_key(tool_name: str, tool_input: Any) -> str:
     """``toolName#canonical_json(input)``; absent input counts as ``{}``."""
     return f"{tool_name}#{canonical_json({} if tool_input is None else tool_input)}"
+
+
+def has_long_digit_run(data: bytes) -> bool:
+    """Whether ``data`` holds a run of 19 or more digits: a number orjson may not read
+    exactly (it reads an integer past 64 bits, which has at least 19 digits, as a float),
+    left to Python's parser by the callers that use orjson for speed."""
+    return _LONG_DIGITS in data.translate(_DIGIT_MARKS)

@@ -89,7 +89,7 @@ async def follow(
     # A run of this worker: its entries come from memory (runner/logtap.py) while the
     # sequence kept there vouches for them; Redis is read when it cannot, and after a
     # wake-up the sequence does not explain (an entry from elsewhere, a reconnect).
-    local = watch.local.after(keys.wake, start_id, after) is not None
+    local = watch.local.knows(keys.wake, start_id)
     unexplained = True
     async with watch.watching(keys.wake, confirm=not local) as woken:
         while True:

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from parkway.runner.canonical import has_long_digit_run
 from parkway.runner.connection import as_text
 from parkway.runner.model import (
     AssistantTurn,
@@ -40,11 +41,6 @@ from parkway.runner.model import (
     ToolResult,
     UserTurn,
 )
-
-# Digits as b"0", everything else as b" ": a run of 19 zeros marks a number orjson may
-# not read exactly (64-bit integers have at most 19 digits, floats are read exactly).
-_DIGIT_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_LONG_DIGITS = b"0" * 19
 
 __all__ = [
     "UNKNOWN_RESULT",
@@ -204,7 +200,7 @@ def decode_entries(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
     else:
         joined = "[" + ",".join(as_text(item) for item in raw) + "]"
     entries: list[dict[str, Any]]
-    if isinstance(joined, bytes) and _LONG_DIGITS not in joined.translate(_DIGIT_MARKS):
+    if isinstance(joined, bytes) and not has_long_digit_run(joined):
         try:
             entries = orjson.loads(joined)
         except orjson.JSONDecodeError:

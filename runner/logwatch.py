@@ -115,8 +115,7 @@ class LogWatch:
         of ``channel`` (``last``: its end): keep it for followers here
         (:class:`LocalLog`), wake them now."""
         self.local.appended(channel, entry_id, text, start=start, last=last)
-        for event in self._waiters.get(channel, ()):
-            event.set()
+        self._wake(channel)
 
     @contextlib.asynccontextmanager
     async def watching(self, channel: str, *, confirm: bool = True) -> AsyncIterator[asyncio.Event]:
@@ -263,8 +262,11 @@ class LogWatch:
         """Wake the chat's followers, unless ``entry_id`` is one they take from memory
         (its append here woke them already)."""
         if not self.local.knows(channel, entry_id):
-            for event in self._waiters.get(channel, ()):
-                event.set()
+            self._wake(channel)
+
+    def _wake(self, channel: str) -> None:
+        for event in self._waiters.get(channel, ()):
+            event.set()
 
     async def aclose(self) -> None:
         """Stop the watch and close its connection."""

@@ -35,6 +35,7 @@ import orjson
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from parkway.runner.canonical import has_long_digit_run
 from parkway.runner.keys import check_chat_id
 from parkway.runner.logcontext import bind
 from parkway.runner.loop import Runner
@@ -71,8 +72,6 @@ _BYTE_STEP[ord("[")] = _BYTE_STEP[ord("{")] = 1
 _BYTE_STEP[ord("]")] = _BYTE_STEP[ord("}")] = -1
 _NOT_QUOTE_OR_BRACKET = bytes(b for b in range(256) if b not in b'"[]{}')
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_DIGIT_MARKS = bytes(49 if 48 <= b <= 57 else 48 for b in range(256))
-_LONG_NUMBER = b"1" * 19
 _UNREAD = object()
 
 
@@ -169,7 +168,7 @@ def _parse_fast(data: bytes, max_depth: int) -> Any:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return _UNREAD
-    if _LONG_NUMBER in data.translate(_DIGIT_MARKS) or _depth_of_valid(data) > max_depth:
+    if has_long_digit_run(data) or _depth_of_valid(data) > max_depth:
         return _UNREAD
     return value
 
