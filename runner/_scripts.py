@@ -94,10 +94,13 @@ end
 # ARGV: 1 schema version, 2 principal, 3 lease token, 4 now (ms), 5 lease (ms),
 #       6 user message id ('' if none), 7 superseding outcome JSON, 8 TTL (s),
 #       9 new assistant message id, 10 template digest, 11 template JSON,
-#       12 how long the audit keeps an entry (s)
+#       12 how long the audit keeps an entry (s), 13 '1' when the new message comes with
+#       answers to tool calls, which must settle what they answer before anything is
+#       superseded ('' otherwise)
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
 #          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
+#        | {'answers_first'} (ARGV[13] set and calls pending: nothing was changed)
 # Replay: the lease token is new for every claim, so a chat running under this very
 # token was claimed by the lost first run; the same 'ok' reply is built again (the
 # previous template it handed out is kept in ``claim_prev`` for this).
@@ -126,6 +129,7 @@ if m[2] == 'running' and m[9] == ARGV[3] then
 end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
+if ARGV[13] == '1' and redis.call('ZCARD', KEYS[2]) > 0 then return {'answers_first'} end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if redis.call('HSETNX', KEYS[3], id, ARGV[7]) == 1 then
     audit_settle(KEYS[9], KEYS[1], KEYS[5], id, ARGV[2], ARGV[2], 'browser', '', '',

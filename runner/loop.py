@@ -52,6 +52,7 @@ from parkway.runner.logwatch import LogWatch
 from parkway.runner.model import Model, ModelToolCall, ToolDescription
 from parkway.runner.outcomes import SUPERSEDED
 from parkway.runner.parking import ParkedCall
+from parkway.runner.replies import TurnClaim
 from parkway.runner.run import Run, RunnerConfig, RunState, new_id
 from parkway.runner.settling import (
     Answer,
@@ -207,12 +208,17 @@ class Runner:
         *,
         user_message_id: str | None = None,
         template: AgentTemplate | None = None,
+        answers: Sequence[Answer] = (),
     ) -> Run:
         """Start a new turn with a user message.
 
         Pending calls of a parked step are settled ``cancelled`` (reason
         ``superseded_by_user_message``) first, atomically with taking the lease; calls
         already answered keep their outcome (an approved call runs before the turn).
+        ``answers`` that come with the message (an AI SDK client resends its tool
+        outputs with every message) settle what they answer before that, as
+        :meth:`answer` would; the claim itself says whether any call is pending, so
+        while none is they cost no round trip.
         """
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
@@ -222,18 +228,27 @@ class Runner:
             )
         message_id = new_id("msg")
         token = secrets.token_hex(16)
-        claim = await self.store.claim_turn(
-            keys,
-            principal=principal,
-            token=token,
-            now_ms=self._now_ms(),
-            lease_ms=self._lease_ms,
-            user_message_id=user_message_id or "",
-            supersede_outcome=canonical_json(SUPERSEDED),
-            message_id=message_id,
-            template_digest=template.digest,
-            template_json=template.canonical,
-        )
+
+        async def claim_turn(*, answers_first: bool) -> TurnClaim | None:
+            return await self.store.claim_turn(
+                keys,
+                principal=principal,
+                token=token,
+                now_ms=self._now_ms(),
+                lease_ms=self._lease_ms,
+                user_message_id=user_message_id or "",
+                supersede_outcome=canonical_json(SUPERSEDED),
+                message_id=message_id,
+                template_digest=template.digest,
+                template_json=template.canonical,
+                answers_first=answers_first,
+            )
+
+        claim = await claim_turn(answers_first=bool(answers))
+        while claim is None:  # calls are pending: the answers settle theirs first (once:
+            # a claim without answers first never steps aside)
+            await self.answer(chat_id, principal, answers)
+            claim = await claim_turn(answers_first=False)
         state = RunState(
             keys=keys,
             chat_id=chat_id,

@@ -104,9 +104,13 @@ class ChatStore:
         message_id: str,
         template_digest: str,
         template_json: str,
-    ) -> TurnClaim:
+        answers_first: bool = False,
+    ) -> TurnClaim | None:
         """Run CLAIM_TURN (one round trip; the history comes back with the claim), or
-        raise the domain error its refusal stands for."""
+        raise the domain error its refusal stands for. With ``answers_first`` (the new
+        message carries answers to tool calls), None while the chat has calls pending:
+        nothing was changed, and the answers are the caller's to settle before claiming
+        again."""
         result = await self._claim_turn(
             keys=[
                 keys.meta,
@@ -121,9 +125,11 @@ class ChatStore:
             ],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, user_message_id,
                   supersede_outcome, self.ttl_s, message_id, template_digest, template_json,
-                  self.audit_keep_s],
+                  self.audit_keep_s, "1" if answers_first else ""],
         )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
+        if fields[0] == "answers_first":
+            return None
         raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
         entries, view = self.histories.decode(keys.chat_id, result[4:])

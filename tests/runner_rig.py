@@ -1,17 +1,29 @@
 """What the runner tests share: a runner over a scripted agent (optionally on a clock the
-test moves by hand), a turn's events, and readers of them."""
+test moves by hand), a turn's events, readers of them, and a count of round trips."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from parkway.runner import Runner, parse_agent_file
 from parkway.runner.events import CallParked, Event, MessageFinished, TextDelta
 from tests.support import agent_doc
 
-__all__ = ["Clock", "clocked_runner", "finish", "make_runner", "parked", "said", "turn"]
+__all__ = [
+    "Clock",
+    "RoundTrips",
+    "clocked_runner",
+    "finish",
+    "make_runner",
+    "parked",
+    "said",
+    "turn",
+]
 
 
 def make_runner(redis: Redis, turns: list[list[dict[str, Any]]], **kwargs: Any) -> Runner:
@@ -55,3 +67,20 @@ def clocked_runner(
 ) -> Runner:
     agent = parse_agent_file(agent_doc(turns, **kwargs))
     return Runner(redis, agent.model, agent.template, clock=clock)
+
+
+class RoundTrips:
+    """Counts network round trips (``send_packed_command`` calls, as bench/roundtrips.py
+    does): a command, a pipeline or a script call is one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original: Callable[..., Any] = AbstractConnection.send_packed_command
+
+        async def counted(
+            conn: AbstractConnection, command: Any, check_health: bool = True
+        ) -> None:
+            self.count += 1
+            await original(conn, command, check_health)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)

@@ -306,6 +306,19 @@ async def test_new_user_message_over_http_supersedes_the_pending_call(api: Api) 
     }
 
 
+async def test_a_new_message_with_the_widget_answered_settles_the_call_first(api: Api) -> None:
+    """The client answered the widget and then typed (its tool output rides along with
+    the new message): the call keeps that answer, and the new turn sees it."""
+    chunks = await api.say("h12", "hi", "u1")
+    history = [*answered(chunks, {"choice": "red"}), user_message("and now?", "u2")]
+    response = await api.chat("h12", history)
+    assert response.status_code == 200, response.text
+    said = "".join(c["delta"] for c in sse_chunks(response.text) if c["type"] == "text-delta")
+    assert json.loads(said.removeprefix("seen ")) == [{"tool": "pick", "result": {"choice": "red"}}]
+    state = await api.state("h12")
+    assert state["calls"][0]["outcome"] == {"outcome": "output", "output": {"choice": "red"}}
+
+
 async def test_get_chat_rebuilds_ui_messages_and_calls(api: Api) -> None:
     """A reload or another tab gets the chat as UI messages plus its parked calls with
     widget descriptors."""

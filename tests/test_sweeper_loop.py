@@ -11,12 +11,9 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from parkway.runner import (
     Sweeper,
@@ -25,6 +22,7 @@ from parkway.runner import (
 )
 from parkway.runner.keys import DEADLINES, chat_keys
 from parkway.runner.sweeper import TIMEOUT_OUTCOME
+from tests.runner_rig import RoundTrips
 from tests.support import (
     ROOT,
     call,
@@ -140,23 +138,6 @@ async def test_run_stops_on_cancel_even_when_a_redis_call_swallowed_it(redis: Re
 
 
 # -- cost ---------------------------------------------------------------------------------
-
-
-class RoundTrips:
-    """Counts network round trips (``send_packed_command`` calls, as bench/roundtrips.py
-    does): a command, a pipeline or a script call is one."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        original: Callable[..., Any] = AbstractConnection.send_packed_command
-
-        async def counted(
-            conn: AbstractConnection, command: Any, check_health: bool = True
-        ) -> None:
-            self.count += 1
-            await original(conn, command, check_health)
-
-        monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
 
 
 async def test_a_sweep_costs_what_expired_not_what_is_parked(

@@ -7,7 +7,6 @@ the encoder; SSE framing happens in :mod:`parkway.transport.streaming` alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parkway.runner.canonical import parked_call_key
-from parkway.runner.errors import ChatNotFoundError, NothingToResumeError, NotPlainJSONError
+from parkway.runner.errors import NothingToResumeError, NotPlainJSONError
 from parkway.runner.eventlog import INTERRUPTED
 from parkway.runner.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
 from parkway.runner.loop import AnswerReport, Run, Runner
@@ -138,11 +137,6 @@ async def post_chat(request: Request) -> Response:
     runner = runner_of(request)
     if post.user_text is None:
         return await _answer_and_resume(request, principal, post)
-    if post.answers:
-        # (answers that come with a new message: the turn supersedes what is still
-        # pending; a chat that does not exist yet is simply new)
-        with contextlib.suppress(ChatNotFoundError):
-            await runner.answer(post.chat_id, principal, post.answers)
     template = None
     if isinstance(body, dict) and body.get("agentTemplate") is not None:
         # the playground's working copy (build kit on, or edits not yet committed)
@@ -171,6 +165,9 @@ async def post_chat(request: Request) -> Response:
             user_text,
             user_message_id=post.user_message_id,
             template=template,
+            # answers that come with a new message settle what they answer; the turn
+            # supersedes what is still pending
+            answers=post.answers,
         ),
     )
 
