@@ -5,7 +5,8 @@ process, plus read-only probes and two bare routes.
 way the CLI does (flags over ``PARKWAY_*`` variables; ``PARKWAY_SECRET_KEY`` comes from
 the environment), builds the app with :func:`parkway.transport.app.create_app` and runs it with
 uvicorn and the CLI's options (the CLI's HTTP protocol with its header read timeout;
-uvicorn's ``loop="auto"``, which picks uvloop when it is installed). Answered before the
+uvicorn's ``loop="auto"``, which picks uvloop when it is installed; the heap settled once
+it has started, :func:`parkway.runner.heap.settle_heap`). Answered before the
 app sees the request:
 
 - ``GET /_bench/redis``, without touching Redis: the number of Redis round trips (and
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 
@@ -37,6 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bench.roundtrips import RoundTrips, install
+from parkway.runner.heap import settle_heap
 from parkway.transport.app import create_app
 from parkway.transport.serving import header_timeout_protocol
 from parkway.transport.settings import Settings
@@ -128,6 +131,15 @@ def with_probe(app: ASGIApp, counter: RoundTrips, config: uvicorn.Config | None 
     return wrapped
 
 
+class _SettlingServer(uvicorn.Server):
+    """As ``parkway serve``: the heap is settled once the server has started."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            settle_heap()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
@@ -159,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http=header_timeout_protocol(settings.header_read_timeout_s),
     )
     config.app = with_probe(app, counter, config)
-    uvicorn.Server(config).run()
+    _SettlingServer(config).run()
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from parkway.runner.heap import YOUNG_THRESHOLD
 from parkway.transport.settings import Settings, SettingsError
 from tests.support import ROOT, TEST_SECRET, agent_doc, text
 
@@ -125,3 +126,35 @@ def test_serve_imports_tool_modules_kept_next_to_the_agent_file(tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert line.startswith(f"Parkway is serving {agent}"), err
+
+
+# A `parkway serve` whose startup line reports the collector's state, then stops itself.
+_REPORTING_SERVE = """
+import gc, os, signal, sys
+from parkway.transport import cli
+serve = cli._serve
+def reporting(app, config, sock, announce, farewell):
+    def announced():
+        print(gc.get_freeze_count(), gc.get_threshold()[0], len(gc.get_objects()), flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    serve(app, config, sock, announced, farewell)
+cli._serve = reporting
+sys.exit(cli.main(["serve", "--redis-url", sys.argv[1], "--port", "0", "--log-level", "warning"]))
+"""
+
+
+@pytest.mark.slow
+def test_serve_keeps_what_startup_built_out_of_later_collections(redis_url: str) -> None:
+    """By the time it says it is serving, the startup heap (modules, the app, its clients)
+    is frozen, so no later collection walks it, and the youngest generation holds what a
+    request allocates (runner/heap.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORTING_SERVE, redis_url],
+        cwd=ROOT, env=_environment(PARKWAY_SECRET_KEY=TEST_SECRET), capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    frozen, young, tracked = map(int, done.stdout.split())
+    assert frozen > 50_000  # the imported modules alone
+    assert tracked < frozen // 10
+    assert young == YOUNG_THRESHOLD

@@ -379,7 +379,8 @@ def _serve(
     The lifespan runs here rather than inside uvicorn so that an error starting it (an
     unreachable Redis) leaves as the exception it is, for a one-line message, where
     uvicorn would log a traceback and exit 3. ``announce`` is called once uvicorn
-    listens, ``farewell`` once everything stopped (before a SIGTERM ends the process).
+    listens, after the heap is settled for a long run (:func:`parkway.runner.heap.settle_heap`),
+    ``farewell`` once everything stopped (before a SIGTERM ends the process).
     uvicorn's signal capture is held around the whole run: a signal during the
     lifespan's startup stops the server as soon as it is up, and the signal uvicorn
     raises again after its shutdown reaches the process's handler only after the
@@ -387,10 +388,13 @@ def _serve(
     """
     import uvicorn
 
+    from parkway.runner.heap import settle_heap
+
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started and not self.should_exit:
+                settle_heap()  # what startup built is kept out of later collections
                 announce()
 
     server = Server(config)
