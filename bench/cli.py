@@ -26,6 +26,7 @@ from bench.runner_level import SizeResult, run_size
 from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
 from parkway.runner.connection import connect
+from parkway.runner.heap import settle_heap
 
 __all__ = ["main"]
 
@@ -227,6 +228,7 @@ class _Log:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    settle_heap()  # as `parkway serve` does once it listens: runners run in this process
     if args.redis_url:
         report = asyncio.run(_suite(args, args.redis_url, f"at {_redacted(args.redis_url)}"))
     else:
