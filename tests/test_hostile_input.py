@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
@@ -161,6 +163,35 @@ def test_depth_is_counted_on_brackets_outside_strings() -> None:
     assert parse_json(stringy, max_depth=3)["a"].startswith("[[[")
     assert "deeper than 64" in refusal(b"[" * 1_000_000)
     assert parse_json(b'{"a": "x\\\\", "b": [1]}', max_depth=2) == {"a": "x\\", "b": [1]}
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_BRACKETY = st.text(alphabet='[]{}"\\ ab', max_size=8)
+_JSON = st.recursive(
+    st.none() | st.integers(-5, 5) | _BRACKETY,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_BRACKETY, inner, max_size=3),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.booleans())
+def test_the_depth_verdict_is_the_values_own_depth(value: Any, indented: bool) -> None:
+    """However brackets, quotes and backslashes fall inside strings and keys, and however
+    the text is spaced, a body passes exactly when its value nests no deeper than the
+    limit."""
+    data = json.dumps(value, indent=1 if indented else None).encode()
+    depth = _depth(value)
+    assert parse_json(data, max_depth=depth) == value
+    if depth:
+        assert f"deeper than {depth - 1}" in refusal(data, max_depth=depth - 1)
 
 
 def test_the_depth_scan_is_linear_on_adversarial_strings() -> None:

@@ -72,6 +72,9 @@ _BYTE_STEP[ord("[")] = _BYTE_STEP[ord("{")] = 1
 _BYTE_STEP[ord("]")] = _BYTE_STEP[ord("}")] = -1
 _NOT_QUOTE_OR_BRACKET = bytes(b for b in range(256) if b not in b'"[]{}')
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_FOLD_BRACES = bytes.maketrans(b"{}", b"[]")
+# Innermost pairs removed by bytes.replace before counting (see _depth_of_valid).
+_PEEL_PASSES = 8
 _UNREAD = object()
 
 
@@ -147,15 +150,27 @@ def _has_lone_surrogate(value: Any) -> bool:
 def _depth_of_valid(data: bytes) -> int:
     """How deep ``data``, known to be valid JSON, nests. Exact for valid JSON only: there
     a backslash is always an escape inside a string, so once escaped backslashes and
-    quotes are gone every quote left opens or closes a string."""
+    quotes are gone every quote left opens or closes a string, and the brackets left
+    pair up properly."""
     if b"\\" in data:
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     marks = data.translate(None, _NOT_QUOTE_OR_BRACKET)
-    if b'"' in marks.replace(b'""', b""):  # some string holds a bracket: drop strings
+    if marks.count(b'"') != 2 * marks.count(b'""'):  # a string holds a bracket: drop strings
         marks = b"".join(data.split(b'"')[::2]).translate(None, _NOT_BRACKET)
     else:  # each string's quotes are adjacent among the marks: no bracket inside one
-        marks = marks.replace(b'"', b"")
-    return max(accumulate(map(_BYTE_STEP.__getitem__, marks)), default=0)
+        marks = marks.translate(None, b'"')
+    # Each pass of removing every adjacent pair takes off the innermost level (a pair
+    # goes in the pass that equals its height), at C speed; a body a few levels deep is
+    # gone within a few passes, and what is left is counted bracket by bracket (at once
+    # when a pass takes off little: a deep, narrow body).
+    marks = marks.translate(_FOLD_BRACES)
+    peeled = 0
+    while marks and peeled < _PEEL_PASSES:
+        before, marks = len(marks), marks.replace(b"[]", b"")
+        peeled += 1
+        if 4 * len(marks) > 3 * before:
+            break
+    return peeled + max(accumulate(map(_BYTE_STEP.__getitem__, marks)), default=0)
 
 
 def _parse_fast(data: bytes, max_depth: int) -> Any:
