@@ -22,7 +22,7 @@ from bench.models import ModelsResult, run_models
 from bench.redis_server import LoopbackRedis
 from bench.report import Report, machine_facts
 from bench.roundtrips import install
-from bench.runner_level import SizeResult, run_size
+from bench.runner_level import ROUNDS, SizeResult, run_sizes
 from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
 from parkway.runner.connection import connect
@@ -124,12 +124,13 @@ async def _suite(args: argparse.Namespace, url: str, where: str) -> Report:
         log = _progress()
         log("floor: PING, SET and GETDEL of 4 KB, GETDEL of a 200-message history + json.loads")
         floor = await run_floor(redis, max(iterations, 500))
-        runner: list[SizeResult] = []
-        for size in sizes:
-            log(f"runner level, {size} messages, {iterations} samples")
-            runner.append(
-                await run_size(redis, helper, Workload(size), iterations=iterations, warmup=warmup)
-            )
+        log(
+            f"runner level, {', '.join(map(str, sizes))} messages, {iterations} samples each "
+            f"(in {ROUNDS} rounds, the sizes taking turns)"
+        )
+        runner: list[SizeResult] = await run_sizes(
+            redis, helper, [Workload(size) for size in sizes], iterations=iterations, warmup=warmup
+        )
         concurrency: ConcurrencyResult | None = None
         if not args.skip_concurrency:
             rounds = 3 if args.quick else 10

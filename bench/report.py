@@ -267,8 +267,10 @@ one sentence and calls `choose_option`, so the run parks; the call is settled wi
 `{"choice": "Oslo"}`; the resumed run answers with one 14-word sentence and finishes.
 
 Runner level (`bench/runner_level.py`; `Runner` and benchmark in one asyncio loop,
-one operation at a time, `time.perf_counter`; the benchmark's process settles its
-garbage collector at start as `parkway serve` does once it listens, `runner/heap.py`):
+one operation at a time, `time.perf_counter`; the sizes take turns, in 5 rounds of a
+fifth of the samples each, so the machine's drift during the run falls on every size
+alike; the benchmark's process settles its garbage collector at start as `parkway
+serve` does once it listens, `runner/heap.py`):
 
 - **park**: from the moment the model's stream ends with the tool call until the caller
   receives `MessageFinished("tool-calls")`: input validation, parkedCallKey, the parked

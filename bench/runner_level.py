@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,12 +76,14 @@ from parkway.runner.model import Model, ModelEvent, ModelRequest
 from parkway.runner.store import ChatStore
 from parkway.runner.template import load_template_json
 
-__all__ = ["SizeResult", "run_size"]
+__all__ = ["ROUNDS", "SizeResult", "run_sizes"]
 
 PRINCIPAL = "bench-principal"
 # Connections opened before the first sample: one opened inside a measured region would
 # add its handshake (CLIENT SETINFO) to that operation's round trips.
 WARM_CONNECTIONS = 8
+# The sizes take turns in this many rounds (run_sizes).
+ROUNDS = 5
 # The breakdown row of the resumes made as on a worker that never saw the chat.
 COLD_RESUME = "resume -> model request, history not kept by this worker (every 2nd resume)"
 
@@ -209,36 +211,87 @@ async def _events_until_finished(events: AsyncIterator[Event]) -> tuple[list[Eve
     return seen, finished_at, finished_rt
 
 
-async def run_size(
-    redis: Redis, helper: Redis, workload: Workload, *, iterations: int, warmup: int
-) -> SizeResult:
-    """Measure ``iterations`` park/settle-or-answer/resume cycles at one history size."""
-    marks = _Marks()
+async def run_sizes(
+    redis: Redis,
+    helper: Redis,
+    workloads: Sequence[Workload],
+    *,
+    iterations: int,
+    warmup: int,
+    rounds: int = ROUNDS,
+) -> list[SizeResult]:
+    """Measure ``iterations`` park/settle-or-answer/resume cycles at each history size.
+
+    The sizes take turns, ``rounds`` rounds of an equal share of the samples each, so a
+    machine that speeds up or slows down during the run (this one does, by tens of
+    percent within minutes) moves every size alike and cannot pass for a cost of the
+    history's length."""
+    sizes = [_Size(redis, helper, w) for w in workloads]
     await asyncio.gather(*(redis.ping() for _ in range(WARM_CONNECTIONS)))
-    runner = Runner(redis, _MarkingModel(workload.model(), marks), workload.template())
-    store = _StoreTimer(runner.store)
-    seed_id = f"bench-seed-{workload.messages}"
-    await SeedSnapshot.drop(helper, seed_id)
-    await seed_chat(runner, seed_id, PRINCIPAL, workload.messages)
-    snapshot = await SeedSnapshot.take(helper, seed_id)
-    history = [
-        x.decode() if isinstance(x, bytes) else str(x)
-        for x in await helper.lrange(chat_keys(seed_id).history, 0, -1)
-    ]
-    result = SizeResult(workload.messages)
-    result.history_bytes = sum(len(x.encode()) for x in history)
+    for size in sizes:
+        await size.seed()
+    for size in sizes:
+        await size.cycles(warmup, measured=False)
     gc.collect()
-    for i in range(warmup + iterations):
-        measured = i >= warmup
-        chat_id = f"bench-{workload.messages}-{i}"
-        await snapshot.clone(helper, chat_id)
-        await _cycle(
-            runner, store, marks, helper, chat_id, i=i, result=result if measured else None
+    done = 0
+    for r in range(rounds):
+        share = iterations * (r + 1) // rounds - done
+        done += share
+        for size in sizes:
+            await size.cycles(share, measured=True)
+    return [await size.close() for size in sizes]
+
+
+class _Size:
+    """One history size: its runner, its seeded chat, and the cycles run so far."""
+
+    def __init__(self, redis: Redis, helper: Redis, workload: Workload) -> None:
+        self.helper = helper
+        self.workload = workload
+        self.marks = _Marks()
+        self.runner = Runner(
+            redis, _MarkingModel(workload.model(), self.marks), workload.template()
         )
-        await SeedSnapshot.drop(helper, chat_id)
-    await SeedSnapshot.drop(helper, seed_id)
-    _python_parts(result, history=history, runner=runner)
-    return result
+        self.store = _StoreTimer(self.runner.store)
+        self.seed_id = f"bench-seed-{workload.messages}"
+        self.result = SizeResult(workload.messages)
+        self.history: list[str] = []
+        self.snapshot: SeedSnapshot | None = None
+        self.next = 0
+
+    async def seed(self) -> None:
+        await SeedSnapshot.drop(self.helper, self.seed_id)
+        await seed_chat(self.runner, self.seed_id, PRINCIPAL, self.workload.messages)
+        self.snapshot = await SeedSnapshot.take(self.helper, self.seed_id)
+        self.history = [
+            x.decode() if isinstance(x, bytes) else str(x)
+            for x in await self.helper.lrange(chat_keys(self.seed_id).history, 0, -1)
+        ]
+        self.result.history_bytes = sum(len(x.encode()) for x in self.history)
+
+    async def cycles(self, count: int, *, measured: bool) -> None:
+        """``count`` more cycles, each on a fresh copy of the seeded chat."""
+        if self.snapshot is None:
+            raise RuntimeError("seed() first")
+        for _ in range(count):
+            i, self.next = self.next, self.next + 1
+            chat_id = f"bench-{self.workload.messages}-{i}"
+            await self.snapshot.clone(self.helper, chat_id)
+            await _cycle(
+                self.runner,
+                self.store,
+                self.marks,
+                self.helper,
+                chat_id,
+                i=i,
+                result=self.result if measured else None,
+            )
+            await SeedSnapshot.drop(self.helper, chat_id)
+
+    async def close(self) -> SizeResult:
+        await SeedSnapshot.drop(self.helper, self.seed_id)
+        _python_parts(self.result, history=self.history, runner=self.runner)
+        return self.result
 
 
 async def _cycle(
