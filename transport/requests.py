@@ -73,7 +73,7 @@ _BYTE_STEP[ord("]")] = _BYTE_STEP[ord("}")] = -1
 _NOT_QUOTE_OR_BRACKET = bytes(b for b in range(256) if b not in b'"[]{}')
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _FOLD_BRACES = bytes.maketrans(b"{}", b"[]")
-# Innermost pairs removed by bytes.replace before counting (see _depth_of_valid).
+# At most this many passes peel innermost bracket pairs before counting (_depth_of_valid).
 _PEEL_PASSES = 8
 _UNREAD = object()
 
