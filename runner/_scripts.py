@@ -96,17 +96,26 @@ end
 #       9 new assistant message id, 10 template digest, 11 template JSON,
 #       12 how long the audit keeps an entry (s), 13 '1' when the new message comes with
 #       answers to tool calls, which must settle what they answer before anything is
-#       superseded ('' otherwise)
+#       superseded ('' otherwise), 14 the agent's head version the template is ('' when
+#       nothing is to be checked; then there is no KEYS[10])
+# KEYS[10] (with ARGV[14], on a single Redis only: another slot): the agent's head hash
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
 #          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
 #        | {'answers_first'} (ARGV[13] set and calls pending: nothing was changed)
+#        | {'agent_moved'} (the head is no longer ARGV[14]: nothing was changed)
 # Replay: the lease token is new for every claim, so a chat running under this very
 # token was claimed by the lost first run; the same 'ok' reply is built again (the
 # previous template it handed out is kept in ``claim_prev`` for this).
 CLAIM_TURN = (
     AUDIT_FUNCTION
     + """
+-- The template is the agent's head as this worker last read it: unless this is the
+-- replay of this very claim (the chat runs under its token), check it still is.
+if ARGV[14] ~= '' and redis.call('HGET', KEYS[10], 'version') ~= ARGV[14]
+   and redis.call('HGET', KEYS[1], 'lease') ~= ARGV[3] then
+  return {'agent_moved'}
+end
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   -- A new chat: nothing of an expired chat with the same id may leak into it.

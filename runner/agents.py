@@ -284,6 +284,12 @@ class AgentStore:
             return await self.ensure_seeded()
         return _decode(self.agent_id, int(version), record)
 
+    def last_head(self) -> tuple[int, AgentTemplate] | None:
+        """The head revision's version and template as this worker last read them
+        (:meth:`current_template`), without asking Redis: a turn's claim that carries
+        the version checks it is still the head."""
+        return self._cached
+
     async def current_template(self) -> AgentTemplate:
         """The head revision's template, parsed once per version (one round trip)."""
         version_raw = await self.redis.hget(self.keys.head, "version")

@@ -222,15 +222,14 @@ class Runner:
         """
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
+        head: tuple[str, int] | None = None
         if template is None:
-            template = (
-                await self.agents.current_template() if self.agents is not None else self.template
-            )
+            template, head = await self._head_template()
         message_id = new_id("msg")
         token = secrets.token_hex(16)
-
-        async def claim_turn(*, answers_first: bool) -> TurnClaim | None:
-            return await self.store.claim_turn(
+        answers_first = bool(answers)
+        while True:  # at most three claims: each reason to step aside is dealt with once
+            claim = await self.store.claim_turn(
                 keys,
                 principal=principal,
                 token=token,
@@ -242,13 +241,15 @@ class Runner:
                 template_digest=template.digest,
                 template_json=template.canonical,
                 answers_first=answers_first,
+                agent_head=head,
             )
-
-        claim = await claim_turn(answers_first=bool(answers))
-        while claim is None:  # calls are pending: the answers settle theirs first (once:
-            # a claim without answers first never steps aside)
-            await self.answer(chat_id, principal, answers)
-            claim = await claim_turn(answers_first=False)
+            if isinstance(claim, TurnClaim):
+                break
+            if claim == "agent_moved":  # an editor committed since this worker read it
+                template, head = await self._head_template(fresh=True)
+            else:  # calls are pending: the answers settle theirs first
+                await self.answer(chat_id, principal, answers)
+                answers_first = False
         state = RunState(
             keys=keys,
             chat_id=chat_id,
@@ -273,6 +274,25 @@ class Runner:
             await self._drive(supervisor)
 
         return self._start(state, work)
+
+    async def _head_template(
+        self, *, fresh: bool = False
+    ) -> tuple[AgentTemplate, tuple[str, int] | None]:
+        """The template a new turn runs when its request brings none, and the agent's head
+        (its key and version) the turn's claim must still find, if any.
+
+        On a single Redis, a worker that has read the head before hands its claim the
+        version it read instead of reading it again: the claim checks it in the same
+        round trip (one less per turn) and steps aside if an editor has committed since.
+        On a Cluster the head is in another slot than the chat, so it is read first;
+        ``fresh`` reads it first too."""
+        if self.agents is None:
+            return self.template, None
+        last = None if fresh or self.store.cluster else self.agents.last_head()
+        if last is None:
+            return await self.agents.current_template(), None
+        version, template = last
+        return template, (self.agents.keys.head, version)
 
     async def resume(
         self, chat_id: str, principal: str, *, skip_echo: frozenset[str] = frozenset()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
@@ -44,10 +44,14 @@ __all__ = [
     "ResumeClaim",
     "SettleReply",
     "SettleStatus",
+    "StepAside",
     "TurnClaim",
 ]
 
 EVENT_LOG_MAXLEN = 2_000  # batches (each one or more events)
+
+# Why CLAIM_TURN stepped aside, changing nothing (ChatStore.claim_turn).
+StepAside = Literal["answers_first", "agent_moved"]
 
 
 _s = as_text
@@ -105,31 +109,29 @@ class ChatStore:
         template_digest: str,
         template_json: str,
         answers_first: bool = False,
-    ) -> TurnClaim | None:
+        agent_head: tuple[str, int] | None = None,
+    ) -> TurnClaim | StepAside:
         """Run CLAIM_TURN (one round trip; the history comes back with the claim), or
-        raise the domain error its refusal stands for. With ``answers_first`` (the new
-        message carries answers to tool calls), None while the chat has calls pending:
-        nothing was changed, and the answers are the caller's to settle before claiming
-        again."""
+        raise the domain error its refusal stands for. It steps aside, changing nothing,
+        with ``"answers_first"`` when the new message carries answers to tool calls
+        (``answers_first``) and the chat has calls pending, which the caller settles
+        before claiming again; and with ``"agent_moved"`` when the template was the
+        agent's head at version ``agent_head`` (its key, the version; single Redis only)
+        and the head has moved on since."""
+        chat = [keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls,
+                keys.events, keys.artifacts, keys.artifact_data, keys.audit]  # fmt: skip
         result = await self._claim_turn(
-            keys=[
-                keys.meta,
-                keys.pending,
-                keys.outcomes,
-                keys.history,
-                keys.calls,
-                keys.events,
-                keys.artifacts,
-                keys.artifact_data,
-                keys.audit,
-            ],
+            keys=chat if agent_head is None else [*chat, agent_head[0]],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, user_message_id,
                   supersede_outcome, self.ttl_s, message_id, template_digest, template_json,
-                  self.audit_keep_s, "1" if answers_first else ""],
+                  self.audit_keep_s, "1" if answers_first else "",
+                  "" if agent_head is None else str(agent_head[1])],
         )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
         if fields[0] == "answers_first":
-            return None
+            return "answers_first"
+        if fields[0] == "agent_moved":
+            return "agent_moved"
         raise_for_claim(fields)
         self.known_calls.forget_step(keys.chat_id)
         entries, view = self.histories.decode(keys.chat_id, result[4:])

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import redis
@@ -107,7 +107,8 @@ class RedisProxy:
 
     - :meth:`lose_reply_of`: the next command matching is forwarded, and the
       connection is cut before its reply comes back (the client cannot tell whether
-      it ran: the case a replayed script must survive).
+      it ran: the case a replayed script must survive); ``meanwhile``, if given, runs
+      after the command has run and before the cut (another worker's write).
     - :meth:`refuse`: every command matching is dropped with its connection, unforwarded,
       until :meth:`allow`.
     - :meth:`down` / :meth:`up`: every connection is cut and new ones are refused.
@@ -118,6 +119,7 @@ class RedisProxy:
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
         self._lose: list[Match] = []
+        self._meanwhile: dict[int, Callable[[], Awaitable[None]]] = {}
         self._refuse: list[Match] = []
         self._down = False
         self._links: set[asyncio.StreamWriter] = set()
@@ -139,8 +141,12 @@ class RedisProxy:
             self._server.close()
             await self._server.wait_closed()
 
-    def lose_reply_of(self, match: Match) -> None:
+    def lose_reply_of(
+        self, match: Match, meanwhile: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._lose.append(match)
+        if meanwhile is not None:
+            self._meanwhile[id(match)] = meanwhile
 
     def refuse(self, match: Match) -> None:
         self._refuse.append(match)
@@ -193,6 +199,9 @@ class RedisProxy:
                     self._lose.remove(losing)
                     self.lost += 1
                     await asyncio.sleep(0.05)  # Redis runs it; its reply never arrives
+                    meanwhile = self._meanwhile.pop(id(losing), None)
+                    if meanwhile is not None:
+                        await meanwhile()
                     abort()
                     return
             abort()

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from parkway.runner import Runner
 from parkway.runner.agents import AgentStore
 from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta
 from parkway.runner.template import load_template
+from tests.runner_rig import RoundTrips, said, turn
 from tests.support import (
     WEATHER_TOOL,
     Api,
@@ -278,3 +280,35 @@ async def test_a_commit_cannot_loosen_an_operator_function_tool(api_for: Any) ->
     )
     assert stale.status_code == 409
     assert stale.json()["error"]["currentVersion"] == 2
+
+
+class InstructionsModel:
+    """Answers with its instructions: which revision of the agent the turn ran on."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        yield ModelTextDelta(request.instructions)
+
+
+async def test_a_turn_checks_the_agents_head_in_its_claim(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that has read the agent's head starts the next turn in one round trip,
+    its claim checking that the head has not moved; a revision committed through another
+    worker since is what the next turn of any chat runs on."""
+    seed = {"instructions": "one", "tools": []}
+    runner = Runner(
+        redis, InstructionsModel(), load_template(seed), agents=AgentStore(redis, "heads", seed)
+    )
+    assert said(await turn(runner, "h1", uid="u1")) == "one"
+    trips = RoundTrips(monkeypatch)
+    run = await runner.start_turn("h1", "alice", "again", user_message_id="u2")
+    assert trips.count == 1
+    assert said(await run.collect()) == "one"
+    elsewhere = AgentStore(redis, "heads", seed)
+    revision = await elsewhere.commit(
+        {"instructions": "two", "tools": []}, expected_version=1, by="user:bob",
+        summary="two", editor=True,
+    )  # fmt: skip
+    assert revision.version == 2
+    assert said(await turn(runner, "h1", uid="u3")) == "two"
+    assert said(await turn(runner, "h2", uid="u4")) == "two"

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from parkway.runner import Answer, Run, Runner, RunnerConfig, chat_keys, parse_agent_file
 from parkway.runner import _scripts as scripts
+from parkway.runner.agents import AgentStore
 from parkway.runner.connection import RedisClient, connect
 from parkway.runner.events import (
     CallParked,
@@ -26,8 +27,10 @@ from parkway.runner.events import (
     coalesce,
     events_from_json,
 )
-from parkway.runner.model import Model, ModelEvent, ModelRequest
+from parkway.runner.model import Model, ModelEvent, ModelRequest, ModelTextDelta
+from parkway.runner.template import load_template
 from tests.faults import RedisProxy, RestartableRedis
+from tests.runner_rig import said
 from tests.support import (
     Api,
     ParkwayProcess,
@@ -198,6 +201,50 @@ async def test_a_lost_reply_is_replayed_with_nothing_doubled(
     assert [coalesce(log) for log in logs] == [coalesce(first), coalesce(first) + coalesce(second)]
     meta = await direct.hgetall(chat_keys("c1").meta)
     assert meta[b"state"] == b"idle" and meta[b"model_calls"] == b"2"
+    await runner.aclose()
+
+
+class Instructions:
+    """Answers with its instructions: which revision of the agent the turn ran on."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        yield ModelTextDelta(request.instructions)
+
+
+async def test_a_replayed_claim_keeps_its_template_though_the_agent_moved_meanwhile(
+    proxy: RedisProxy, proxied: RedisClient, direct: Redis
+) -> None:
+    """A turn's claim checks the agent's head version it was handed. It ran, its reply
+    was lost, an editor committed a new revision before the client sent it again: the
+    replay is the same claim, so the turn goes on with the template that claim stored,
+    not a mix of the new template and the old snapshot."""
+    seed = {"instructions": "one", "tools": []}
+    runner = Runner(
+        proxied, Instructions(), load_template(seed), agents=AgentStore(proxied, "moving", seed)
+    )
+    assert (
+        said(await collected(await runner.start_turn("m1", "alice", "hi", user_message_id="u1")))
+        == "one"
+    )
+
+    async def commit_elsewhere() -> None:
+        await AgentStore(direct, "moving", seed).commit(
+            {"instructions": "two", "tools": []}, expected_version=1, by="user:bob",
+            summary="two", editor=True,
+        )  # fmt: skip
+
+    proxy.lose_reply_of(evalsha_of(scripts.CLAIM_TURN), meanwhile=commit_elsewhere)
+    events = await collected(await runner.start_turn("m1", "alice", "again", user_message_id="u2"))
+    assert proxy.lost == 1
+    assert said(events) == "one"
+    meta = await direct.hgetall(chat_keys("m1").meta)
+    assert meta[b"template_digest"].decode() == load_template(seed).digest
+    assert [e["t"] for e in await history(direct, "m1")] == ["user", "assistant"] * 2
+    # and the next turn runs on the new revision
+    assert (
+        said(await collected(await runner.start_turn("m1", "alice", "more", user_message_id="u3")))
+        == "two"
+    )
     await runner.aclose()
 
 
