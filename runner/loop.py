@@ -9,16 +9,16 @@ the history and the template snapshot from Redis, turns outcomes into tool resul
 (executing approved calls with exactly the approved input) and runs the next steps.
 
 A run executes in its own task, beside its :class:`~parkway.runner.supervisor.RunSupervisor`
-(lease, stops, the event log); its events go to the caller and to the chat's event log
-(which HTTP responses follow). If the caller goes away (the browser disconnects) the run
-still finishes and persists. Settling and answer matching are the
+(lease, stops, the event log), and its steps are driven by the runner's
+:class:`~parkway.runner.driver.StepDriver`; its events go to the caller and to the
+chat's event log (which HTTP responses follow). If the caller goes away (the browser
+disconnects) the run still finishes and persists. Settling and answer matching are the
 :class:`~parkway.runner.settling.Settling` the runner holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -31,25 +31,22 @@ from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import RedisClient
 from parkway.runner.credentials import Credentials
+from parkway.runner.driver import StepDriver
 from parkway.runner.errors import (
     ChatNotFoundError,
     IncompatibleStateError,
-    ModelError,
     ShuttingDownError,
 )
 from parkway.runner.eventlog import follow
-from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.events import Event
 from parkway.runner.execution import (
     ToolExecutor,
-    keep_large_answers,
-    record_outcomes,
-    record_tool_run,
 )
 from parkway.runner.history import user_entry
 from parkway.runner.keys import chat_keys
 from parkway.runner.llm.catalog import ModelCatalog
 from parkway.runner.logwatch import LogWatch
-from parkway.runner.model import Model, ModelToolCall, ToolDescription
+from parkway.runner.model import Model
 from parkway.runner.outcomes import SUPERSEDED
 from parkway.runner.parking import ParkedCall
 from parkway.runner.replies import TurnClaim
@@ -62,28 +59,18 @@ from parkway.runner.settling import (
     SettleResult,
     Settling,
 )
-from parkway.runner.step import end_failed, end_with_notice, finished, stream_step
 from parkway.runner.store import SCHEMA_VERSION, ChatRecord, ChatStore, ResumeClaim
 from parkway.runner.supervisor import RunSupervisor, RunWatch, Work
 from parkway.runner.telemetry import (
-    ModelLabel,
-    Stopwatch,
     context_of,
-    count_parked,
     count_settle,
-    span,
-    traceparent,
 )
 from parkway.runner.template import AgentTemplate, load_template_json
-from parkway.runner.triage import Triage, triage
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
 
 # Answer, AnswerReport and SettleResult live in runner.settling, Run and RunnerConfig in
 # runner.run; they are re-exported here, where the Runner that uses them is.
-
-# How a model's finish reason ends a message whose last step called no tools.
-_FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
 
 
 class Runner:
@@ -136,6 +123,14 @@ class Runner:
         self.models = models or ModelCatalog(model)
         self.template = template
         self.clock = clock
+        self.driver = StepDriver(
+            self.store,
+            artifacts=self.artifacts,
+            executor=self.executor,
+            models=self.models,
+            config=self.config,
+            clock=clock,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False
 
@@ -269,9 +264,9 @@ class Runner:
             # The earlier message's calls finish off-stream (this is a new message), with
             # the template they were made under.
             earlier = load_template_json(previous) if previous else None
-            await self._apply_outcomes(supervisor, emit=False, template=earlier)
+            await self.driver.apply_outcomes(supervisor, emit=False, template=earlier)
             supervisor.state.unsaved.append(user_entry(text, user_message_id))
-            await self._drive(supervisor)
+            await self.driver.drive(supervisor)
 
         return self._start(state, work)
 
@@ -397,8 +392,8 @@ class Runner:
             state.template = await self._load_snapshot(state, claim.template_json)
 
         async def work(supervisor: RunSupervisor) -> None:
-            await self._apply_outcomes(supervisor, emit=True)
-            await self._drive(supervisor)
+            await self.driver.apply_outcomes(supervisor, emit=True)
+            await self.driver.drive(supervisor)
 
         return self._start(state, work)
 
@@ -419,137 +414,6 @@ class Runner:
                 entries=(),
             )
             raise
-
-    # -- the turn -----------------------------------------------------------------------
-
-    async def _apply_outcomes(
-        self, supervisor: RunSupervisor, *, emit: bool, template: AgentTemplate | None = None
-    ) -> None:
-        """Turn the outcomes of the parked step into tool results, running approved calls
-        with exactly the approved input; without ``emit`` (a new message), off-stream."""
-        state = supervisor.state
-        report = supervisor.emit if emit else None
-        if not state.parked_ids:
-            return
-        if state.parked_calls is not None:
-            calls = state.parked_calls
-        else:
-            _, calls = await self.store.calls(state.keys, state.parked_ids, drop_deadlines=True)
-        state.clear_parked = True
-        calls = await keep_large_answers(self.artifacts, state.chat_id, calls)
-        approved = record_outcomes(state, calls, report)
-        if not approved:
-            return
-        # Persist the known results, and that execution starts, before running anything:
-        # if this worker dies mid-tool, the model later reads "result unknown" for it
-        # instead of the tool silently running twice.
-        await supervisor.commit("running")
-        runs = await asyncio.gather(
-            *(
-                self.executor.execute(
-                    state, call.tool_call_id, call.tool_name, tool_input, template
-                )
-                for call, tool_input in approved
-            )
-        )
-        for (call, _), tool_run in zip(approved, runs, strict=True):
-            record_tool_run(state, call.tool_call_id, call.tool_name, tool_run, report)
-
-    async def _drive(self, supervisor: RunSupervisor) -> None:
-        """Model steps until the model stops calling tools, a call parks, or the step
-        limit is reached."""
-        state, emit, template = supervisor.state, supervisor.emit, supervisor.state.template
-        tools = tuple(
-            ToolDescription(s.name, s.description, s.input_schema) for s in template.tools.values()
-        )
-        try:
-            model = self.models.model_for(template.llm)
-        except ModelError as exc:
-            await end_failed(emit, state, None, exc, supervisor.commit)
-            return
-        spec = self.models.chosen(template.llm) or self.models.default_spec
-        label = ModelLabel.of(spec.name) if spec is not None else ModelLabel.of_model(model)
-        invalid_steps = 0
-        for _ in range(self.config.max_steps):
-            step = await stream_step(emit, state, model, tools, supervisor.commit, label=label)
-            if step is None:
-                return  # stopped, or the model failed: the run has ended
-            calls = step.final_calls()
-            state.unsaved.append(step.entry(state.message_id, calls))
-            if not calls:
-                reason = step.end.finish_reason if step.end is not None else None
-                end = finished(state, _FINAL_REASONS.get(reason or "", "stop"))
-                await supervisor.commit("idle", parked_ids=[], then=[StepFinished(), end])
-                return
-            sorted_calls = await self._take_calls(supervisor, calls)
-            if sorted_calls.parked:
-                return  # the step's commit ended the message
-            emit(StepFinished())
-            # A step whose every call was refused (unknown tool, input the schema does
-            # not accept, not JSON) goes back to the model to correct, a bounded number
-            # of times in a row.
-            invalid_steps = invalid_steps + 1 if not sorted_calls.to_run else 0
-            if invalid_steps > self.config.max_invalid_steps:
-                notice = (
-                    f"(stopped: the model's tool calls were refused {invalid_steps} times in a row)"
-                )
-                await end_with_notice(emit, state, notice, "other", supervisor.commit)
-                return
-        # Out of steps. End on a text-only step: ending on a step whose tool calls are
-        # all answered would make an AI SDK client resend the message automatically.
-        notice = f"(stopped after {self.config.max_steps} steps without a final answer)"
-        await end_with_notice(emit, state, notice, "length", supervisor.commit)
-
-    async def _take_calls(
-        self, supervisor: RunSupervisor, calls: Sequence[ModelToolCall]
-    ) -> Triage:
-        """Classify a step's calls (refuse, run now, park), persist the step with its
-        parked calls, announce the calls and run the server ones. A step that parks
-        ends the message with its last commit."""
-        state, emit = supervisor.state, supervisor.emit
-        watch = Stopwatch()
-        sorted_calls = triage(
-            calls, state.template, self.config, message_id=state.message_id, now=self.clock()
-        )
-        state.unsaved.extend(sorted_calls.refused)
-        parked, to_run = sorted_calls.parked, sorted_calls.to_run
-        here = traceparent()
-        if here is not None:  # the resume and the settles continue this trace
-            parked = [dataclasses.replace(p, trace=here) for p in parked]
-        ids = [p.tool_call_id for p in parked]
-        # The step is persisted (with its parked calls) before the client hears of its
-        # calls, in the same atomic step: a widget never names a call the server does
-        # not have.
-        if not to_run:
-            if parked:
-                end: list[Event] = [StepFinished(), finished(state, "tool-calls")]
-                with span("parkway.park", attributes={"parkway.calls": len(parked)}):
-                    await supervisor.commit(
-                        "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
-                    )
-                count_parked(parked, watch)
-            else:
-                await supervisor.commit("running", then=sorted_calls.events)
-            return sorted_calls
-        # Server tools run once the step is persisted.
-        await supervisor.commit(
-            "running", calls=parked, parked_ids=ids or None, then=sorted_calls.events
-        )
-        runs = await asyncio.gather(
-            *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
-        )
-        for call, tool_run in zip(to_run, runs, strict=True):
-            record_tool_run(state, call.id or "", call.name, tool_run, emit)
-        if parked:
-            watch = Stopwatch()  # the calls were stored with the step: this commit parks
-            with span("parkway.park", attributes={"parkway.calls": len(parked)}):
-                await supervisor.commit(
-                    "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
-                )
-            count_parked(parked, watch)
-        else:
-            await supervisor.commit("running")
-        return sorted_calls
 
     # -- settling and the background resume (runner.settling) ------------------------
 

@@ -108,7 +108,7 @@ class SettleReply:
     wait; ``same``: the identical outcome was already there; ``conflict``: another
     outcome was (``existing``, its JSON); ``missing``: no such call; ``forbidden``: the
     chat is another principal's (nothing written). ``error`` (only from
-    :meth:`ChatStore.settle_many`): the script failed inside Redis, ``error`` says how.
+    :meth:`DeadlineIndex.settle_many`): the script failed inside Redis, ``error`` says how.
     """
 
     status: SettleStatus

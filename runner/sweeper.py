@@ -10,7 +10,7 @@ runs in every worker, and a sweep:
    ``batch`` of them (one ``ZRANGEBYSCORE ... LIMIT``);
 2. settles each of those calls with the outcome ``{"outcome": "timeout"}`` through the
    same ``SETTLE`` script every other settle uses, and drops the members, all in one
-   pipelined round trip (:meth:`parkway.runner.store.ChatStore.settle_many`).
+   pipelined round trip (:meth:`parkway.runner.deadlines.DeadlineIndex.settle_many`).
 
 Exactly once: ``SETTLE`` decides inside Redis, first writer wins. When several sweepers
 (one per worker) pick the same expired call, one gets ``settled`` and the others
@@ -115,7 +115,7 @@ class Sweeper:
         that fails half-way leaves the rest for the next one.
         """
         now_ms = self._now_ms()
-        due, waiting = await self.store.expired_deadlines(now_ms, self.batch)
+        due, waiting = await self.store.deadlines.expired(now_ms, self.batch)
         # how late this sweep is for the call that expired first (0: none due)
         SWEEPER_LAG.set((now_ms - due[0][1]) / 1000 if due else 0.0)
         CALLS_WAITING.set(waiting)
@@ -135,7 +135,7 @@ class Sweeper:
             else:
                 calls.append((keys, tool_call_id))
         # (each timeout's audit entry is written by its SETTLE, source "sweeper")
-        replies = await self.store.settle_many(
+        replies = await self.store.deadlines.settle_many(
             calls, TIMEOUT_OUTCOME, source="sweeper", drop=malformed
         )
         timed_out: list[tuple[str, str, int]] = []

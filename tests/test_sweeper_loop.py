@@ -89,7 +89,7 @@ async def test_run_survives_redis_errors_and_failing_listeners(
             raise RuntimeError("listener bug")
 
     sweeper = Sweeper(runner, on_timeout=listen)
-    real = sweeper.store.expired_deadlines
+    real = sweeper.store.deadlines.expired
     failures = [ConnectionError("Redis is restarting")] * 2
 
     async def flaky(now_ms: int, limit: int) -> tuple[list[tuple[str, int]], int]:
@@ -97,7 +97,7 @@ async def test_run_survives_redis_errors_and_failing_listeners(
             raise failures.pop()
         return await real(now_ms, limit)
 
-    sweeper.store.expired_deadlines = flaky  # type: ignore[method-assign]
+    sweeper.store.deadlines.expired = flaky  # type: ignore[method-assign]
     caplog.set_level(logging.INFO, logger="parkway.runner.sweeper")
     task = asyncio.create_task(sweeper.run(interval_s=0.005))
     try:
@@ -129,7 +129,7 @@ async def test_run_stops_on_cancel_even_when_a_redis_call_swallowed_it(redis: Re
             await asyncio.sleep(3600)
         return [], 0
 
-    sweeper.store.expired_deadlines = swallowing  # type: ignore[method-assign]
+    sweeper.store.deadlines.expired = swallowing  # type: ignore[method-assign]
     task = asyncio.create_task(sweeper.run(interval_s=3600))
     await asyncio.wait_for(entered.wait(), 10)
     task.cancel()
