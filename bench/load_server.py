@@ -1,6 +1,6 @@
 """The worker under load: one ``parkway serve`` process, and what it holds.
 
-:class:`Worker` runs ``python -m transport.cli serve`` (the ``parkway serve`` command,
+:class:`Worker` runs ``python -m parkway.transport.cli serve`` (the ``parkway serve`` command,
 with its uvicorn options: one process, one event loop) against the benchmark's Redis,
 with only the ``PARKWAY_*`` settings the benchmark gives it, and its log in a file (a pipe nobody
 reads would fill up and stall the worker when thousands of requests log at once).

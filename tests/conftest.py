@@ -13,10 +13,16 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.embedded import EmbeddedRedis
+from tests.bare_names import refuse_bare_imports
 from tests.llm_double import ProviderDouble
 from tests.model_rig import agent, provider_env
 from tests.support import ServerThread
 from tests.topologies import assert_keyspace_clean
+from tests.user_install import UserInstall, install_for_user
+
+# The repository root is on sys.path for the tests.* helpers; Parkway's own modules must
+# import by their installed names all the same (tests/bare_names.py, pyproject.toml).
+refuse_bare_imports()
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +92,14 @@ def browser(redis: Redis) -> Iterator[Any]:
 
     with chromium() as launched:
         yield launched
+
+
+# -- Parkway as users install it (tests/user_install.py) --------------------------------
+
+
+@pytest.fixture(scope="session")
+def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
+    """The wheel, built as pip builds it, installed into a new venv outside the
+    repository: built once for the session, for every test that runs the installed
+    product (the example project, the served playground)."""
+    return install_for_user(tmp_path_factory.mktemp("user"))

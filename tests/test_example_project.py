@@ -8,8 +8,9 @@ the example's tests in a copy of the example, in an environment with no ``*_API_
 ``*_BASE_URL`` or ``PARKWAY_*`` variable. The cassette passes; an edited agent, a tool
 that now answers otherwise and a missing cassette fail, each saying what is wrong.
 
-The venv is built once for the module (pip's cache keeps it quick after the first run:
-see ``user_python``). The committed cassette is recorded by ``python -m
+The venv is built once for the test session (pip's cache keeps it quick after the first
+run: the ``user_install`` fixture, tests/user_install.py), and shared with the tests that
+serve the installed playground. The committed cassette is recorded by ``python -m
 tests.record_example``, against the provider double; the last test records it again in a
 copy, so the script keeps working as the example changes.
 """
@@ -17,16 +18,15 @@ copy, so the script keeps working as the example changes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from parkway.transport.cassettes import load_cassette
 from tests.record_example import record
+from tests.user_install import UserInstall, user_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "trip-project"
@@ -34,59 +34,12 @@ EXAMPLE = ROOT / "docs" / "examples" / "trip-project"
 # Building the venv downloads Parkway's dependencies on a cold pip cache.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-# What a fresh clone has: the checkout minus what git ignores and the local environments.
-_NOT_IN_A_CLONE = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    "build",
-    "dist",
-    "node_modules",
-    "*.egg-info",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".parkway",
-)
-_PIP = ["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet"]
-
-
-def _user_environment() -> dict[str, str]:
-    """This process's environment as a CI job without secrets would have it: no provider
-    key or base URL, no Parkway setting, and nothing of this test run (its
-    ``PYTHONPATH``, pytest's own variables) that could reach the user's venv."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.endswith(("_API_KEY", "_BASE_URL"))
-        and not name.startswith(("PARKWAY_", "PYTEST_", "VIRTUAL_ENV"))
-        and name != "PYTHONPATH"
-    }
-
 
 @pytest.fixture(scope="module")
-def user_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of a new venv with Parkway installed as a user installs it: ``pip
-    install`` of the package, not editable, no extras, and pytest.
-
-    pip installs from a copy of the checkout, as from a fresh clone: building in place
-    would write ``build/`` and ``parkway.egg-info`` into the checkout, and a ``build/lib``
-    left by an earlier build could put stale modules into the wheel."""
-    where = tmp_path_factory.mktemp("user")
-    source = where / "parkway-source"
-    shutil.copytree(ROOT, source, ignore=_NOT_IN_A_CLONE)
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    installed = subprocess.run(
-        [str(python), *_PIP, str(source), "pytest"],
-        env=_user_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert installed.returncode == 0, f"pip install failed:\n{installed.stderr}"
-    return python
+def user_python(user_install: UserInstall) -> Path:
+    """The python of the session's user venv: Parkway's wheel installed as a user installs
+    it (not editable, no extras) with pytest (tests/user_install.py)."""
+    return user_install.python
 
 
 @pytest.fixture
@@ -103,7 +56,7 @@ def _pytest(python: Path, project: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(python), "-m", "pytest", "--record-mode=none"],
         cwd=project,
-        env=_user_environment(),
+        env=user_environment(),
         capture_output=True,
         text=True,
         check=False,
@@ -121,7 +74,7 @@ def test_the_committed_cassette_replays_cold_with_no_key(user_python: Path, proj
     where = subprocess.run(
         [str(user_python), "-c", "import parkway.transport as t; print(t.__file__)"],
         cwd=project,
-        env=_user_environment(),
+        env=user_environment(),
         capture_output=True,
         text=True,
         check=True,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.user_install import UserInstall
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["runner", "transport", "widgets_api"]
@@ -18,7 +18,7 @@ PACKAGES = ["runner", "transport", "widgets_api"]
 
 def imported_modules(package: str) -> set[tuple[str, str]]:
     """(file, module) for each absolute import in the folder ``package``; Parkway's own
-    modules are named as in the repository (``parkway.runner.x`` as ``runner.x``)."""
+    modules are named without their ``parkway.`` prefix, for the rules below."""
     found = set()
     for path in (ROOT / package).rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -49,11 +49,17 @@ def test_widgets_api_does_not_import_transport() -> None:
 
 
 @pytest.mark.parametrize(
-    "package", [*PACKAGES, "runner.llm", "widgets_api.connect", "widgets_api.demo_provider"]
+    "package",
+    [
+        *(f"parkway.{top}" for top in PACKAGES),
+        "parkway.runner.llm",
+        "parkway.widgets_api.connect",
+        "parkway.widgets_api.demo_provider",
+    ],
 )
 def test_each_package_declares_its_public_names(package: str) -> None:
     """Every package re-exports its public names through an explicit __all__."""
-    module = importlib.import_module(f"parkway.{package}")
+    module = importlib.import_module(package)
     names = module.__all__
     missing = [name for name in names if not hasattr(module, name)]
     assert not missing, f"{package}.__all__ names what it does not define: {missing}"
@@ -117,37 +123,22 @@ def test_every_package_is_installed_with_the_distribution() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_installs_one_parkway_namespace_and_no_warnings(tmp_path: Path) -> None:
-    """What `pip install parkway` gets, built as pip builds it: everything under
-    ``parkway/`` (no generic top-level ``runner``, ``transport`` or ``bench``), the
-    playground's files included, and a build that warns of nothing in our pyproject."""
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--wheel-dir",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stderr
+def test_the_wheel_installs_one_parkway_namespace_and_no_warnings(
+    user_install: UserInstall,
+) -> None:
+    """What `pip install parkway` gets, built as pip builds it (the session's user
+    install, tests/user_install.py): everything under ``parkway/`` (no generic top-level
+    ``runner``, ``transport`` or ``bench``), the playground's files included, and a build
+    that warns of nothing in our pyproject."""
     # pip echoes the build backend's warnings to stderr; the machine's own pip
     # configuration may add "Location ... is ignored" lines, which are not ours.
     ours = [
         line
-        for line in built.stderr.splitlines()
+        for line in user_install.build_log.splitlines()
         if re.search(r"warn", line, re.IGNORECASE) and "Location" not in line
     ]
-    assert not ours, built.stderr
-    (wheel,) = tmp_path.glob("parkway-*.whl")
+    assert not ours, user_install.build_log
+    wheel = user_install.wheel
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     tops = {name.split("/")[0] for name in names}

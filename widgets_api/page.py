@@ -100,7 +100,8 @@ _HEADERS = {
 def _read(name: str) -> bytes | None:
     """The bytes of an allow-listed static file (cached: the files ship with the
     package and do not change while the server runs)."""
-    item = resources.files("widgets_api").joinpath("static", name)
+    # By the installed name: a bare "widgets_api" resolves only inside a checkout.
+    item = resources.files("parkway.widgets_api").joinpath("static", name)
     if not item.is_file():
         return None
     return item.read_bytes()
