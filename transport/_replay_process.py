@@ -100,11 +100,12 @@ class ServerProcess:
 
     def _environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-        # The child imports the same Parkway code as this process, and the user's own
-        # tool modules: from the agent's folder and the project root (the working
-        # directory, which the child shares), as `parkway serve` finds them.
-        root = str(Path(__file__).resolve().parent.parent)
-        paths = [root, *self.import_paths, os.getcwd(), env.get("PYTHONPATH")]
+        # The child runs this interpreter, so it finds Parkway where this process did
+        # (never through a folder of Parkway's own: that would make its subpackages
+        # importable by bare names). The user's own tool modules come from the agent's
+        # folder and the project root (the working directory, which the child shares),
+        # as `parkway serve` finds them.
+        paths = [*self.import_paths, os.getcwd(), env.get("PYTHONPATH")]
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         env["PARKWAY_SECRET_KEY"] = self.secret_key
         env.update(self.env)
