@@ -384,7 +384,8 @@ async def _serve(
     url = settings.redis_url
     if url is None:
         embedded = EmbeddedRedis(settings.data_dir)
-        url = embedded.start()
+        # in a thread: a lazy start happens while the host serves other requests
+        url = await asyncio.to_thread(embedded.start)
         # a lazily started app (transport/lifecycle.py) is never stopped: its embedded
         # server goes at interpreter exit
         atexit.register(embedded.stop)
