@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import pytest
 import uvicorn
+from openapi_spec_validator import validate as validate_openapi
 from playwright.sync_api import Browser, expect
 from redis.asyncio import Redis
 from starlette.applications import Starlette
@@ -183,6 +184,7 @@ def test_under_the_prefix_cookies_openapi_and_the_demo_oauth_flow_carry_it(
         assert "Path=/pw;" in session.headers["set-cookie"] + ";"
         document = http.get(f"{PREFIX}/openapi.json").json()
         assert document["servers"] == [{"url": PREFIX}]
+        validate_openapi(document)
         assert "/api/chat" in document["paths"]
         first = turn(http, "embed-2")
         history = answered(first, {"choice": "Oslo"}, tool="choose_option", user="Plan my weather report")  # fmt: skip
