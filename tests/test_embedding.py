@@ -30,7 +30,7 @@ from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import parkway.transport.app as app_module
-from parkway.transport import Settings, create_app
+from parkway.transport import Settings, create_app, parkway_lifespan
 from parkway.transport.settings import SettingsError
 from parkway.transport.sse import sse_chunks
 from tests.browser import Tab
@@ -363,6 +363,27 @@ def test_the_lifespan_hook_starts_before_the_first_request_and_stops_on_shutdown
         assert starts == [1]
     assert not server.thread.is_alive()
     assert not pw.state.lifecycle.started
+
+
+async def test_a_request_after_the_hook_stopped_parkway_does_not_start_it_again(
+    environ: int, redis: Redis
+) -> None:
+    """A request that reaches a shutting-down host after Parkway stopped must not start
+    it again behind the host's back (a Redis client and a sweeper nobody would stop): it
+    gets 503 ``shutting_down``. Entering the hook again starts it again."""
+    del environ, redis
+    pw = create_app(Settings.from_sources())
+    host = Starlette(routes=[Mount(PREFIX, app=pw)])
+    transport = httpx.ASGITransport(app=host)
+    async with httpx.AsyncClient(transport=transport, base_url="http://host") as client:
+        async with parkway_lifespan(pw)(host):
+            assert pw.state.lifecycle.prefix == PREFIX
+            assert (await client.get(f"{PREFIX}/healthz")).status_code == 200
+        late = await client.get(f"{PREFIX}/healthz")
+        assert late.status_code == 503 and late.json()["error"]["code"] == "shutting_down"
+        assert not pw.state.lifecycle.started
+        async with parkway_lifespan(pw, prefix=PREFIX)(None):
+            assert (await client.get(f"{PREFIX}/healthz")).status_code == 200
 
 
 # -- a browser -------------------------------------------------------------------------

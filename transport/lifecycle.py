@@ -60,6 +60,9 @@ class Lifecycle:
         self._starting: asyncio.Task[None] | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self.prefix = ""
+        #: stopped by a lifespan (its own or a host's): the host is shutting down, and a
+        #: late request must not start it again behind the lifespan's back
+        self.stopped = False
 
     @property
     def started(self) -> bool:
@@ -71,6 +74,7 @@ class Lifecycle:
         does not cut a start short that other requests wait for."""
         if self._stack is not None:
             return
+        self.stopped = False
         if self._starting is None:
             # A fresh context: the sweeper and the log watch outlive the request that
             # happened to start them, and must not inherit its log context.
@@ -96,6 +100,7 @@ class Lifecycle:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._starting)
         stack, self._stack = self._stack, None
+        self.stopped = True
         if stack is not None:
             await stack.aclose()
 
@@ -112,7 +117,8 @@ class Lifecycle:
 class LazyStart:
     """The outermost middleware of a Parkway app: starts the app's :class:`Lifecycle` on
     its first HTTP or WebSocket request when no lifespan has started it, with the
-    mount's prefix (the scope's ``root_path``). A failed start answers 503 JSON."""
+    mount's prefix (the scope's ``root_path``). A failed start answers 503 JSON, and so
+    does a request after a lifespan stopped the app (the host is shutting down)."""
 
     def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
         self.app = app
@@ -120,6 +126,10 @@ class LazyStart:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and not self.lifecycle.started:
+            if self.lifecycle.stopped:
+                error = HTTPError(503, "shutting_down", "the service is shutting down")
+                await self._refuse(error, scope, receive, send)
+                return
             prefix = str(scope.get("root_path", "")).rstrip("/")
             try:
                 await self.lifecycle.start(prefix)
@@ -128,14 +138,18 @@ class LazyStart:
                 error = HTTPError(
                     503, "not_started", "the service could not start; try again shortly"
                 )
-                headers = {"retry-after": "1", "cache-control": "no-store"}
-                response = JSONResponse(error.body(), status_code=503, headers=headers)
-                if scope["type"] == "http":
-                    await response(scope, receive, send)
-                else:
-                    await send({"type": "websocket.close", "code": 1011})
+                await self._refuse(error, scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(error: HTTPError, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        headers = {"retry-after": "1", "cache-control": "no-store"}
+        response = JSONResponse(error.body(), status_code=error.status, headers=headers)
+        await response(scope, receive, send)
 
 
 def mount_prefix(host: Any, app: Any) -> str | None:
