@@ -43,11 +43,15 @@ PREFIX = "/pw"
 ABSOLUTE = re.compile(r"""["'`(=]\s*/(?:static|api|healthz|favicon|connect)\b""")
 
 
+def blocks() -> list[str]:
+    """The Python code blocks of docs/embedding.md."""
+    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
+
+
 def example(name: str) -> str:
     """The code block of docs/embedding.md whose first line is ``# {name}: ...``."""
-    blocks = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
-    [found] = [b for b in blocks if b.startswith(f"# {name}:")]
-    return str(found)
+    [found] = [b for b in blocks() if b.startswith(f"# {name}:")]
+    return found
 
 
 def run_example(name: str) -> dict[str, Any]:
@@ -135,6 +139,12 @@ def widget(chunks: list[Any], tool_call_id: str) -> dict[str, Any]:
 def parked(chunks: list[Any], tool: str) -> dict[str, Any]:
     [call] = [c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool]
     return dict(call)
+
+
+def test_every_code_block_of_the_page_is_an_example_these_tests_run() -> None:
+    """A block added to docs/embedding.md without a test here would go stale unseen."""
+    names = sorted(block.split(":", 1)[0] for block in blocks())
+    assert names == ["# host_fastapi.py", "# host_own_lifespan.py", "# host_starlette.py"]
 
 
 # -- a plain mount: started by its first request --------------------------------------
@@ -362,6 +372,25 @@ def test_the_lifespan_hook_starts_before_the_first_request_and_stops_on_shutdown
             assert bob.get(f"{PREFIX}/api/chats/hook-1").status_code == 404
         assert starts == [1]
     assert not server.thread.is_alive()
+    assert not pw.state.lifecycle.started
+
+
+async def test_a_host_lifespan_of_its_own_starts_and_stops_parkway_inside_it(
+    environ: int, redis: Redis
+) -> None:
+    """docs/embedding.md's host with its own lifespan: Parkway is started when the
+    host's lifespan has started, under the mount's prefix, and stopped when it ends."""
+    del environ, redis
+    namespace = run_example("host_own_lifespan.py")
+    host, pw = namespace["app"], namespace["pw"]
+    transport = httpx.ASGITransport(app=host)
+    async with (
+        host.router.lifespan_context(host),
+        httpx.AsyncClient(transport=transport, base_url="http://host") as client,
+    ):
+        assert pw.state.lifecycle.started and pw.state.lifecycle.prefix == PREFIX
+        session = await client.post(f"{PREFIX}/api/sessions")
+        assert session.status_code == 201 and "Path=/pw;" in session.headers["set-cookie"]
     assert not pw.state.lifecycle.started
 
 
