@@ -324,7 +324,10 @@ async def test_the_document_is_public_and_built_once_per_app(redis_url: str) -> 
     same bytes, whoever asks."""
     app = create_app(settings_for(redis_url))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://parkway") as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://parkway") as client,
+    ):
         first = await client.get("/openapi.json")
         built = app.state.openapi
         second = await client.get("/openapi.json", headers={"authorization": "Bearer x"})

@@ -76,7 +76,7 @@ def test_page_is_served_with_a_strict_csp_and_a_fixed_static_allow_list(
         assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
         assert page.headers["referrer-policy"] == "no-referrer"
         assert "cross-origin-opener-policy" not in page.headers
-        assert "<script" in page.text and 'src="/static/playground.js"' in page.text
+        assert "<script" in page.text and 'src="static/playground.js"' in page.text
         assert "<script>" not in page.text and " style=" not in page.text
 
         script = httpx.get(f"{server.base_url}/static/playground.js")

@@ -4,6 +4,7 @@ from parkway.transport.app import create_app
 from parkway.transport.chunks import Chunk
 from parkway.transport.encoder import WIDGET_PART, encode_event
 from parkway.transport.errors import HTTPError
+from parkway.transport.lifecycle import parkway_lifespan
 from parkway.transport.sessions import Authenticator, SessionAuthenticator
 from parkway.transport.settings import Settings, SettingsError
 
@@ -17,4 +18,5 @@ __all__ = [
     "SettingsError",
     "create_app",
     "encode_event",
+    "parkway_lifespan",
 ]

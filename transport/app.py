@@ -1,14 +1,19 @@
 """The app factory: settings in, a Starlette app out.
 
-The lifespan connects to Redis (starting the embedded one when no URL is configured),
-builds the runner for the agent and starts the deadline sweeper, and on shutdown stops
-the sweeper and lets running turns finish before it closes Redis.
+Starting the app connects to Redis (starting the embedded one when no URL is
+configured), builds the runner for the agent and starts the deadline sweeper; stopping
+it stops the sweeper and lets running turns finish before it closes Redis. Its own
+lifespan does both; mounted in a host application, the host's lifespan does through
+:func:`~parkway.transport.lifecycle.parkway_lifespan`, or else the first request starts
+it (:mod:`parkway.transport.lifecycle`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -18,6 +23,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette._utils import get_route_path
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -43,6 +49,7 @@ from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_dri
 from parkway.transport.code_routes import code_mode_from, code_routes
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
 from parkway.transport.health import healthz, readyz
+from parkway.transport.lifecycle import LazyStart, Lifecycle
 from parkway.transport.metrics import MetricsServing, metrics_routes
 from parkway.transport.openapi import openapi_json
 from parkway.transport.requests import BodyReader
@@ -88,7 +95,8 @@ class OriginGuard:
             # The demo provider's consent form posts with ``Origin: null`` (its page is
             # no-referrer) and guards itself: a one-time consent record bound to a
             # SameSite=Strict browser cookie. Its token endpoint is called server-side.
-            and not scope["path"].startswith(f"{DEMO_MOUNT}/")
+            # (The path inside a host's mount: ``/pw/demo-oauth/...`` is ``/demo-oauth/...``.)
+            and not get_route_path(scope).startswith(f"{DEMO_MOUNT}/")
         ):
             headers = dict(scope["headers"])
             origin = headers.get(b"origin")
@@ -170,7 +178,8 @@ class RedactCallbackQuery(logging.Filter):
         args = record.args
         if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
             path = args[2]
-            if path.startswith("/connect/") and "?" in path:
+            # (under a host's mount prefix too: ``/pw/connect/...``)
+            if "/connect/" in path.split("?", 1)[0] and "?" in path:
                 record.args = (*args[:2], path.split("?", 1)[0] + "?[redacted]", *args[3:])
         return True
 
@@ -272,9 +281,12 @@ async def _start_serving(
     agent_id: str,
     models: ModelCatalog,
     oauth_settings: OAuthSettings,
+    prefix: str,
 ) -> asyncio.Task[None]:
     """Everything a serving app holds, on ``app.state``: the agent's revisions, the
-    runner, OAuth, the widget describer; returns the running deadline sweeper."""
+    runner, OAuth, the widget describer; returns the running deadline sweeper.
+    ``prefix`` is the path a host mounts the app at (``""`` at the root): the URLs the
+    app hands out (OAuth callbacks, widget descriptors) carry it."""
     app.state.redis = redis
     agents = AgentStore(
         redis,
@@ -313,7 +325,7 @@ async def _start_serving(
     )
     # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
     oauth: OAuthRuntime | None = await start_oauth(
-        oauth_settings,
+        dataclasses.replace(oauth_settings, prefix=prefix),
         runner=app.state.runner,
         redis=redis,
         redis_url=url,
@@ -325,7 +337,9 @@ async def _start_serving(
     app.state.connect = None if oauth is None else oauth.flow
     names = {} if oauth is None else oauth.providers.names()
     start = None if oauth is None else oauth.flow.start_token  # one-time start links
-    app.state.describe = lambda chat_id, call: describe_call(chat_id, call, names, start, code=code)
+    app.state.describe = lambda chat_id, call: describe_call(
+        chat_id, call, names, start, code=code, prefix=prefix
+    )
     if oauth is not None and oauth.demo is not None:
         app.state.demo_router = Router(routes=oauth.demo.routes())
     # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
@@ -351,6 +365,60 @@ async def _stop_serving(app: Starlette, sweeping: asyncio.Task[None] | None) -> 
         oauth_runtime.close()
     app.state.metrics.stop()
     flush_spans()
+
+
+@contextlib.asynccontextmanager
+async def _serve(
+    app: Starlette,
+    prefix: str,
+    *,
+    settings: Settings,
+    agent: AgentFile,
+    agent_id: str,
+    models: ModelCatalog,
+    oauth_settings: OAuthSettings,
+) -> AsyncIterator[None]:
+    """The app serving inside the block: Redis (the embedded one when no URL is
+    configured) and everything :func:`_start_serving` starts, stopped after it."""
+    embedded = None
+    url = settings.redis_url
+    if url is None:
+        embedded = EmbeddedRedis(settings.data_dir)
+        # in a thread: a lazy start happens while the host serves other requests
+        url = await asyncio.to_thread(embedded.start)
+        # a lazily started app (transport/lifecycle.py) is never stopped: its embedded
+        # server goes at interpreter exit
+        atexit.register(embedded.stop)
+    redis = connect(
+        url,
+        max_connections=settings.redis_max_connections,
+        pool_timeout_s=settings.redis_pool_timeout_s,
+    )
+    sweeping: asyncio.Task[None] | None = None
+    app.state.metrics = MetricsServing(
+        redis, port=settings.metrics_port, host=settings.metrics_host
+    )
+    try:
+        await _reach(redis, settings)
+        app.state.metrics.start()
+        sweeping = await _start_serving(
+            app,
+            redis,
+            url=url,
+            settings=settings,
+            agent=agent,
+            agent_id=agent_id,
+            models=models,
+            oauth_settings=oauth_settings,
+            prefix=prefix,
+        )
+        yield
+    finally:
+        await _stop_serving(app, sweeping)
+        await redis.aclose()
+        if embedded is not None:
+            embedded.stop()
+            atexit.unregister(embedded.stop)
 
 
 def create_app(
@@ -383,42 +451,18 @@ def create_app(
         writer.finish = with_model_steps(tape)
     oauth_settings = _oauth_settings(settings)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        embedded = None
-        url = settings.redis_url
-        if url is None:
-            embedded = EmbeddedRedis(settings.data_dir)
-            url = embedded.start()
-        redis = connect(
-            url,
-            max_connections=settings.redis_max_connections,
-            pool_timeout_s=settings.redis_pool_timeout_s,
+    # Started by its own lifespan, a host's (parkway_lifespan) or its first request.
+    lifecycle = Lifecycle(
+        lambda prefix: _serve(
+            app,
+            prefix,
+            settings=settings,
+            agent=agent,
+            agent_id=agent_id,
+            models=models,
+            oauth_settings=oauth_settings,
         )
-        sweeping: asyncio.Task[None] | None = None
-        app.state.metrics = MetricsServing(
-            redis, port=settings.metrics_port, host=settings.metrics_host
-        )
-        try:
-            await _reach(redis, settings)
-            app.state.metrics.start()
-            sweeping = await _start_serving(
-                app,
-                redis,
-                url=url,
-                settings=settings,
-                agent=agent,
-                agent_id=agent_id,
-                models=models,
-                oauth_settings=oauth_settings,
-            )
-            # -- end deadline sweeper
-            yield
-        finally:
-            await _stop_serving(app, sweeping)
-            await redis.aclose()
-            if embedded is not None:
-                embedded.stop()
+    )
 
     app = Starlette(
         routes=[
@@ -433,7 +477,11 @@ def create_app(
             # RFC 8414 §3.1 puts the well-known segment before the issuer's path
             Route(f"/.well-known/oauth-authorization-server{DEMO_MOUNT}", DemoDispatch()),
         ],
-        middleware=[Middleware(OriginGuard, settings=settings)],
+        middleware=[
+            # a mounted app whose lifespan nobody ran starts on its first request
+            Middleware(LazyStart, lifecycle=lifecycle),
+            Middleware(OriginGuard, settings=settings),
+        ],
         exception_handlers={
             ParkwayError: _parkway_error,
             HTTPError: _http_error,
@@ -444,10 +492,11 @@ def create_app(
             405: _not_found,
             Exception: _unexpected,
         },
-        lifespan=lifespan,
+        lifespan=lambda _: lifecycle.running(""),
     )
     app.router.routes.extend(metrics_routes(enabled=settings.metrics))
     app.state.settings = settings
+    app.state.lifecycle = lifecycle  # parkway_lifespan(app) starts and stops it
     app.state.admission = Admission(
         runs_per_principal=settings.max_runs_per_principal,
         streams_per_principal=settings.max_streams_per_principal,

@@ -5,7 +5,9 @@ The routes' entries are in :mod:`parkway.transport._openapi_paths` (one
 is built from them by :mod:`parkway.transport._openapi_build`. It depends on the
 settings only through which optional routes exist (an entry's ``when``: the demo OAuth
 provider, ``/metrics``), so it is built once per such variant, on its first request,
-and served as bytes: the route is public and cheap.
+and served as bytes: the route is public and cheap. An app a host application mounts
+under a prefix (``/pw``) adds a ``servers`` entry with that path, so the document's
+paths stay the app's own and clients find them under the prefix.
 """
 
 from __future__ import annotations
@@ -43,9 +45,19 @@ def _document_bytes(settings: Settings) -> bytes:
 
 
 async def openapi_json(request: Request) -> Response:
-    """``GET /openapi.json``: public, and built once per variant of the settings."""
+    """``GET /openapi.json``: public, and built once per variant of the settings (and
+    mount prefix)."""
     state = request.app.state
-    body: bytes | None = getattr(state, "openapi", None)
+    prefix = str(request.scope.get("root_path", "")).rstrip("/")
+    cached: dict[str, bytes] | None = getattr(state, "openapi", None)
+    if cached is None:
+        cached = state.openapi = {}
+    body = cached.get(prefix)
     if body is None:
-        body = state.openapi = _document_bytes(state.settings)
+        body = _document_bytes(state.settings)
+        if prefix:
+            document = json.loads(body)
+            document["servers"] = [{"url": prefix}]
+            body = json.dumps(document, separators=(",", ":")).encode()
+        cached[prefix] = body
     return Response(body, media_type="application/json")

@@ -378,7 +378,8 @@ async def create_session(request: Request) -> Response:
         httponly=True,
         samesite="lax",
         secure=settings.cookie_secure,
-        path="/",
+        # the app's own path: "/", or the prefix a host application mounts it at
+        path=request.scope.get("root_path", "").rstrip("/") or "/",
     )
     return response
 

@@ -42,11 +42,14 @@ def describe_call(
     start_token: StartToken | None = None,
     *,
     code: CodeMode | None = None,
+    prefix: str = "",
 ) -> dict[str, Any]:
     """The widget descriptor of ``call`` in chat ``chat_id``. ``providers`` maps the
     configured OAuth providers' names to display names (for connect widgets);
     ``start_token`` issues the token a configured provider's start link needs; ``code``
-    is the server's code sandbox, whose status and the run's limits code approvals show."""
+    is the server's code sandbox, whose status and the run's limits code approvals show.
+    ``prefix`` is the path a host application mounts the app at (``/pw``): the
+    descriptor's URLs begin with it."""
     render = dict(call.render or {})
     kind = "approval" if call.kind == "approval" else str(render.pop("kind", "client"))
     if call.kind == "approval" and call.tool_name == _AGENT_CHANGE_TOOL:
@@ -60,7 +63,8 @@ def describe_call(
         "toolCallId": call.tool_call_id,
         "callKind": call.kind,
         "statusUrl": (
-            f"/api/chats/{quote(chat_id, safe='')}/calls/{quote(call.tool_call_id, safe='')}"
+            f"{prefix}/api/chats/{quote(chat_id, safe='')}/calls/"
+            f"{quote(call.tool_call_id, safe='')}"
         ),
     }
     if call.description:
@@ -78,16 +82,18 @@ def describe_call(
         descriptor["providerName"] = names.get(provider, provider)
         descriptor["configured"] = provider in names
         descriptor["startUrl"] = (
-            f"/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
+            f"{prefix}/connect/{quote(provider, safe='')}/start?chat={quote(chat_id, safe='')}"
             f"&call={quote(call.tool_call_id, safe='')}"
         )
         if start_token is not None and provider in names:
             token = start_token(provider, chat_id, call.tool_call_id)
             descriptor["startUrl"] += f"&token={quote(token, safe='')}"
-        descriptor["useUrl"] = f"/connect/{quote(provider, safe='')}/use"
-        descriptor["connectionsUrl"] = f"/api/connections?provider={quote(provider, safe='')}"
+        descriptor["useUrl"] = f"{prefix}/connect/{quote(provider, safe='')}/use"
+        descriptor["connectionsUrl"] = (
+            f"{prefix}/api/connections?provider={quote(provider, safe='')}"
+        )
     if kind in ("code", "library_change") and isinstance(call.input, dict):
-        _describe_code(descriptor, chat_id, call, code)
+        _describe_code(descriptor, chat_id, call, code, prefix)
         render.pop("sandbox", None)
     if render:
         descriptor["render"] = render
@@ -95,7 +101,11 @@ def describe_call(
 
 
 def _describe_code(
-    descriptor: dict[str, Any], chat_id: str, call: ParkedCall, code: CodeMode | None
+    descriptor: dict[str, Any],
+    chat_id: str,
+    call: ParkedCall,
+    code: CodeMode | None,
+    prefix: str,
 ) -> None:
     tool_input: Mapping[str, Any] = call.input if isinstance(call.input, dict) else {}
     source = tool_input.get("code")
@@ -112,7 +122,7 @@ def _describe_code(
                 requested if isinstance(requested, Mapping) else None,
             )
             descriptor["sandbox"] = {**code.status(), "limits": limits.as_dict()}
-        descriptor["artifactsUrl"] = f"/api/chats/{quote(chat_id, safe='')}/artifacts"
+        descriptor["artifactsUrl"] = f"{prefix}/api/chats/{quote(chat_id, safe='')}/artifacts"
     else:
         name = str(tool_input.get("name") or "")
-        descriptor["libraryUrl"] = f"/api/agent/library/{quote(name, safe='')}"
+        descriptor["libraryUrl"] = f"{prefix}/api/agent/library/{quote(name, safe='')}"

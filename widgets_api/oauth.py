@@ -64,6 +64,9 @@ class OAuthSettings:
     flow_ttl_s: int = 600
     connection_ttl_s: int = 180 * 24 * 3600
     http_timeout_s: float = 10.0
+    #: the path a host application mounts the app at (``/pw``; ``""`` at the root):
+    #: callback URLs and the demo provider's issuer are under it
+    prefix: str = ""
 
 
 @dataclass
@@ -153,14 +156,16 @@ async def start_oauth(
             "unix://), not a Cluster or Sentinel URL: turn it off with demo_oauth=false"
         )
     if settings.demo:
-        issuer = f"{settings.base_url}{DEMO_MOUNT}"
+        root = f"{settings.base_url}{settings.prefix}"
+        issuer = f"{root}{DEMO_MOUNT}"
         secret = demo_client_secret(settings.secret)
         demo = DemoProvider(
             redis_url=redis_url,
             issuer=issuer,
             client_id=DEMO_CLIENT_ID,
             client_secret=secret,
-            redirect_uris=[f"{settings.base_url}/connect/demo/callback"],
+            redirect_uris=[f"{root}/connect/demo/callback"],
+            route_mount=DEMO_MOUNT,
         )
         spec = ProviderSpec(
             name="demo",
@@ -189,6 +194,7 @@ async def start_oauth(
         providers=providers,
         connections=connections,
         base_url=settings.base_url,
+        prefix=settings.prefix,
         allowed_origins=settings.allowed_origins,
         cookie_secure=settings.cookie_secure,
         flow_ttl_s=settings.flow_ttl_s,

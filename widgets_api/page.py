@@ -3,7 +3,10 @@ icon at ``/favicon.svg`` (also ``/favicon.ico``, which browsers ask for by thems
 
 The page is plain HTML, CSS and JavaScript from ``widgets_api/static/`` (no build step,
 no external resources). It speaks the AI SDK UI message stream like any ``useChat``
-front end and renders a widget for each parked call.
+front end and renders a widget for each parked call. Its URLs are relative to the app's
+root (the scripts find the root from their own URL, ``playground-base.js``), so it works
+as well when a host application mounts the app under a prefix (``/pw/``; no ``<base>``
+tag, which the CSP's ``base-uri 'none'`` forbids).
 
 Security headers, and the threat each one answers:
 

@@ -75,6 +75,7 @@ class ConnectFlow:
         providers: ProviderRegistry,
         connections: ConnectionStore,
         base_url: str,
+        prefix: str = "",
         allowed_origins: tuple[str, ...] = (),
         cookie_secure: bool = False,
         flow_ttl_s: int = 600,
@@ -87,6 +88,8 @@ class ConnectFlow:
         self.connections = connections
         self.base_url = base_url.rstrip("/")
         self.own_origin = self.base_url
+        # the path a host application mounts the app at ("" at the root)
+        self.prefix = prefix.rstrip("/")
         self.allowed_origins = {self.own_origin, *allowed_origins}
         self.cookie_secure = cookie_secure or self.base_url.startswith("https://")
         self.flow_ttl_s = flow_ttl_s
@@ -102,7 +105,7 @@ class ConnectFlow:
 
     def redirect_uri(self, provider: Provider) -> str:
         """The one exact callback URI of ``provider``: from configuration, never Host."""
-        return f"{self.base_url}/connect/{provider.name}/callback"
+        return f"{self.base_url}{self.prefix}/connect/{provider.name}/callback"
 
     def _principal(self, request: Request) -> str | None:
         principal = request.app.state.authenticator.authenticate(request)
@@ -203,7 +206,7 @@ class ConnectFlow:
             _cookie_name(digest),
             cookie,
             max_age=self.flow_ttl_s,
-            path=f"/connect/{provider.name}/callback",
+            path=f"{self.prefix}/connect/{provider.name}/callback",
             httponly=True,
             samesite="lax",
             secure=self.cookie_secure,

@@ -96,7 +96,10 @@ class DemoProvider:
 
     ``issuer`` comes from configuration, never from a request's ``Host``; it must be
     https, or http on loopback. Every code redemption issues a refresh token (asked for
-    ``offline_access`` or not); each refresh rotates it.
+    ``offline_access`` or not); each refresh rotates it. ``route_mount`` is the path of
+    its routes inside the app when it is not the issuer's path: an app mounted by a host
+    application under ``/pw`` has the issuer ``.../pw/demo-oauth`` and the routes
+    ``/demo-oauth/...``.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class DemoProvider:
         client_id: str,
         client_secret: str,
         redirect_uris: Sequence[str],
+        route_mount: str | None = None,
         access_token_ttl_s: int = 3600,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -118,6 +122,9 @@ class DemoProvider:
         self._issuer = issuer
         self._base = issuer.rstrip("/")
         self._mount = urlsplit(self._base).path
+        # Where its routes are inside the app: the issuer's path, less the prefix of a
+        # host application that mounts the app (the pages' links keep the whole path).
+        self._routes_at = self._mount if route_mount is None else route_mount.rstrip("/")
         self._metadata: dict[str, Any] = {
             "issuer": issuer,
             "authorization_endpoint": f"{self._base}/authorize",
@@ -151,8 +158,9 @@ class DemoProvider:
         return cast(dict[str, Any], json.loads(json.dumps(self._metadata)))
 
     def routes(self) -> list[BaseRoute]:
-        """Starlette routes, their paths already under ``mount_path``."""
-        m = self._mount
+        """Starlette routes, their paths already under ``mount_path`` (or the
+        ``route_mount`` given)."""
+        m = self._routes_at
         routes: list[BaseRoute] = [
             Route(f"{m}/.well-known/oauth-authorization-server", self._serve_metadata),
             Route(f"{m}/authorize", self._authorize, methods=["GET", "POST"]),

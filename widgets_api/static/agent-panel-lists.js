@@ -4,7 +4,7 @@
 //
 // An ES module imported by agent-panel.js; no build step.
 
-import { h } from "/static/playground-base.js";
+import { h } from "./playground-base.js";
 
 const REVISIONS_SHOWN = 5;
 const SECTION_LABELS = { tools: "Tools", skills: "Skills", mcps: "MCP servers", sandbox: "Sandbox permissions" };

@@ -13,9 +13,9 @@
 // Below it, the Code section (code-panel.js): the sandbox's status and the agent's
 // function library.
 
-import { isObject, kitGroups, revisionItems, short } from "/static/agent-panel-lists.js";
-import { CodePanel } from "/static/code-panel.js";
-import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
+import { isObject, kitGroups, revisionItems, short } from "./agent-panel-lists.js";
+import { CodePanel } from "./code-panel.js";
+import { canonical, errorMessage, h, pretty } from "./playground-base.js";
 
 const KIT_STORAGE_KEY = "parkway.playground.buildKit";
 
@@ -138,7 +138,7 @@ export class AgentPanel {
     const seq = ++this.seq;
     let result;
     try {
-      result = await this.api.json("/api/agent");
+      result = await this.api.json("api/agent");
     } catch (error) {
       result = { ok: false, status: 0, data: null, error };
     }
@@ -278,7 +278,7 @@ export class AgentPanel {
     const body = { template: this.working, expectedVersion: this.head.version, summary: this.els.summary.value.trim() };
     let result;
     try {
-      result = await this.api.json("/api/agent/commit", { method: "POST", body });
+      result = await this.api.json("api/agent/commit", { method: "POST", body });
     } catch (error) {
       result = { ok: false, status: 0, data: null, error };
     }

@@ -4,9 +4,9 @@
 //
 // An ES module imported by widgets.js; no build step.
 
-import { applyPatch, diffView } from "/static/commit-diff.js";
-import { canonical, errorMessage, h, pretty } from "/static/playground-base.js";
-import { Widget } from "/static/widget.js";
+import { applyPatch, diffView } from "./commit-diff.js";
+import { canonical, errorMessage, h, pretty } from "./playground-base.js";
+import { Widget } from "./widget.js";
 
 export class ApprovalWidget extends Widget {
   /** `kind`: the card's `data-kind` (a subclass drawing another descriptor kind names it). */
@@ -227,7 +227,7 @@ export class CommitApprovalWidget extends ApprovalWidget {
   async fetchCommitted() {
     this.fetching = true;
     try {
-      const result = await this.chat.api.json("/api/agent");
+      const result = await this.chat.api.json("api/agent");
       if (result.ok && result.data && result.data.template && typeof result.data.template === "object") {
         this.committed = { version: result.data.version, template: result.data.template };
       } else {

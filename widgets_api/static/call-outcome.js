@@ -8,8 +8,8 @@
 //
 // An ES module with no state; imported by chat.js, widget.js and widgets.js. No build step.
 
-import { canonical } from "/static/playground-base.js";
-import { isResolved } from "/static/ui-stream.js";
+import { canonical } from "./playground-base.js";
+import { isResolved } from "./ui-stream.js";
 
 /** Outcomes a person chose (here or elsewhere), as opposed to the server ending a call. */
 export const PERSON_OUTCOMES = new Set(["output", "approved", "denied", "declined"]);

@@ -6,11 +6,11 @@
 //
 // An ES module imported by playground.js; no build step.
 
-import { codeCallsOf } from "/static/code-view.js";
-import { outcomeOf } from "/static/call-outcome.js";
-import { errorMessage, newId, sameOrigin } from "/static/playground-base.js";
-import { isResolved, isToolPart, lastStep, readChunks, StreamRun, toolNameOf } from "/static/ui-stream.js";
-import { WidgetRegistry } from "/static/widgets.js";
+import { codeCallsOf } from "./code-view.js";
+import { outcomeOf } from "./call-outcome.js";
+import { errorMessage, newId, sameOrigin } from "./playground-base.js";
+import { isResolved, isToolPart, lastStep, readChunks, StreamRun, toolNameOf } from "./ui-stream.js";
+import { WidgetRegistry } from "./widgets.js";
 
 const PENDING_POLL_MS = 2000;
 // Refusals that are lost races, not errors: another tab or the server answered first,
@@ -19,7 +19,7 @@ const RACED = ["already_settled", "chat_busy", "nothing_to_resume", "no_pending_
 const COUNT = new Intl.NumberFormat("en");
 
 function callPath(chatId, toolCallId) {
-  return `/api/chats/${encodeURIComponent(chatId)}/calls/${encodeURIComponent(toolCallId)}`;
+  return `api/chats/${encodeURIComponent(chatId)}/calls/${encodeURIComponent(toolCallId)}`;
 }
 
 /** Why a new message was not sent, in plain words; the message stays in the composer. */
@@ -240,7 +240,7 @@ export class Chat {
     const answers = new Map(sent.map((id) => [id, this.answers.get(id)]));
     let response;
     try {
-      response = await this.api.fetch("/api/chat", { method: "POST", body });
+      response = await this.api.fetch("api/chat", { method: "POST", body });
     } catch (error) {
       this.inflight.clear();
       for (const id of sent) this.answers.delete(id);
@@ -314,7 +314,7 @@ export class Chat {
       if (this.busy()) return; // the stream's own end syncs
       let result;
       try {
-        result = await this.api.json(`/api/chats/${encodeURIComponent(this.id)}`);
+        result = await this.api.json(`api/chats/${encodeURIComponent(this.id)}`);
       } catch (error) {
         this.view.banner(`Could not reach the server: ${error.message}`);
         return;
@@ -369,7 +369,7 @@ export class Chat {
   async follow() {
     let response;
     try {
-      response = await this.api.fetch(`/api/chat/${encodeURIComponent(this.id)}/stream`);
+      response = await this.api.fetch(`api/chat/${encodeURIComponent(this.id)}/stream`);
     } catch {
       return;
     }
@@ -379,7 +379,7 @@ export class Chat {
 
   async stop() {
     if (!this.id) return;
-    await this.api.fetch(`/api/chats/${encodeURIComponent(this.id)}/stop`, { method: "POST" }).catch(() => null);
+    await this.api.fetch(`api/chats/${encodeURIComponent(this.id)}/stop`, { method: "POST" }).catch(() => null);
   }
 
   /** Every ~2 s, ask each pending call's statusUrl whether someone else settled it. */

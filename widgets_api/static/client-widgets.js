@@ -5,8 +5,8 @@
 //
 // An ES module imported by widgets.js; no build step.
 
-import { h, pretty } from "/static/playground-base.js";
-import { Widget } from "/static/widget.js";
+import { h, pretty } from "./playground-base.js";
+import { Widget } from "./widget.js";
 
 export class ChoiceWidget extends Widget {
   constructor(id, chat) {

@@ -7,10 +7,10 @@
 //
 // An ES module imported by agent-panel.js; no build step.
 
-import { h } from "/static/playground-base.js";
+import { h } from "./playground-base.js";
 
 function libraryPath(name) {
-  return `/api/agent/library/${encodeURIComponent(name)}`;
+  return `api/agent/library/${encodeURIComponent(name)}`;
 }
 
 function when(ms) {
@@ -60,7 +60,7 @@ export class CodePanel {
   async checkSandbox() {
     let result;
     try {
-      result = await this.api.json("/healthz");
+      result = await this.api.json("healthz");
     } catch (error) {
       result = { ok: false, data: null, status: 0 };
     }
@@ -76,7 +76,7 @@ export class CodePanel {
     const seq = ++this.seq;
     let result;
     try {
-      result = await this.api.json("/api/agent/library");
+      result = await this.api.json("api/agent/library");
     } catch (error) {
       result = { ok: false, status: 0, data: null, error };
     }

@@ -12,7 +12,7 @@
 //
 // An ES module imported by view.js, code-widgets.js and code-panel.js; no build step.
 
-import { h, pretty } from "/static/playground-base.js";
+import { appUrl, h, pretty } from "./playground-base.js";
 
 const COUNT = new Intl.NumberFormat("en");
 const MIB = 2 ** 20;
@@ -78,7 +78,7 @@ export function isCodeRun(value) {
 }
 
 export function artifactUrl(chatId, artifactId) {
-  return `/api/chats/${encodeURIComponent(chatId)}/artifacts/${encodeURIComponent(artifactId)}`;
+  return appUrl(`api/chats/${encodeURIComponent(chatId)}/artifacts/${encodeURIComponent(artifactId)}`);
 }
 
 /** The program as numbered lines. `lines`: the lines' HTML (`html: true`, the

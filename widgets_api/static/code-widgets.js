@@ -11,10 +11,10 @@
 // call's statusUrl); only what they draw and how an edit is made differ.
 // An ES module imported by widgets.js; no build step.
 
-import { ApprovalWidget } from "/static/approval-widgets.js";
-import { textDiffView } from "/static/commit-diff.js";
-import { codeView, formatBytes, isCodeRun, outputView, sandboxView, textLines } from "/static/code-view.js";
-import { canonical, errorMessage, h, pretty, sameOrigin } from "/static/playground-base.js";
+import { ApprovalWidget } from "./approval-widgets.js";
+import { textDiffView } from "./commit-diff.js";
+import { codeView, formatBytes, isCodeRun, outputView, sandboxView, textLines } from "./code-view.js";
+import { canonical, errorMessage, h, pretty, sameOrigin } from "./playground-base.js";
 
 function inputOf(ctx) {
   return ctx.input && typeof ctx.input === "object" && !Array.isArray(ctx.input) ? ctx.input : {};

@@ -7,7 +7,7 @@
 // unchanged stretches collapsed to a few lines of context; textDiffView draws the same
 // diff of two texts (a saved function against its new code, code-widgets.js).
 
-import { h, pretty } from "/static/playground-base.js";
+import { h, pretty } from "./playground-base.js";
 
 const CONTEXT = 2;
 // Beyond this many LCS cells the diff is shown as "all old lines out, all new in".

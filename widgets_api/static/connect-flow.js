@@ -6,7 +6,7 @@
 //
 // An ES module imported by connect-widget.js; no build step.
 
-import { API_ORIGIN } from "/static/playground-base.js";
+import { API_ORIGIN } from "./playground-base.js";
 
 const CONNECT_POLL_MS = 1000;
 const POPUP_CLOSED_GRACE_MS = 3000;

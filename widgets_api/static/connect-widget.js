@@ -6,10 +6,10 @@
 //
 // An ES module imported by widgets.js; no build step.
 
-import { ConnectFlow } from "/static/connect-flow.js";
-import { errorMessage, h, sameOrigin } from "/static/playground-base.js";
-import { isResolved } from "/static/ui-stream.js";
-import { Widget } from "/static/widget.js";
+import { ConnectFlow } from "./connect-flow.js";
+import { errorMessage, h, sameOrigin } from "./playground-base.js";
+import { isResolved } from "./ui-stream.js";
+import { Widget } from "./widget.js";
 
 function connected(outcome) {
   return outcome.outcome === "output" && outcome.output && outcome.output.connected === true;
@@ -55,7 +55,7 @@ export class ConnectWidget extends Widget {
     const given = sameOrigin(ctx.desc.connectionsUrl);
     if (given) return given;
     const provider = this.provider(ctx);
-    return provider ? `/api/connections?provider=${encodeURIComponent(provider)}` : null;
+    return provider ? `api/connections?provider=${encodeURIComponent(provider)}` : null;
   }
 
   /** The caller's connections to this provider (GET connectionsUrl), or null. */

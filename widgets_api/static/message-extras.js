@@ -10,7 +10,7 @@
 // Everything the model wrote goes into the page through textContent only.
 // An ES module imported by view.js; no build step.
 
-import { h } from "/static/playground-base.js";
+import { h } from "./playground-base.js";
 
 const COUNT = new Intl.NumberFormat("en");
 

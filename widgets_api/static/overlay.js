@@ -13,7 +13,7 @@
  * JS objects list integer-like keys ("0", "42") first whatever the document's order; for
  * such keys only, key order and override order can differ from Python's (values do not).
  *
- * A plain script: <script src="/static/overlay.js"> defines
+ * A plain script: <script src="static/overlay.js"> defines
  * globalThis.ParkwayOverlay = {mergeOverlay, entryIdentity}. No build step, no modules.
  */
 (function (root) {

@@ -7,6 +7,18 @@
 /** The API's origin. The page is served by the API, so it is the page's own origin. */
 export const API_ORIGIN = window.location.origin;
 
+/** The app's root URL: `/`, or the prefix a host application mounts Parkway at (`/pw/`).
+ *  This module is served at `{root}static/playground-base.js`, so the root is known from
+ *  its own URL, whatever the page's address (`/pw` or `/pw/?chat=...`). */
+export const APP_ROOT = new URL("../", import.meta.url);
+
+/** A path of the app (`api/chat`, relative to the app's root; an absolute path such as
+ *  a widget descriptor's URL stays as it is) as a same-origin path. */
+export function appUrl(path) {
+  const url = new URL(path, APP_ROOT);
+  return url.pathname + url.search;
+}
+
 export function newId(prefix) {
   const bytes = new Uint8Array(10);
   crypto.getRandomValues(bytes);
@@ -19,7 +31,7 @@ export function pretty(value) {
 
 /** RFC 8785 canonical JSON, as the server computes it (canonical.js): equal values give
  *  equal strings, 1.0 and 1 alike; throws a TypeError for a value with no such form. */
-export { canonicalJson as canonical } from "/static/canonical.js";
+export { canonicalJson as canonical } from "./canonical.js";
 
 /** h("div", {class: "x", "data-action": "go", onclick: fn}, child, "text", ...) */
 export function h(tag, attrs, ...children) {
@@ -76,7 +88,7 @@ export class Api {
   /** POST /api/sessions once, however many requests found themselves without one. */
   ensureSession() {
     if (!this.sessionPromise) {
-      this.sessionPromise = fetch("/api/sessions", { method: "POST", credentials: "same-origin" })
+      this.sessionPromise = fetch(appUrl("api/sessions"), { method: "POST", credentials: "same-origin" })
         .then((response) => {
           if (!response.ok) throw new Error(`could not start a session (HTTP ${response.status})`);
         })
@@ -87,9 +99,11 @@ export class Api {
     return this.sessionPromise;
   }
 
-  /** fetch, after the session bootstrap, with a new session and one retry on 401. */
-  async fetch(url, { method = "GET", body, signal } = {}) {
+  /** fetch, after the session bootstrap, with a new session and one retry on 401.
+   *  `path` is a path of the app (see appUrl). */
+  async fetch(path, { method = "GET", body, signal } = {}) {
     await this.ready;
+    const url = appUrl(path);
     const init = { method, credentials: "same-origin", cache: "no-store", headers: {}, signal };
     if (body !== undefined) {
       init.headers["content-type"] = "application/json";

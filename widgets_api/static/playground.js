@@ -34,11 +34,11 @@
 //   commit-diff.js       an agent change's patch and line diff
 // and the classic script overlay.js (the build-kit merge).
 
-import { AgentPanel } from "/static/agent-panel.js";
-import { Chat } from "/static/chat.js";
-import { Composer } from "/static/composer.js";
-import { Api } from "/static/playground-base.js";
-import { DecisionsList, View } from "/static/view.js";
+import { AgentPanel } from "./agent-panel.js";
+import { Chat } from "./chat.js";
+import { Composer } from "./composer.js";
+import { Api } from "./playground-base.js";
+import { DecisionsList, View } from "./view.js";
 
 const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 

@@ -6,7 +6,7 @@
 //
 // An ES module imported by chat.js, view.js and the widget modules; no build step.
 
-import { newId } from "/static/playground-base.js";
+import { newId } from "./playground-base.js";
 
 const RESOLVED = new Set(["output-available", "output-error", "output-denied", "approval-responded"]);
 

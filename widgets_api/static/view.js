@@ -9,10 +9,10 @@
 //
 // An ES module imported by playground.js; no build step.
 
-import { brokeredView, outputView } from "/static/code-view.js";
-import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "/static/message-extras.js";
-import { h, pretty } from "/static/playground-base.js";
-import { isToolPart, toolNameOf } from "/static/ui-stream.js";
+import { brokeredView, outputView } from "./code-view.js";
+import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "./message-extras.js";
+import { h, pretty } from "./playground-base.js";
+import { isToolPart, toolNameOf } from "./ui-stream.js";
 
 const STATUS_LABELS = { ready: "Ready", waiting: "Waiting for you", submitted: "Sending…", streaming: "Streaming…", error: "Error" };
 const ELEMENT_IDS = ["messages", "scroller", "empty", "composer", "composer-form", "send", "stop", "banner", "banner-text", "banner-close", "chat-status", "chat-id", "new-chat"];
@@ -244,7 +244,7 @@ export class DecisionsList {
     if (chatId) {
       let result;
       try {
-        result = await this.api.json(`/api/chats/${encodeURIComponent(chatId)}/audit?limit=50`);
+        result = await this.api.json(`api/chats/${encodeURIComponent(chatId)}/audit?limit=50`);
       } catch {
         return; // the server is unreachable: the chat's own banner says so
       }

@@ -6,8 +6,8 @@
 //
 // An ES module imported by the widget modules; no build step.
 
-import { chipFor, PERSON_OUTCOMES } from "/static/call-outcome.js";
-import { errorMessage, h } from "/static/playground-base.js";
+import { chipFor, PERSON_OUTCOMES } from "./call-outcome.js";
+import { errorMessage, h } from "./playground-base.js";
 
 /** Card states in which the call waits for the person at this page. */
 export const WAITING = new Set(["pending", "connecting"]);

@@ -4,11 +4,11 @@
 //
 // An ES module imported by chat.js; no build step.
 
-import { ApprovalWidget, CommitApprovalWidget } from "/static/approval-widgets.js";
-import { PERSON_OUTCOMES, sameAnswer } from "/static/call-outcome.js";
-import { ChoiceWidget, ClientWidget, UnsupportedWidget } from "/static/client-widgets.js";
-import { CodeReviewWidget, LibraryChangeWidget } from "/static/code-widgets.js";
-import { ConnectWidget } from "/static/connect-widget.js";
+import { ApprovalWidget, CommitApprovalWidget } from "./approval-widgets.js";
+import { PERSON_OUTCOMES, sameAnswer } from "./call-outcome.js";
+import { ChoiceWidget, ClientWidget, UnsupportedWidget } from "./client-widgets.js";
+import { CodeReviewWidget, LibraryChangeWidget } from "./code-widgets.js";
+import { ConnectWidget } from "./connect-widget.js";
 
 /** The descriptor kinds this page has a widget for (widgets_api/descriptors.py). */
 const WIDGETS_BY_KIND = {
