@@ -15,6 +15,7 @@ from tests.llm_double import Call, CutOff, Fail, Hang, ProviderDouble, Reset, St
 from tests.model_rig import MODELS, said
 from tests.support import (
     Api,
+    user_message,
 )
 
 # -- failures -----------------------------------------------------------------------------
@@ -32,7 +33,10 @@ async def test_refusals_end_the_run_with_an_error_naming_provider_and_cause(
     status: int, words: str, double: ProviderDouble, serve: Any
 ) -> None:
     """Bad key, unknown model: one request (no retry), an AI SDK error chunk naming the
-    provider and cause, never the key, and an idle chat that takes the next message."""
+    provider and cause, never the key, and an idle chat that takes the next message.
+    The user's message is kept (a reload shows what was asked), and sending it again
+    with the same id retries the turn without storing it twice; once the retry has
+    answered, the same id is a duplicate again."""
     double.script("anthropic", [Fail(status), Turn(text="Back.")])
     server = serve(MODELS["anthropic"])
     api = await Api(server.base_url).login()
@@ -44,10 +48,13 @@ async def test_refusals_end_the_run_with_an_error_naming_provider_and_cause(
     assert len(double.requests_for("anthropic")) == 1
     state = await api.state("e1")
     assert state["state"] == "idle"
-    # Nothing was said: the chat is as it was, so the same message can be sent again.
-    assert state["messages"] == []
+    assert [(m["role"], m["id"]) for m in state["messages"]] == [("user", "u1")]
     again = await api.say("e1", "hi")
     assert said(again) == "Back."
+    state = await api.state("e1")
+    assert [m["role"] for m in state["messages"]] == ["user", "assistant"]
+    replay = await api.chat("e1", [user_message("hi", "u1")])
+    assert replay.status_code == 409 and replay.json()["error"]["code"] == "duplicate_message"
     await api.aclose()
 
 

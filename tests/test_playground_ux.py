@@ -28,6 +28,8 @@ from parkway.transport.sessions import SessionAuthenticator
 from tests import support
 from tests.browser import VIEWPORT, ServerView, Tab, screenshot, wait_until
 from tests.connect_rig import TOKEN_KEY
+from tests.llm_double import Fail, ProviderDouble, Turn
+from tests.model_rig import MODELS
 from tests.support import (
     CONFIRM_TOOL,
     CONNECT_EMBED,
@@ -430,6 +432,57 @@ def test_card_lines_are_written_for_the_user_not_the_tools_model_description(
         expect(client.get_by_test_id("widget-line")).to_contain_text("The agent asks this app")
         expect(tab.messages).not_to_contain_text("MODEL NOTE")
         tab.assert_clean()
+
+
+# -- a model that fails ----------------------------------------------------------------
+
+
+def test_a_failed_turn_keeps_the_message_shows_why_and_retry_answers_once_it_recovers(
+    browser: Browser, double: ProviderDouble, serve: Any
+) -> None:
+    """A provider refusing the request used to take the user's message out of the chat
+    and leave only a red pill. The message stays, the error says why under it, with
+    Retry; a reload still shows the message (the server kept it) and still offers
+    Retry; once the provider answers again, Retry gets the answer, and the server's
+    history holds the message once."""
+    double.script("anthropic", [Fail(401), Fail(401), Turn(text="Back again.")])
+    server = serve(MODELS["anthropic"])
+    tab = Tab.new_context(browser, server.base_url).open()
+    page = tab.page
+    tab.send("hello there")
+    user = page.get_by_test_id("message-user")
+    error = user.get_by_test_id("message-error")
+    retry = page.get_by_test_id("retry")
+    expect(error).to_contain_text("anthropic: ")
+    expect(error).to_contain_text("API key was refused (401)")
+    expect(user).to_contain_text("hello there")
+    expect(retry).to_be_visible()
+    expect(page.get_by_test_id("composer")).to_have_value("")
+    expect(page.get_by_test_id("message-assistant")).to_have_count(0)
+    chat_id = tab.chat_id
+    with ServerView(tab) as view:
+        assert [m["role"] for m in view.chat(chat_id)["messages"]] == ["user"]
+    page.screenshot(path="/tmp/ui-failed-turn.png")
+
+    page.reload()
+    expect(user).to_contain_text("hello there")
+    expect(error).to_contain_text("no answer")
+    retry.click()  # the provider still refuses: the new error replaces the note
+    expect(error).to_contain_text("API key was refused (401)")
+    retry.click()
+    tab.expect_said("Back again.")
+    tab.expect_ready()
+    expect(retry).to_have_count(0)
+    expect(page.get_by_test_id("message-user")).to_have_count(1)
+    with ServerView(tab) as view:
+        stored = view.chat(chat_id)["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    page.reload()
+    tab.expect_said("Back again.")
+    expect(page.get_by_test_id("message-user")).to_have_count(1)
+    expect(page.get_by_test_id("message-error")).to_have_count(0)
+    assert len(double.requests_for("anthropic")) == 3
+    tab.assert_clean()
 
 
 # -- the composer ---------------------------------------------------------------------

@@ -128,6 +128,19 @@ export class View {
       el.textContent = error;
       items.push(el);
     }
+    // The last turn failed and this is where it shows: it can be run again.
+    if (error && this.chat.failed === message.id && this.chat.messages.at(-1) === message) {
+      let el = [...li.children].find((child) => child.dataset.key === "retry");
+      if (!el) {
+        el = h(
+          "div",
+          { class: "message-retry", "data-key": "retry" },
+          h("button", { type: "button", class: "button button-small", "data-action": "retry", "data-testid": "retry", text: "Retry", onclick: () => this.chat.retry() }),
+        );
+      }
+      el.querySelector("button").disabled = this.chat.busy();
+      items.push(el);
+    }
     const footer = messageFooter([...li.children].find((child) => child.dataset.key === "footer"), message);
     if (footer) items.push(footer);
     items.forEach((el, index) => {
