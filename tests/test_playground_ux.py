@@ -462,7 +462,6 @@ def test_a_failed_turn_keeps_the_message_shows_why_and_retry_answers_once_it_rec
     chat_id = tab.chat_id
     with ServerView(tab) as view:
         assert [m["role"] for m in view.chat(chat_id)["messages"]] == ["user"]
-    page.screenshot(path="/tmp/ui-failed-turn.png")
 
     page.reload()
     expect(user).to_contain_text("hello there")
@@ -483,6 +482,48 @@ def test_a_failed_turn_keeps_the_message_shows_why_and_retry_answers_once_it_rec
     expect(page.get_by_test_id("message-error")).to_have_count(0)
     assert len(double.requests_for("anthropic")) == 3
     tab.assert_clean()
+
+
+def test_a_message_refused_or_unreachable_before_its_turn_stays_and_says_not_sent(
+    browser: Browser, redis_url: str
+) -> None:
+    """A 429 or a network error means the server never took the message: the page says
+    it was not sent and keeps it in the composer, so nothing typed is lost; once the
+    server answers again, sending it works."""
+    refusals = iter(["429", "abort"])
+
+    def refuse(route: Route) -> None:
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        kind = next(refusals, None)
+        if kind == "429":
+            body = {"error": {"code": "rate_limited", "message": "Too many requests."}}
+            route.fulfill(status=429, json=body, headers={"retry-after": "1"})
+        elif kind == "abort":
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    with server_thread(redis_url, PUBLISH_AGENT) as server:
+        tab = Tab.new_context(browser, server.base_url).open()
+        page = tab.page
+        page.route("**/api/chat", refuse)
+        composer = page.get_by_test_id("composer")
+        banner = page.get_by_test_id("banner")
+        tab.send("publish it")
+        expect(banner).to_contain_text("Too many requests. Your message was not sent")
+        expect(composer).to_have_value("publish it")
+        composer.press("Enter")
+        expect(banner).to_contain_text("Could not reach the server")
+        expect(banner).to_contain_text("Your message was not sent")
+        expect(composer).to_have_value("publish it")
+        expect(page.get_by_test_id("message-user")).to_have_count(0)
+        composer.press("Enter")
+        tab.expect_state(tab.widget("approval"), "pending")
+        expect(page.get_by_test_id("message-user")).to_have_count(1)
+        expect(banner).to_be_hidden()
+        tab.assert_clean()
 
 
 # -- the composer ---------------------------------------------------------------------
@@ -588,6 +629,33 @@ def test_a_narrow_screen_gets_one_usable_column(browser: Browser, redis_url: str
         expect(page.get_by_test_id("messages")).to_be_visible()
         wide = page.evaluate("document.documentElement.scrollWidth")
         assert wide <= 400
+        tab.assert_clean()
+
+
+def test_a_reload_on_a_narrow_screen_scrolls_the_waiting_card_into_view(
+    browser: Browser, redis_url: str
+) -> None:
+    """At 400 px the card that waits for the user was below the fold after a reload:
+    its Approve and Deny buttons must be on screen without scrolling."""
+    with server_thread(redis_url, DEMO_AGENT, **DEMO_PROVIDER) as server:
+        context = browser.new_context(viewport={"width": 400, "height": 720})
+        tab = Tab(context, server.base_url).open()
+        page = tab.page
+        tab.send("Plan my weather report")
+        tab.widget("choice").get_by_role("button", name="Oslo").click()
+        connect = tab.widget("connect")
+        tab.expect_state(connect, "pending")
+        with page.expect_popup() as opened:
+            tab.act(connect, "connect")
+        opened.value.locator("#deny").click()
+        approval = tab.widget("approval")
+        tab.expect_state(approval, "pending")
+        page.reload()
+        approval = tab.widget("approval")
+        tab.expect_state(approval, "pending")
+        tab.expect_waiting()
+        expect(approval.locator('[data-action="approve"]')).to_be_in_viewport(ratio=1)
+        expect(approval.locator('[data-action="deny"]')).to_be_in_viewport(ratio=1)
         tab.assert_clean()
 
 

@@ -60,6 +60,7 @@ export class Chat {
     this.failed = null; // the id of the message showing the last turn's error (Retry), or null
     this.codeCalls = new Map(); // toolCallId -> the tool calls its code made (ui-stream.js)
     this.serverState = null; // 'idle' | 'running' | 'parked', from the last GET
+    this.loaded = false; // the chat was loaded from the server once (a reload)
     this.status = "ready"; // 'ready' | 'submitted' | 'streaming' | 'error'
     this.abort = null;
     this.refusedContinue = null;
@@ -417,6 +418,8 @@ export class Chat {
       if (part) Object.assign(part, answer.patch);
     }
     this.view.render();
+    if (!this.loaded) this.view.revealWaiting(); // the page's first look at the chat
+    this.loaded = true;
   }
 
   /** GET /api/chat/{id}/stream: the current message from its start, then live. */

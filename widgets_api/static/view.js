@@ -48,6 +48,24 @@ export class View {
     this.chatStatus = "ready";
     this.els = {};
     for (const id of ELEMENT_IDS) this.els[id] = doc.getElementById(id);
+    // A chat scrolled to its end stays there when its area shrinks (the Decisions list
+    // appearing below it, a narrow screen's keyboard): the buttons of a card at the end
+    // would otherwise slip below the fold.
+    const scroller = this.els.scroller;
+    this.atEnd = true;
+    scroller.addEventListener("scroll", () => {
+      this.atEnd = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
+    });
+    new ResizeObserver(() => {
+      if (this.atEnd) scroller.scrollTop = scroller.scrollHeight;
+    }).observe(scroller);
+  }
+
+  /** Bring the first card waiting for the user into view, down to its buttons (a
+   *  reload at a waiting card, on a small screen too). */
+  revealWaiting() {
+    const [first] = this.widgets.waiting();
+    if (first) first.root.scrollIntoView({ block: "end" });
   }
 
   schedule() {
