@@ -224,6 +224,13 @@ export class AgentPanel {
     return this.working === null || canonical(this.working) !== canonical(this.head.template);
   }
 
+  /** The sandbox permissions the build kit lays over new turns while it is on, or null. */
+  kitPermissions() {
+    if (!this.kitOn || !this.overlay || !this.head || this.head.editable === false) return null;
+    const sandbox = this.overlay.sandbox;
+    return isObject(sandbox) && isObject(sandbox.permissions) ? sandbox.permissions : null;
+  }
+
   setKit(on) {
     this.kitOn = on;
     writeKit(on);
