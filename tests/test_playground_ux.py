@@ -569,17 +569,25 @@ def test_first_visit_logs_no_console_errors_and_suggests_what_to_type(
 ) -> None:
     """A first visit has no session yet: the page makes one before asking for anything,
     so the console shows no 401, and the page's icon is its own (no 404). The empty chat
-    suggests something to type."""
+    suggests the agent's own first message (the agent file's ``suggestions``), in a
+    button that sends it and in the composer's placeholder; an agent with none gets a
+    neutral placeholder and no suggestion."""
     with server_thread(redis_url, DEMO_AGENT) as server:
         tab = Tab.new_context(browser, server.base_url)
         errors = console_errors(tab.page)
         tab.open()
         expect(tab.page.get_by_test_id("agent-panel")).to_have_attribute("data-version", "1")
         suggestion = tab.page.get_by_test_id("suggestion")
-        expect(suggestion).to_have_text("What can you do?")
-        suggestion.click()
-        expect(tab.page.get_by_test_id("composer")).to_have_value("What can you do?")
-        tab.page.get_by_test_id("composer").press("Enter")
+        composer = tab.page.get_by_test_id("composer")
+        expect(suggestion).to_have_text("Help me file a weather report")
+        expect(composer).to_have_attribute(
+            "placeholder", "Message the agent… (try “Help me file a weather report”)"
+        )
+        suggestion.click()  # sends it: no Enter needed
+        expect(tab.page.get_by_test_id("message-user")).to_have_text(
+            "Help me file a weather report"
+        )
+        expect(composer).to_have_value("")
         tab.expect_said("Hello! I'll check the weather")
         tab.expect_waiting()
         tab.page.reload()
@@ -589,6 +597,16 @@ def test_first_visit_logs_no_console_errors_and_suggests_what_to_type(
         assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
         assert icon.text.startswith("<svg")
         assert httpx.get(f"{server.base_url}/favicon.ico").status_code == 200
+        tab.assert_clean()
+    with server_thread(redis_url, PUBLISH_AGENT) as server:
+        tab = Tab.new_context(browser, server.base_url).open()
+        expect(tab.page.get_by_test_id("agent-panel")).to_have_attribute("data-version", "1")
+        expect(tab.page.get_by_test_id("suggestion")).to_be_hidden()
+        expect(tab.page.get_by_test_id("empty").locator("p").first).to_have_text(
+            "Send the agent a message to start a chat.", use_inner_text=True
+        )
+        placeholder = tab.page.get_by_test_id("composer").get_attribute("placeholder")
+        assert placeholder == "Message the agent…"
         tab.assert_clean()
 
 
