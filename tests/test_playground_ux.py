@@ -8,6 +8,7 @@ writes ``docs/img/supersede-confirm.png``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -217,7 +218,8 @@ def test_a_reload_while_the_sign_in_popup_is_open_still_shows_connecting(
     browser: Browser, redis_url: str
 ) -> None:
     """The popup outlives a reload of the page: the reloaded card picks the sign-in up
-    again ("Connecting…", not a fresh Connect button) and completes when it does."""
+    again ("Connecting…", not a fresh Connect button) and completes when it does. The
+    card says where to go on, in plain words."""
     with server_thread(redis_url, DEMO_CONNECT_AGENT, **DEMO_PROVIDER) as server:
         tab = Tab.new_context(browser, server.base_url).open()
         tab.send("connect me")
@@ -229,6 +231,9 @@ def test_a_reload_while_the_sign_in_popup_is_open_still_shows_connecting(
         popup = opened.value
         popup.locator("#allow").wait_for()
         tab.expect_state(widget, "connecting")
+        expect(widget.get_by_test_id("connect-popup-hint")).to_have_text(
+            "Complete the sign-in in the pop-up window."
+        )
 
         tab.page.reload()
         rebuilt = tab.widget_of(call_id)
@@ -312,7 +317,7 @@ def test_a_tab_that_did_not_answer_says_the_call_was_answered_in_another_tab(
         expect(first_a).to_contain_text("You chose “Oslo”")
         b.expect_state(first_b, "answered")
         expect(first_b.get_by_test_id("widget-notice")).to_have_text("Answered in another tab.")
-        expect(first_b).to_contain_text("Chosen: “Oslo”")
+        expect(first_b).to_contain_text("You chose “Oslo”")
 
         second_a = a.widget("choice", nth=1)
         a.expect_state(second_a, "pending")
@@ -334,9 +339,12 @@ def test_a_tab_that_did_not_answer_says_the_call_was_answered_in_another_tab(
         expect(second_b.get_by_test_id("widget-notice")).to_have_text(
             "Answered in another tab first: that answer is shown, not yours."
         )
-        expect(second_b).to_contain_text("Chosen: “Lisbon”")
+        expect(second_b).to_contain_text("You chose “Lisbon”")
         expect(second_b).not_to_contain_text("Paris")
         b.expect_said('Done: [{"result":{"choice":"Lisbon"},"tool":"choose_option"}]')
+        a.page.reload()  # the same words as live, not "Chosen:"
+        expect(a.widget_of(Tab.call_id(first_a))).to_contain_text("You chose “Oslo”")
+        expect(a.widget_of(Tab.call_id(second_a))).to_contain_text("You chose “Lisbon”")
         a.assert_clean()
         b.assert_clean()
 
@@ -654,7 +662,8 @@ def test_a_reload_on_a_narrow_screen_scrolls_the_waiting_card_into_view(
     browser: Browser, redis_url: str
 ) -> None:
     """At 400 px the card that waits for the user was below the fold after a reload:
-    its Approve and Deny buttons must be on screen without scrolling."""
+    its Approve and Deny buttons must be on screen without scrolling. The card's
+    deadline and the Decisions list below it write times the same way."""
     with server_thread(redis_url, DEMO_AGENT, **DEMO_PROVIDER) as server:
         context = browser.new_context(viewport={"width": 400, "height": 720})
         tab = Tab(context, server.base_url).open()
@@ -674,6 +683,13 @@ def test_a_reload_on_a_narrow_screen_scrolls_the_waiting_card_into_view(
         tab.expect_waiting()
         expect(approval.locator('[data-action="approve"]')).to_be_in_viewport(ratio=1)
         expect(approval.locator('[data-action="deny"]')).to_be_in_viewport(ratio=1)
+        # one time format on the page: the card's deadline and the Decisions list's
+        clock = r"\d\d?:\d\d(\s[AP]M)?"  # hours and minutes, as the locale writes them
+        expect(approval.locator(".deadline")).to_have_text(re.compile(rf"^Expires at {clock}$"))
+        times = page.locator(".decision-time")
+        expect(times).to_have_count(2)
+        for index in range(2):
+            expect(times.nth(index)).to_have_text(re.compile(rf"^{clock}$"))
         tab.assert_clean()
 
 

@@ -14,7 +14,8 @@ function libraryPath(name) {
 }
 
 function when(ms) {
-  return Number.isFinite(ms) && ms > 0 ? new Date(ms).toLocaleString() : "";
+  // The page's time format ("4:17 PM"), with the date: versions span days.
+  return Number.isFinite(ms) && ms > 0 ? new Date(ms).toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) : "";
 }
 
 /** The sandbox's status as [text, state, title]. */

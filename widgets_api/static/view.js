@@ -251,7 +251,8 @@ function decisionItem(entry) {
     h("span", { class: "decision-outcome", text: outcome }),
     h("span", { class: "decision-tool", text: entry.toolName }),
     h("span", { class: "decision-source", text: `via ${entry.source}` }),
-    h("time", { class: "decision-time", datetime: when.toISOString(), text: when.toLocaleTimeString() }),
+    // The page's one time format (a card's deadline has it too): "4:17 PM".
+    h("time", { class: "decision-time", datetime: when.toISOString(), text: when.toLocaleTimeString([], { timeStyle: "short" }) }),
   );
 }
 
