@@ -260,11 +260,16 @@ async def end_with_notice(
 
 async def end_stopped(emit: Emit, state: RunState, step: StepReader | None, commit: Commit) -> None:
     """End a run someone asked to stop: keep the partial answer of the step that was
-    streaming (if any), drop the tool calls the model had not finished, finish cleanly."""
+    streaming (if any), drop the tool calls the model had not finished, finish cleanly.
+    Stopped before anything was said, the turn's user message has no answer: it may be
+    sent again (Retry), as after a failure."""
     then: list[Event] = []
     if step is not None:
-        state.unsaved.append(step.entry(state.message_id))
+        if step.said:  # an empty reply is not kept (a provider may refuse it later)
+            state.unsaved.append(step.entry(state.message_id))
         then.append(StepFinished())
+    history = [*state.entries, *state.unsaved]
+    state.retry_open = bool(history) and history[-1]["t"] == "user"
     then.append(finished(state, "stop"))
     await commit("idle", then=then)
 
@@ -284,5 +289,5 @@ async def end_failed(
             state.model_calls += 1
             state.unsaved.append(step.entry(state.message_id))
         emit(StepFinished())
-    state.failed = True
+    state.retry_open = True
     await commit("idle", parked_ids=[], then=[RunFailed(str(exc))])

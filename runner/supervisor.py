@@ -258,9 +258,9 @@ class RunSupervisor:
                     calls=calls,
                     parked_ids=parked_ids,
                     # The duplicate guard is written with the turn's commits (a retry
-                    # stores no user entry); a failed run clears it.
+                    # stores no user entry); a run that ends without an answer clears it.
                     last_uid=state.user_message_id,
-                    forget_uid=state.failed,
+                    forget_uid=state.retry_open,
                     log=log,
                 )
             except BaseException:

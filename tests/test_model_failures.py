@@ -181,6 +181,35 @@ async def test_stop_closes_the_providers_stream(double: ProviderDouble, serve: A
     await api.aclose()
 
 
+async def test_a_turn_stopped_before_the_model_said_anything_can_be_sent_again(
+    double: ProviderDouble, serve: Any
+) -> None:
+    """Stopped before the first token, the turn has no answer: the user's message is
+    kept (no empty reply after it), and sending it again with the same id runs the turn
+    again (the playground's Retry) without storing it twice."""
+    double.script("anthropic", [Hang(text=[]), Turn(text="Here now.")])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    import asyncio
+
+    async def stop_soon() -> None:
+        while not double.requests_for("anthropic"):
+            await asyncio.sleep(0.02)
+        stopped = await api.http.post("/api/chats/quiet/stop")
+        assert stopped.status_code in {200, 202, 204}, stopped.text
+
+    stopper = asyncio.create_task(stop_soon())
+    chunks = await api.say("quiet", "hi")
+    await stopper
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "stop"
+    state = await api.state("quiet")
+    assert state["state"] == "idle"
+    assert [(m["role"], m["id"]) for m in state["messages"]] == [("user", "u1")]
+    assert said(await api.say("quiet", "hi")) == "Here now."
+    assert [m["role"] for m in (await api.state("quiet"))["messages"]] == ["user", "assistant"]
+    await api.aclose()
+
+
 # -- startup --------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ writes ``docs/img/supersede-confirm.png``.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -25,6 +26,13 @@ from playwright.sync_api import (
 from pydantic import SecretStr
 
 from parkway.runner.demo import DEMO_AGENT
+from parkway.runner.model import (
+    ModelEvent,
+    ModelRequest,
+    ModelStepEnd,
+    ModelTextDelta,
+    ModelUsage,
+)
 from parkway.transport.sessions import SessionAuthenticator
 from tests import support
 from tests.browser import VIEWPORT, ServerView, Tab, screenshot, wait_until
@@ -490,6 +498,43 @@ def test_a_failed_turn_keeps_the_message_shows_why_and_retry_answers_once_it_rec
     expect(page.get_by_test_id("message-error")).to_have_count(0)
     assert len(double.requests_for("anthropic")) == 3
     tab.assert_clean()
+
+
+class BrokenOnce:
+    """A model whose first call raises an unexpected error (a bug, not a provider's
+    refusal): the run ends before it stored anything, the user's message included."""
+
+    def __init__(self) -> None:
+        self.broken = True
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("a bug in a model adapter")
+        yield ModelTextDelta("Fixed now.")
+        yield ModelStepEnd(finish_reason="stop", usage=ModelUsage(1, 1))
+
+
+def test_a_turn_that_failed_before_its_message_was_stored_puts_it_back_in_the_composer(
+    browser: Browser, redis_url: str
+) -> None:
+    """When a run fails before the server stored the user's message, the chat does not
+    have it: the page says so and puts it back in the composer (never silently drops
+    it), with the run's error; sending it again works."""
+    with server_thread(redis_url, PUBLISH_AGENT, model=BrokenOnce()) as server:
+        tab = Tab.new_context(browser, server.base_url).open()
+        page = tab.page
+        tab.send("hello there")
+        banner = page.get_by_test_id("banner")
+        expect(banner).to_contain_text("The run failed (reference")
+        expect(banner).to_contain_text("Your message was not kept; it is back in the box below.")
+        expect(banner).not_to_contain_text("a bug in a model adapter")
+        expect(page.get_by_test_id("composer")).to_have_value("hello there")
+        expect(page.get_by_test_id("message-user")).to_have_count(0)
+        page.get_by_test_id("composer").press("Enter")
+        tab.expect_said("Fixed now.")
+        expect(page.get_by_test_id("message-user")).to_have_count(1)
+        tab.assert_clean()
 
 
 def test_a_message_refused_or_unreachable_before_its_turn_stays_and_says_not_sent(

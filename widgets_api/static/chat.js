@@ -170,7 +170,17 @@ export class Chat {
     // The build kit over the working template, or uncommitted edits: this turn only.
     if (turn.template !== undefined) body.agentTemplate = turn.template;
     const result = await this.post(body, []);
-    if (result.ok) return true;
+    if (result.ok && !this.lost(message)) return true;
+    if (result.ok) {
+      // The turn failed before the server stored the message (an internal error): it is
+      // not in the chat, so it goes back in the box, with the error.
+      const error = this.messageErrors.get(message.id);
+      this.messageErrors.delete(message.id);
+      if (this.failed === message.id) this.failed = null;
+      this.view.banner(`${error || "The run failed."} Your message was not kept; it is back in the box below.`);
+      this.view.render();
+      return false;
+    }
     this.messages = this.messages.filter((m) => m !== message);
     this.answers = queued;
     if (fresh) this.forget();
@@ -178,6 +188,12 @@ export class Chat {
     this.view.render();
     if (!fresh) await this.sync();
     return false;
+  }
+
+  /** Whether the turn of the user's `message` failed (its error is shown under it) and
+   *  the server's chat, read after it, does not have the message. */
+  lost(message) {
+    return this.messageErrors.has(message.id) && !this.messages.some((m) => m.id === message.id);
   }
 
   /** Run the last turn again after it failed: resend its user message with the same id
@@ -314,6 +330,11 @@ export class Chat {
       for (const part of run.message.parts) if (part.state === "streaming") part.state = "done";
       if (run.error) this.failTurn(run.message, run.error);
       else this.messageErrors.delete(run.message.id);
+      // A turn whose own stream broke off went on: following it shows its answer.
+      if (!run.error && replay && this.failed) {
+        this.messageErrors.delete(this.failed);
+        this.failed = null;
+      }
     }
     this.setStatus(run.error ? "error" : "ready");
     this.view.render();
