@@ -368,7 +368,8 @@ end
 #       Redis (not a Cluster, where it lives in another slot) 7 the deadline index
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
-#       8 last user message id ('' = unchanged), 9 number of history entries N,
+#       8 last user message id ('' = unchanged, '-' = forgotten: the turn failed, so
+#       its message may be sent again as its retry), 9 number of history entries N,
 #       10 number of calls C, 11 chat id, 12 the commit's number in its run (1, 2, ...),
 #       13 the events' batch JSON ('' = none), 14 the batch's number, 15 its finish
 #       reason ('' if the run goes on), 16 the log's approximate max length, 17 the
@@ -413,7 +414,11 @@ end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
            'run_committed', '1', 'run_commits', ARGV[12])
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'last_uid', ARGV[8]) end
+if ARGV[8] == '-' then
+  redis.call('HDEL', KEYS[1], 'last_uid')
+elseif ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'last_uid', ARGV[8])
+end
 if ARGV[2] == 'running' then
   redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[5]) + tonumber(ARGV[6]))
 else

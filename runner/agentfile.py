@@ -1,10 +1,12 @@
-"""Agent files: ``{"template": {...}, "model": ...}``.
+"""Agent files: ``{"template": {...}, "model": ..., "suggestions": [...]}``.
 
 The public format ``parkway serve --agent FILE`` reads: an agent template and the model
 that drives it: ``{"scripted": {"turns": [...]}}``, a name ``"anthropic:claude-sonnet-4-6"``
 or ``{"name": ..., "settings": {...}}`` (see :mod:`parkway.runner.llm.spec`). ``model`` may be left
 out when the template names its model in ``llm``. Which model a run uses: ``parkway serve
 --model`` if given, else the template's ``llm``, else the agent file's ``model``.
+``suggestions`` (optional): a few first messages a person might send, which the
+playground offers in an empty chat.
 """
 
 from __future__ import annotations
@@ -35,29 +37,53 @@ class AgentFile:
     template: AgentTemplate
     model: Model | None = None
     spec: ModelSpec | None = None
+    suggestions: tuple[str, ...] = ()
+
+
+MAX_SUGGESTIONS = 5
+MAX_SUGGESTION_CHARS = 200
+
+
+def _suggestions(value: Any) -> tuple[str, ...]:
+    """The agent file's ``suggestions``: up to 5 non-empty strings of at most 200
+    characters (they are shown as buttons and sent as the user's message)."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_SUGGESTIONS
+        or not all(
+            isinstance(s, str) and s.strip() and len(s) <= MAX_SUGGESTION_CHARS for s in value
+        )
+    ):
+        raise TemplateError(
+            f"agent file: 'suggestions' must be a list of at most {MAX_SUGGESTIONS} non-empty "
+            f"strings of at most {MAX_SUGGESTION_CHARS} characters, for example "
+            '["What can you do?"]'
+        )
+    return tuple(s.strip() for s in value)
 
 
 def parse_agent_file(document: Any) -> AgentFile:
     """Validate an agent file document; raise :class:`TemplateError` naming the problem."""
     if not isinstance(document, Mapping):
         raise TemplateError("agent file must be a JSON object with 'template' and 'model'")
-    extra = sorted(set(document) - {"template", "model"})
+    extra = sorted(set(document) - {"template", "model", "suggestions"})
     if extra:
         raise TemplateError(f"agent file: unexpected key(s) {', '.join(extra)}")
     if "template" not in document:
         raise TemplateError("agent file needs a 'template'")
     template = load_template(document["template"])
+    suggestions = _suggestions(document["suggestions"]) if "suggestions" in document else ()
     if "model" not in document:
         if template.llm is None:
             raise TemplateError(
                 "agent file needs a 'model' (or the template an 'llm'), for example "
                 "\"anthropic:claude-sonnet-4-6\" or {'scripted': {'turns': [...]}}"
             )
-        return AgentFile(template=template)
+        return AgentFile(template=template, suggestions=suggestions)
     spec = parse_model_spec(document["model"], "model")
     if spec.provider == "scripted":  # needs no environment: built now
-        return AgentFile(template=template, model=build_model(spec, {}))
-    return AgentFile(template=template, spec=spec)
+        return AgentFile(template=template, model=build_model(spec, {}), suggestions=suggestions)
+    return AgentFile(template=template, spec=spec, suggestions=suggestions)
 
 
 def load_agent_file(path: str | Path) -> AgentFile:

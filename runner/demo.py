@@ -293,4 +293,7 @@ DEMO_AGENT: dict[str, Any] = {
             ]
         }
     },
+    # The playground's empty chat offers it (a button that sends it, and the composer's
+    # placeholder): the script answers whatever is sent, a real model follows it.
+    "suggestions": ["Help me file a weather report"],
 }

@@ -49,6 +49,7 @@ __all__ = [
     "call_entry",
     "decode_entries",
     "dump_entry",
+    "is_retry",
     "message_metadata",
     "messages_metadata",
     "result_entry",
@@ -64,6 +65,17 @@ UNKNOWN_RESULT = {
 
 def user_entry(text: str, uid: str | None) -> dict[str, Any]:
     return {"t": "user", "text": text, "uid": uid}
+
+
+def is_retry(entries: Sequence[Mapping[str, Any]], uid: str | None) -> bool:
+    """Whether a turn with user message ``uid`` retries the chat's last turn: its message
+    is already the history's last user entry. The claim lets the same id through only
+    once the turn's run failed (which clears the duplicate guard), and the message is
+    then not stored twice."""
+    if not uid:
+        return False
+    last = next((e for e in reversed(entries) if e["t"] == "user"), None)
+    return last is not None and last.get("uid") == uid
 
 
 def assistant_entry(

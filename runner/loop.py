@@ -42,7 +42,7 @@ from parkway.runner.events import Event
 from parkway.runner.execution import (
     ToolExecutor,
 )
-from parkway.runner.history import user_entry
+from parkway.runner.history import is_retry, user_entry
 from parkway.runner.keys import chat_keys
 from parkway.runner.llm.catalog import ModelCatalog
 from parkway.runner.logwatch import LogWatch
@@ -265,7 +265,8 @@ class Runner:
             # the template they were made under.
             earlier = load_template_json(previous) if previous else None
             await self.driver.apply_outcomes(supervisor, emit=False, template=earlier)
-            supervisor.state.unsaved.append(user_entry(text, user_message_id))
+            if not is_retry(supervisor.state.entries, user_message_id):
+                supervisor.state.unsaved.append(user_entry(text, user_message_id))
             await self.driver.drive(supervisor)
 
         return self._start(state, work)

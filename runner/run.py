@@ -100,6 +100,10 @@ class RunState:
     # clears them together with the results it appends.
     clear_parked: bool = False
     user_message_id: str | None = None
+    # The run ends without the turn's answer (the model could not answer, or a stop came
+    # before it said anything): its last commit clears the duplicate guard, so the
+    # turn's user message may be sent again as its retry.
+    retry_open: bool = False
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     consumer: asyncio.Task[None] | None = None
     # How many commits and log batches the run has sent (each carries its number, so a

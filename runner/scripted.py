@@ -3,7 +3,8 @@
 Turn ``k`` of the script answers the ``k``-th model call of the chat. A turn is a list
 of parts, ``{"text": "..."}`` or ``{"tool_call": {"name": ..., "input": {...}}}``; several
 tool calls in one turn are one parallel step. When the script runs out, the model
-answers ``(end of script)``.
+answers :data:`END_OF_SCRIPT`: the script is done, and how to start over or go on with
+a real model.
 
 Placeholders, filled from the model's input (the chat so far) each time a turn is used:
 
@@ -77,7 +78,13 @@ from parkway.runner.validation import describe_first_error
 
 __all__ = ["END_OF_SCRIPT", "ScriptedModel"]
 
-END_OF_SCRIPT = "(end of script)"
+# Past its script a scripted agent (the demo's included) says so, and how to go on: the
+# person reading it may not know the answers were scripted.
+END_OF_SCRIPT = (
+    "This agent's script is done: a scripted agent says only what its script holds. "
+    "Start a new chat (New chat) to run it again, or serve it on a real model to go on: "
+    "parkway serve --model NAME (make run MODEL=NAME)."
+)
 _WORDS = re.compile(r"\S+\s*|\s+")
 # ``result.<tool>[.<path>]``: a tool name as templates allow it, then key segments.
 _RESULT_PATH = r"result\.(?P<tool>[A-Za-z][A-Za-z0-9_-]*)(?P<path>(?:\.[A-Za-z0-9_-]+)*)"

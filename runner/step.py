@@ -260,11 +260,16 @@ async def end_with_notice(
 
 async def end_stopped(emit: Emit, state: RunState, step: StepReader | None, commit: Commit) -> None:
     """End a run someone asked to stop: keep the partial answer of the step that was
-    streaming (if any), drop the tool calls the model had not finished, finish cleanly."""
+    streaming (if any), drop the tool calls the model had not finished, finish cleanly.
+    Stopped before anything was said, the turn's user message has no answer: it may be
+    sent again (Retry), as after a failure."""
     then: list[Event] = []
     if step is not None:
-        state.unsaved.append(step.entry(state.message_id))
+        if step.said:  # an empty reply is not kept (a provider may refuse it later)
+            state.unsaved.append(step.entry(state.message_id))
         then.append(StepFinished())
+    history = [*state.entries, *state.unsaved]
+    state.retry_open = bool(history) and history[-1]["t"] == "user"
     then.append(finished(state, "stop"))
     await commit("idle", then=then)
 
@@ -272,18 +277,17 @@ async def end_stopped(emit: Emit, state: RunState, step: StepReader | None, comm
 async def end_failed(
     emit: Emit, state: RunState, step: StepReader | None, exc: ModelError, commit: Commit
 ) -> None:
-    """The model could not answer: keep what it streamed, leave the chat idle for the
-    next message, and end the run with the error's message.
+    """The model could not answer: keep what it streamed and the turn's user message,
+    leave the chat idle for the next message, and end the run with the error's message.
 
-    When the turn's first model request fails before anything was said, the turn's user
-    message is not kept either: the chat is as it was, and the same message can simply
-    be sent again (an AI SDK ``regenerate()`` resends it with the same id)."""
+    The run's commit clears the duplicate guard: the same user message, with the same
+    id, may be sent again (the playground's Retry, an AI SDK ``regenerate()``) and runs
+    the model again on the history as stored, without storing the message twice."""
     said = step is not None and step.said
     if step is not None:
         if said:
             state.model_calls += 1
             state.unsaved.append(step.entry(state.message_id))
         emit(StepFinished())
-    if not said and not any(e["t"] == "assistant" for e in state.unsaved):
-        state.unsaved = [e for e in state.unsaved if e["t"] != "user"]
+    state.retry_open = True
     await commit("idle", parked_ids=[], then=[RunFailed(str(exc))])

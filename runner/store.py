@@ -326,10 +326,15 @@ class ChatStore:
         calls: Sequence[ParkedCall] = (),
         parked_ids: Sequence[str] | None = None,
         last_uid: str | None = None,
+        forget_uid: bool = False,
         log: LogBatch | None = None,
     ) -> str | None:
         """Persist a step if ``token`` still holds the lease, with ``log`` (the run's
         events not yet logged) appended to the event log in the same atomic step.
+
+        ``last_uid`` sets the duplicate guard (the last user message id stored);
+        ``forget_uid`` clears it instead (a failed run: its turn's message may be sent
+        again, as its retry).
 
         Returns the log entry's id ('' when there was no batch), None if the lease was
         lost (nothing written). ``seq`` numbers the run's commits from 1 (a replayed
@@ -342,7 +347,7 @@ class ChatStore:
             now_ms,
             lease_ms,
             "" if parked_ids is None else json.dumps(list(parked_ids)),
-            last_uid or "",
+            "-" if forget_uid else last_uid or "",
             len(entries),
             len(calls),
             keys.chat_id,

@@ -257,10 +257,10 @@ class RunSupervisor:
                     entries=state.unsaved,
                     calls=calls,
                     parked_ids=parked_ids,
-                    # The duplicate guard is written with the user message itself.
-                    last_uid=state.user_message_id
-                    if any(e["t"] == "user" for e in state.unsaved)
-                    else None,
+                    # The duplicate guard is written with the turn's commits (a retry
+                    # stores no user entry); a run that ends without an answer clears it.
+                    last_uid=state.user_message_id,
+                    forget_uid=state.retry_open,
                     log=log,
                 )
             except BaseException:

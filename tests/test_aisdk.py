@@ -591,3 +591,45 @@ async def test_a_real_models_reasoning_streamed_tool_input_and_usage_pass_the_re
     metadata = message["metadata"]
     assert metadata["model"] == "anthropic:claude-test"
     assert metadata["usage"]["inputTokens"] == 22  # both steps of the message
+
+
+# -- a failed turn, and its retry ------------------------------------------------------
+
+
+@pytest.mark.parametrize("major", ALL_MAJORS)
+async def test_a_failed_turn_ends_with_its_error_and_regenerate_answers_it_once(
+    major: str, node: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider refusing the request ends the stream with an ``error`` chunk carrying
+    the clear text, which the real client shows as its error; the server keeps the
+    user's message, and the client's ``regenerate()`` (the same message id again) runs
+    the turn again without the server storing the message twice."""
+    from tests.llm_double import Fail, ProviderDouble, Turn
+    from tests.model_rig import provider_env
+
+    with ProviderDouble() as double:
+        for name, value in provider_env(double).items():
+            monkeypatch.setenv(name, value)
+        double.script("anthropic", [Fail(401), Turn(text="Back again.")])
+        agent = {
+            "template": {"instructions": "test", "tools": [PICK_TOOL]},
+            "model": "anthropic:claude-test",
+        }
+        async with parkway(redis_url, agent, node) as pw:
+            report = await pw.drive(
+                major, [{"type": "send", "text": "hi"}, {"type": "note"}, {"type": "regenerate"}]
+            )
+            stored = await pw.api.state(report.chat_id)
+    [failed] = report.raw["notes"]
+    assert failed["status"] == "error"
+    assert "anthropic: the API key was refused (401)" in (failed["error"] or "")
+    assert [m["role"] for m in failed["messages"]][:1] == ["user"]
+    first = report.chunks(0)
+    assert first[-1]["type"] == "error"
+    assert "API key was refused (401)" in first[-1]["errorText"]
+    retry = report.posts[1]["body"]
+    assert retry["trigger"] == "regenerate-message"
+    assert retry["messages"][-1]["id"] == failed["messages"][0]["id"]
+    assert report.raw["status"] == "ready" and report.raw["error"] is None
+    assert text_of(report.assistants[-1]) == "Back again."
+    assert [m["role"] for m in stored["messages"]] == ["user", "assistant"]

@@ -100,6 +100,8 @@ async def test_the_code_review_widget_carries_escaped_highlighted_code_and_the_i
         # the run's own limits: the template's runtime, the call's lower memory
         limits = widget["sandbox"]["limits"]
         assert (limits["wall_s"], limits["memory_bytes"]) == (30, 128 * 2**20)
+        # and the server's own, which the card compares them with
+        assert widget["sandbox"]["serverLimits"]["wall_s"] == 10
         assert "render" not in widget
         [stored] = (await api.state("review"))["calls"]
         assert stored["widget"] == widget

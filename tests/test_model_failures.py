@@ -15,6 +15,7 @@ from tests.llm_double import Call, CutOff, Fail, Hang, ProviderDouble, Reset, St
 from tests.model_rig import MODELS, said
 from tests.support import (
     Api,
+    user_message,
 )
 
 # -- failures -----------------------------------------------------------------------------
@@ -32,7 +33,10 @@ async def test_refusals_end_the_run_with_an_error_naming_provider_and_cause(
     status: int, words: str, double: ProviderDouble, serve: Any
 ) -> None:
     """Bad key, unknown model: one request (no retry), an AI SDK error chunk naming the
-    provider and cause, never the key, and an idle chat that takes the next message."""
+    provider and cause, never the key, and an idle chat that takes the next message.
+    The user's message is kept (a reload shows what was asked), and sending it again
+    with the same id retries the turn without storing it twice; once the retry has
+    answered, the same id is a duplicate again."""
     double.script("anthropic", [Fail(status), Turn(text="Back.")])
     server = serve(MODELS["anthropic"])
     api = await Api(server.base_url).login()
@@ -44,10 +48,13 @@ async def test_refusals_end_the_run_with_an_error_naming_provider_and_cause(
     assert len(double.requests_for("anthropic")) == 1
     state = await api.state("e1")
     assert state["state"] == "idle"
-    # Nothing was said: the chat is as it was, so the same message can be sent again.
-    assert state["messages"] == []
+    assert [(m["role"], m["id"]) for m in state["messages"]] == [("user", "u1")]
     again = await api.say("e1", "hi")
     assert said(again) == "Back."
+    state = await api.state("e1")
+    assert [m["role"] for m in state["messages"]] == ["user", "assistant"]
+    replay = await api.chat("e1", [user_message("hi", "u1")])
+    assert replay.status_code == 409 and replay.json()["error"]["code"] == "duplicate_message"
     await api.aclose()
 
 
@@ -171,6 +178,35 @@ async def test_stop_closes_the_providers_stream(double: ProviderDouble, serve: A
     assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "stop"
     assert await double.wait_disconnect(timeout=10)
     assert (await api.state("stopme"))["state"] == "idle"
+    await api.aclose()
+
+
+async def test_a_turn_stopped_before_the_model_said_anything_can_be_sent_again(
+    double: ProviderDouble, serve: Any
+) -> None:
+    """Stopped before the first token, the turn has no answer: the user's message is
+    kept (no empty reply after it), and sending it again with the same id runs the turn
+    again (the playground's Retry) without storing it twice."""
+    double.script("anthropic", [Hang(text=[]), Turn(text="Here now.")])
+    server = serve(MODELS["anthropic"])
+    api = await Api(server.base_url).login()
+    import asyncio
+
+    async def stop_soon() -> None:
+        while not double.requests_for("anthropic"):
+            await asyncio.sleep(0.02)
+        stopped = await api.http.post("/api/chats/quiet/stop")
+        assert stopped.status_code in {200, 202, 204}, stopped.text
+
+    stopper = asyncio.create_task(stop_soon())
+    chunks = await api.say("quiet", "hi")
+    await stopper
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "stop"
+    state = await api.state("quiet")
+    assert state["state"] == "idle"
+    assert [(m["role"], m["id"]) for m in state["messages"]] == [("user", "u1")]
+    assert said(await api.say("quiet", "hi")) == "Here now."
+    assert [m["role"] for m in (await api.state("quiet"))["messages"]] == ["user", "assistant"]
     await api.aclose()
 
 

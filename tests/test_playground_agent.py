@@ -486,3 +486,33 @@ def test_a_blocked_popup_offers_a_tab_link_and_the_timeout_still_ends_the_call(
         with ServerView(tab) as server:
             assert server.call(tab.chat_id, call_id)["outcome"] == {"outcome": "timeout"}
         tab.assert_clean()
+
+
+# -- the build kit in plain words -------------------------------------------------------
+
+
+def test_the_kit_says_what_it_adds_and_code_status_shows_only_for_an_agent_that_runs_code(
+    browser: Browser, redis_url: str
+) -> None:
+    """The build kit is on by default for any agent: the panel says in plain words what
+    it lets the agent do. The sandbox's status matters only to an agent that runs code:
+    with the kit on it is the kit's execute_code, and the panel says so; with the kit
+    off, an agent without execute_code shows no sandbox status at all."""
+    with server_thread(redis_url, COMMITTING_AGENT) as server:
+        tab = Tab.new_context(browser, server.base_url).open()
+        panel = tab.page.get_by_test_id("agent-panel")
+        expect(panel).to_have_attribute("data-version", "1")
+        note = panel.get_by_test_id("kit-note")
+        expect(note).to_have_text(
+            "While on, new turns run with the kit laid over your template, so the agent can"
+            " also change its own template, run code (up to 60 s a run), save functions for"
+            " later and ask to connect your accounts. Commits never include it."
+        )
+        status = panel.get_by_test_id("sandbox-status")
+        why = panel.get_by_test_id("sandbox-note")
+        expect(status).to_be_visible()
+        expect(why).to_have_text("The build kit adds execute_code: your template has none.")
+        panel.get_by_test_id("kit-toggle").uncheck()
+        expect(status).to_be_hidden()
+        expect(why).to_have_text("This agent runs no code: its template has no execute_code tool.")
+        tab.assert_clean()

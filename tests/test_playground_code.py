@@ -193,11 +193,13 @@ def test_code_review_shows_the_program_its_input_and_isolation_then_the_result(
         ).to_contain_text(f"({size:,} bytes) · application/json · from get_sales")
 
         # the isolation, as the server probed it; the limits of this run: the page's
-        # build kit (on by default) lets code run for 60 s (its sandbox permissions)
+        # build kit (on by default) lets code run for 60 s (its sandbox permissions), and
+        # the card says so: /healthz and the docs say 10 s, the server's own limit
         layers = ", ".join(sandbox["isolation"]["layers"])
         expect(card.get_by_test_id("code-isolation")).to_have_text(f"Isolationbwrap: {layers}")
         expect(card.get_by_test_id("code-limits")).to_have_text(
-            "Limits60 s wall clock · 10 s CPU · 512 MiB memory · 16 processes · 64 MiB disk"
+            "Limits60 s wall clock (raised from the server's 10 s by the build kit) · 10 s CPU"
+            " · 512 MiB memory · 16 processes · 64 MiB disk"
         )
         expect(card.get_by_test_id("code-unconfined")).to_have_count(0)
         expect(tab.page.get_by_test_id("sandbox-status")).to_have_text("Code: bwrap")

@@ -473,11 +473,14 @@ async def test_a_record_with_an_unknown_schema_version_fails_closed(redis: Redis
 
 
 async def test_the_script_counts_model_calls_across_turns_and_ends_cleanly(redis: Redis) -> None:
-    """Turn k answers the k-th model call of the chat; past the script the model says so."""
+    """Turn k answers the k-th model call of the chat; past the script the model says so,
+    and how to start over or go on with a real model (not a bare "end of script")."""
     runner = make_runner(redis, [[text("one {{last_user_text}}")], [text("two")]])
     assert said(await turn(runner, "sc", "a", uid="1")) == "one a"
     assert said(await turn(runner, "sc", "b", uid="2")) == "two"
-    assert said(await turn(runner, "sc", "c", uid="3")) == "(end of script)"
+    done = said(await turn(runner, "sc", "c", uid="3"))
+    assert done.startswith("This agent's script is done")
+    assert "Start a new chat (New chat)" in done and "parkway serve --model NAME" in done
 
 
 async def test_a_repeated_user_message_id_is_refused(redis: Redis) -> None:

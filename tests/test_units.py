@@ -329,6 +329,27 @@ def test_scripts_with_malformed_conditions_or_placeholders_fail_at_load(
         ScriptedModel([[part]])
 
 
+@pytest.mark.parametrize(
+    "suggestions",
+    [[], "What can you do?", [""], ["  "], [1], ["x" * 201], ["a", "b", "c", "d", "e", "f"]],
+)
+def test_an_agent_files_suggestions_must_be_a_few_short_messages(suggestions: Any) -> None:
+    """The playground shows an agent file's suggestions as buttons that send them: a
+    bad value fails at load, saying what is allowed, rather than draw an empty or
+    endless button."""
+    document = {**DEMO_AGENT, "suggestions": suggestions}
+    if suggestions == []:
+        assert parse_agent_file(document).suggestions == ()
+        return
+    with pytest.raises(TemplateError, match="'suggestions' must be a list of at most 5"):
+        parse_agent_file(document)
+
+
+def test_the_demo_suggests_its_first_message() -> None:
+    """The built-in demo offers a first message its script and a real model both fit."""
+    assert parse_agent_file(DEMO_AGENT).suggestions == ("Help me file a weather report",)
+
+
 async def test_the_runner_runs_a_tool_with_the_input_its_placeholders_filled(
     redis: Redis,
 ) -> None:

@@ -217,6 +217,9 @@ class AgentView(RevisionSummary):
     drift: bool
     driftKeys: list[str]
     revisions: list[RevisionSummary]
+    suggestions: list[str] = Field(
+        description="the agent file's first messages a person might send (may be empty)"
+    )
     additional_context: AdditionalContext
 
 

@@ -169,6 +169,7 @@ async def get_agent(request: Request) -> Response:
             "revisions": [
                 {k: v for k, v in r.public(principal).items() if k != "template"} for r in revisions
             ],
+            "suggestions": list(getattr(request.app.state, "suggestions", ())),
             "additional_context": {
                 "playground_build_kit": {"agent_template_overlay": _build_kit(editor)}
             },

@@ -497,6 +497,7 @@ def create_app(
     app.router.routes.extend(metrics_routes(enabled=settings.metrics))
     app.state.settings = settings
     app.state.lifecycle = lifecycle  # parkway_lifespan(app) starts and stops it
+    app.state.suggestions = agent.suggestions  # the empty chat's first messages (GET /api/agent)
     app.state.admission = Admission(
         runs_per_principal=settings.max_runs_per_principal,
         streams_per_principal=settings.max_streams_per_principal,

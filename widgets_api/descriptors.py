@@ -121,7 +121,13 @@ def _describe_code(
                 sandbox if isinstance(sandbox, Mapping) else None,
                 requested if isinstance(requested, Mapping) else None,
             )
-            descriptor["sandbox"] = {**code.status(), "limits": limits.as_dict()}
+            status = code.status()
+            # the server's own limits too, so the card can say which ones were raised
+            descriptor["sandbox"] = {
+                **status,
+                "limits": limits.as_dict(),
+                "serverLimits": status["limits"],
+            }
         descriptor["artifactsUrl"] = f"{prefix}/api/chats/{quote(chat_id, safe='')}/artifacts"
     else:
         name = str(tool_input.get("name") or "")

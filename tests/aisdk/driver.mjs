@@ -21,6 +21,9 @@
 //       {"type": "resume", "signalWhenStreaming": "/tmp/x"}, // chat.resumeStream(); the
 //                                    // optional file is written once the resumed stream
 //                                    // has updated the chat (status streaming)
+//       {"type": "regenerate"},        // chat.regenerate(): the last turn again
+//       {"type": "note"},              // record the chat's status, error and messages
+//                                    // now (the report's `notes`)
 //       {"type": "signal", "file": "/tmp/y"},  // write a file (a handshake with the test)
 //       {"type": "await", "file": "/tmp/z"}    // wait until the test writes this file
 //     ],
@@ -72,6 +75,7 @@ const timeoutMs = scenario.timeoutMs ?? 20000;
 const maxPosts = scenario.maxPosts ?? 8;
 const problems = [];
 const errors = [];
+const notes = [];
 const toolCalls = [];
 const finishes = [];
 
@@ -399,6 +403,16 @@ async function run(action) {
       await resuming;
       break;
     }
+    case 'regenerate':
+      await chat.regenerate();
+      break;
+    case 'note':
+      notes.push({
+        status: chat.status,
+        error: chat.error ? String(chat.error.message ?? chat.error) : null,
+        messages: structuredClone(chat.messages),
+      });
+      return;
     case 'signal':
       writeFileSync(action.file, chat.status);
       return;
@@ -434,6 +448,7 @@ const report = {
   status: chat.status,
   error: chat.error ? String(chat.error.message ?? chat.error) : null,
   errors,
+  notes,
   problems,
   timedOut,
   messages: chat.messages,

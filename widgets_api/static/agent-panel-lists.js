@@ -36,6 +36,40 @@ function committer(by, you) {
   return typeof by === "string" ? by : "";
 }
 
+// What each of the kit's tools lets the agent do, in plain words (others by name; null:
+// implied by another).
+const KIT_ABILITIES = {
+  "platform:commit_config": "change its own template",
+  "platform:execute_code": "run code",
+  "platform:save_function": "save functions for later",
+  "platform:list_functions": null,
+  "workflow:__ag__request_connection": "ask to connect your accounts",
+};
+
+/** Whether `template` has the execute_code tool (the one that runs code). */
+export function runsCode(template) {
+  const tools = isObject(template) && Array.isArray(template.tools) ? template.tools : [];
+  return tools.some((tool) => isObject(tool) && tool.type === "platform" && tool.op === "execute_code");
+}
+
+/** The build kit in one sentence: what the agent can do while it is on. */
+export function kitSentence(overlay) {
+  if (!overlay) return "This server offers no build kit.";
+  const identity = globalThis.ParkwayOverlay.entryIdentity;
+  const tools = Array.isArray(overlay.tools) ? overlay.tools : [];
+  const permissions = isObject(overlay.sandbox) && isObject(overlay.sandbox.permissions) ? overlay.sandbox.permissions : {};
+  const runtime = typeof permissions.max_runtime_s === "number" ? ` (up to ${permissions.max_runtime_s} s a run)` : "";
+  const abilities = [];
+  for (const tool of tools) {
+    const id = identity(tool) || "";
+    const plain = id in KIT_ABILITIES ? KIT_ABILITIES[id] : `use ${id.replace(/^[a-z]+:/, "") || "another tool"}`;
+    if (plain) abilities.push(id === "platform:execute_code" ? plain + runtime : plain);
+  }
+  if (!abilities.length) return "While on, new turns run with the kit laid over your template. Commits never include it.";
+  const list = abilities.length > 1 ? `${abilities.slice(0, -1).join(", ")} and ${abilities.at(-1)}` : abilities[0];
+  return `While on, new turns run with the kit laid over your template, so the agent can also ${list}. Commits never include it.`;
+}
+
 /** What the build kit `overlay` adds, section by section, each entry tagged as removed
  *  on commit. */
 export function kitGroups(overlay) {

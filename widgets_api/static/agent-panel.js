@@ -13,7 +13,7 @@
 // Below it, the Code section (code-panel.js): the sandbox's status and the agent's
 // function library.
 
-import { isObject, kitGroups, revisionItems, short } from "./agent-panel-lists.js";
+import { isObject, kitGroups, kitSentence, revisionItems, runsCode, short } from "./agent-panel-lists.js";
 import { CodePanel } from "./code-panel.js";
 import { canonical, errorMessage, h, pretty } from "./playground-base.js";
 
@@ -84,6 +84,7 @@ export class AgentPanel {
       h("button", { type: "button", class: "button button-small", "data-action": "reload-agent", onclick: reload }, "Reload"),
     );
     e.kit = h("input", { type: "checkbox", id: "kit-toggle", "data-testid": "kit-toggle", onchange: () => this.setKit(e.kit.checked) });
+    e.kitNote = h("p", { class: "panel-note", "data-testid": "kit-note" });
     e.kitList = h("div", { class: "kit-list" });
     e.drawer = h("details", { class: "kit-drawer", "data-testid": "kit-drawer" }, h("summary", {}, "What the kit adds"), e.kitList);
     e.editor = h("textarea", { id: "template-editor", class: "template-editor", "data-testid": "template-editor", spellcheck: "false", rows: 14, oninput: () => this.edit() });
@@ -104,7 +105,7 @@ export class AgentPanel {
         "section",
         { class: "kit", "aria-label": "Playground build kit" },
         h("label", { class: "kit-toggle", for: "kit-toggle" }, e.kit, h("span", { text: "Playground build kit" })),
-        h("p", { class: "panel-note", text: "While on, new turns run with the kit laid over your template. Commits never include it." }),
+        e.kitNote,
         e.drawer,
       ),
       h(
@@ -224,6 +225,13 @@ export class AgentPanel {
     return this.working === null || canonical(this.working) !== canonical(this.head.template);
   }
 
+  /** The sandbox permissions the build kit lays over new turns while it is on, or null. */
+  kitPermissions() {
+    if (!this.kitOn || !this.overlay || !this.head || this.head.editable === false) return null;
+    const sandbox = this.overlay.sandbox;
+    return isObject(sandbox) && isObject(sandbox.permissions) ? sandbox.permissions : null;
+  }
+
   setKit(on) {
     this.kitOn = on;
     writeKit(on);
@@ -331,6 +339,11 @@ export class AgentPanel {
     }
     e.problem.hidden = !problem;
     e.problem.textContent = problem;
+    // Whether code can run matters only to an agent that runs code: its own template's
+    // execute_code, or the build kit's while the kit is on.
+    const own = runsCode(this.working === null ? head.template : this.working);
+    const fromKit = !own && editable && this.kitOn && runsCode(this.overlay);
+    this.code.relevant(own || fromKit, fromKit);
     e.editor.setAttribute("aria-invalid", String(Boolean(this.problem)));
     e.hints.replaceChildren(
       ...overrides.map((override) =>
@@ -358,6 +371,7 @@ export class AgentPanel {
   }
 
   renderKit() {
+    this.els.kitNote.textContent = kitSentence(this.overlay);
     this.els.kitList.replaceChildren(...kitGroups(this.overlay));
   }
 

@@ -17,6 +17,7 @@ const PENDING_POLL_MS = 2000;
 // or a run holds the chat. The widgets show the winner's outcome after the sync.
 const RACED = ["already_settled", "chat_busy", "nothing_to_resume", "no_pending_call_answered"];
 const COUNT = new Intl.NumberFormat("en");
+const NO_ANSWER = "This message has no answer: its last attempt ended before the agent replied.";
 
 function callPath(chatId, toolCallId) {
   return `api/chats/${encodeURIComponent(chatId)}/calls/${encodeURIComponent(toolCallId)}`;
@@ -56,8 +57,10 @@ export class Chat {
     this.answers = new Map(); // toolCallId -> {patch, intent, settled}: answered here, not yet sent
     this.inflight = new Set(); // toolCallIds whose answers the current POST carries
     this.messageErrors = new Map(); // messageId -> the error that ended its stream
+    this.failed = null; // the id of the message showing the last turn's error (Retry), or null
     this.codeCalls = new Map(); // toolCallId -> the tool calls its code made (ui-stream.js)
     this.serverState = null; // 'idle' | 'running' | 'parked', from the last GET
+    this.loaded = false; // the chat was loaded from the server once (a reload)
     this.status = "ready"; // 'ready' | 'submitted' | 'streaming' | 'error'
     this.abort = null;
     this.refusedContinue = null;
@@ -160,13 +163,24 @@ export class Chat {
     const queued = new Map(this.answers);
     this.answers.clear();
     const message = { id: newId("u"), role: "user", parts: [{ type: "text", text }] };
+    this.failed = null;
     this.messages.push(message);
     this.view.render();
     const body = { id: this.id, messages: this.messages, trigger: "submit-message" };
     // The build kit over the working template, or uncommitted edits: this turn only.
     if (turn.template !== undefined) body.agentTemplate = turn.template;
     const result = await this.post(body, []);
-    if (result.ok) return true;
+    if (result.ok && !this.lost(message)) return true;
+    if (result.ok) {
+      // The turn failed before the server stored the message (an internal error): it is
+      // not in the chat, so it goes back in the box, with the error.
+      const error = this.messageErrors.get(message.id);
+      this.messageErrors.delete(message.id);
+      if (this.failed === message.id) this.failed = null;
+      this.view.banner(`${error || "The run failed."} Your message was not kept; it is back in the box below.`);
+      this.view.render();
+      return false;
+    }
     this.messages = this.messages.filter((m) => m !== message);
     this.answers = queued;
     if (fresh) this.forget();
@@ -174,6 +188,39 @@ export class Chat {
     this.view.render();
     if (!fresh) await this.sync();
     return false;
+  }
+
+  /** Whether the turn of the user's `message` failed (its error is shown under it) and
+   *  the server's chat, read after it, does not have the message. */
+  lost(message) {
+    return this.messageErrors.has(message.id) && !this.messages.some((m) => m.id === message.id);
+  }
+
+  /** Run the last turn again after it failed: resend its user message with the same id
+   *  (as the AI SDK's `regenerate()` does). The server kept the message and runs the
+   *  model again without storing it twice. */
+  async retry() {
+    if (this.busy() || !this.id || !this.failed) return;
+    const index = this.messages.findLastIndex((m) => m.role === "user");
+    if (index < 0) return;
+    const failed = this.failed;
+    this.setStatus("submitted");
+    const turn = await this.panel.forTurn();
+    if (turn.error) {
+      this.setStatus("ready");
+      this.view.banner(turn.error);
+      return;
+    }
+    this.failed = null;
+    const body = { id: this.id, messages: this.messages.slice(0, index + 1), trigger: "regenerate-message" };
+    if (turn.template !== undefined) body.agentTemplate = turn.template;
+    const result = await this.post(body, []);
+    if (result.ok) return;
+    // Still not answered: the error under the message says why, and Retry stays.
+    this.failed = failed;
+    this.messageErrors.set(failed, result.text);
+    this.setStatus("error");
+    await this.sync();
   }
 
   /** Record an answer to a parked call in its tool part, as `addToolOutput` /
@@ -281,11 +328,33 @@ export class Chat {
     this.abort = null;
     if (run.message) {
       for (const part of run.message.parts) if (part.state === "streaming") part.state = "done";
-      if (run.error) this.messageErrors.set(run.message.id, run.error);
+      if (run.error) this.failTurn(run.message, run.error);
       else this.messageErrors.delete(run.message.id);
+      // A turn whose own stream broke off went on: following it shows its answer.
+      if (!run.error && replay && this.failed) {
+        this.messageErrors.delete(this.failed);
+        this.failed = null;
+      }
     }
     this.setStatus(run.error ? "error" : "ready");
     this.view.render();
+  }
+
+  /** A turn's stream ended with an error: show it under what the model said, or under
+   *  the user's message when it said nothing (the server keeps that message, so a
+   *  reload shows it too), with Retry. */
+  failTurn(message, error) {
+    let anchor = message;
+    if (!message.parts.some((p) => p.type === "text" || p.type === "reasoning" || isToolPart(p))) {
+      const index = this.messages.indexOf(message);
+      const user = this.messages.slice(0, index < 0 ? undefined : index).findLast((m) => m.role === "user");
+      if (user) {
+        this.messages = this.messages.filter((m) => m !== message);
+        anchor = user;
+      }
+    }
+    this.messageErrors.set(anchor.id, error);
+    this.failed = anchor.id;
   }
 
   // -- catching up with the server ----------------------------------------------------
@@ -350,6 +419,13 @@ export class Chat {
     }
     for (const call of this.calls.values()) if (call.widget) this.descriptors.set(call.toolCallId, call.widget);
     for (const [id, made] of codeCallsOf(this.messages)) this.codeCalls.set(id, made);
+    // An idle chat that ends with the user's message: its turn failed (or was stopped)
+    // before the model said anything, maybe before this page was loaded. Offer Retry.
+    const last = this.messages.at(-1);
+    if (data.state === "idle" && last && last.role === "user") {
+      if (!this.messageErrors.has(last.id)) this.messageErrors.set(last.id, NO_ANSWER);
+      this.failed = last.id;
+    }
     if (this.decisions) this.decisions.refresh(this.id); // a settle, a reload: who decided
     // Answers given here and not sent yet survive a sync while their call is pending.
     for (const [id, answer] of [...this.answers]) {
@@ -363,6 +439,8 @@ export class Chat {
       if (part) Object.assign(part, answer.patch);
     }
     this.view.render();
+    if (!this.loaded) this.view.revealWaiting(); // the page's first look at the chat
+    this.loaded = true;
   }
 
   /** GET /api/chat/{id}/stream: the current message from its start, then live. */

@@ -26,9 +26,9 @@ export class ChoiceWidget extends Widget {
     if (state === "answered") {
       const output = ctx.outcome && ctx.outcome.output;
       const choice = output && typeof output.choice === "string" ? output.choice : pretty(output);
-      // Whoever chose (this page, or another tab: the notice says so), it is the answer.
-      const who = this.answeredHere() ? "You chose" : "Chosen:";
-      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `${who} “${choice}”` }), ...this.messages()];
+      // The same words live, after a reload and in another tab of the same person (the
+      // notice says when it was answered elsewhere).
+      return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `You chose “${choice}”` }), ...this.messages()];
     }
     if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
     if (state === "submitting" || state === "queued") {

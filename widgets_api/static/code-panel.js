@@ -14,7 +14,8 @@ function libraryPath(name) {
 }
 
 function when(ms) {
-  return Number.isFinite(ms) && ms > 0 ? new Date(ms).toLocaleString() : "";
+  // The page's time format ("4:17 PM"), with the date: versions span days.
+  return Number.isFinite(ms) && ms > 0 ? new Date(ms).toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) : "";
 }
 
 /** The sandbox's status as [text, state, title]. */
@@ -46,10 +47,21 @@ export class CodePanel {
       { class: "code-panel", "data-testid": "code-panel", "aria-label": "Code" },
       h("h3", { class: "panel-subtitle", text: "Code" }),
       this.status,
+      (this.why = h("p", { class: "panel-note", "data-testid": "sandbox-note", hidden: true })),
       h("h3", { class: "panel-subtitle", text: "Function library" }),
       this.note,
       this.list,
     );
+  }
+
+  /** Show the sandbox's status only to an agent that runs code (`runs`); `fromKit`: its
+   *  execute_code comes from the build kit. */
+  relevant(runs, fromKit) {
+    this.status.hidden = !runs;
+    this.why.hidden = runs && !fromKit;
+    this.why.textContent = !runs
+      ? "This agent runs no code: its template has no execute_code tool."
+      : "The build kit adds execute_code: your template has none.";
   }
 
   start() {

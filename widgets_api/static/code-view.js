@@ -185,16 +185,27 @@ export function brokeredView(calls) {
   );
 }
 
-/** "10 s wall clock · 10 s CPU · 512 MiB memory · 16 processes · 64 MiB disk". */
-export function limitsText(limits) {
+/** "10 s wall clock · 10 s CPU · 512 MiB memory · 16 processes · 64 MiB disk". A wall
+ *  clock over the server's own (`serverLimits`, what /healthz shows) says who raised it:
+ *  `raisedBy`, else the agent's sandbox permissions. */
+export function limitsText(limits, serverLimits = null, raisedBy = null) {
   if (!isPlainObject(limits)) return "unknown";
   const bits = [];
-  if (typeof limits.wall_s === "number") bits.push(`${limits.wall_s} s wall clock`);
+  if (typeof limits.wall_s === "number") {
+    const base = isPlainObject(serverLimits) ? serverLimits.wall_s : undefined;
+    const raised = typeof base === "number" && limits.wall_s > base ? ` (raised from the server's ${base} s by ${raisedBy || "the agent's sandbox permissions"})` : "";
+    bits.push(`${limits.wall_s} s wall clock${raised}`);
+  }
   if (typeof limits.cpu_s === "number") bits.push(`${limits.cpu_s} s CPU`);
   if (typeof limits.memory_bytes === "number") bits.push(`${Math.round(limits.memory_bytes / MIB)} MiB memory`);
   if (typeof limits.processes === "number") bits.push(`${limits.processes} processes`);
   if (typeof limits.disk_bytes === "number") bits.push(`${Math.round(limits.disk_bytes / MIB)} MiB disk`);
   return bits.join(" · ");
+}
+
+/** Who set the run's wall clock: the build kit when it is on and sets this very value. */
+function raiser(limits, kit) {
+  return isPlainObject(limits) && isPlainObject(kit) && kit.max_runtime_s === limits.wall_s ? "the build kit" : null;
 }
 
 /** What a call's own `limits` ask for ({timeout_s, cpu_s, memory_mb}), or "". */
@@ -208,8 +219,9 @@ function askedText(asked) {
 }
 
 /** Where the program would run: the isolation and the limits, an UNCONFINED badge when
- *  the server runs code without isolation, or why it cannot run code at all. */
-export function sandboxView(sandbox, asked) {
+ *  the server runs code without isolation, or why it cannot run code at all. `kit`: the
+ *  sandbox permissions the build kit lays over the template while it is on, or null. */
+export function sandboxView(sandbox, asked, kit = null) {
   const box = h("div", { class: "code-sandbox", "data-testid": "code-sandbox" });
   if (!isPlainObject(sandbox) || sandbox.available !== true) {
     const reason = isPlainObject(sandbox) && typeof sandbox.reason === "string" && sandbox.reason ? sandbox.reason : "no reason given";
@@ -236,7 +248,7 @@ export function sandboxView(sandbox, asked) {
   }
   const isolationLine = h("p", { class: "code-isolation", "data-testid": "code-isolation" }, h("span", { class: "code-fact", text: "Isolation" }), h("span", { text: layers.length ? `${provider}: ${layers.join(", ")}` : provider }));
   if (typeof isolation.detail === "string" && isolation.detail) isolationLine.title = isolation.detail;
-  box.append(isolationLine, h("p", { class: "code-limits", "data-testid": "code-limits" }, h("span", { class: "code-fact", text: "Limits" }), h("span", { text: limitsText(sandbox.limits) })));
+  box.append(isolationLine, h("p", { class: "code-limits", "data-testid": "code-limits" }, h("span", { class: "code-fact", text: "Limits" }), h("span", { text: limitsText(sandbox.limits, sandbox.serverLimits, raiser(sandbox.limits, kit)) })));
   const lower = askedText(asked);
   if (lower) box.append(h("p", { class: "panel-note", "data-testid": "code-asked-limits", text: `The call asks for ${lower} (it may only lower the limits above).` }));
   return box;

@@ -152,7 +152,7 @@ export class CodeReviewWidget extends CodeApprovalWidget {
     return [
       this.head(ctx, "Code review"),
       this.description(ctx),
-      sandboxView(ctx.desc.sandbox, input.limits),
+      sandboxView(ctx.desc.sandbox, input.limits, this.chat.panel.kitPermissions()),
       h("div", { class: "tool-label", text: "Program" }),
       this.code.view(ctx.desc.codeLines, "Program"),
       ...(input.args !== undefined ? this.labelled("Arguments", pretty(input.args)) : []),

@@ -1,8 +1,9 @@
 // Parkway playground: the composer. It sends the user's message, keeps it in the box
-// when it was not sent, fills in a suggestion from the empty chat, and asks first when a
-// new message would end requests still waiting for the user (the server cancels a
-// step's pending calls when a new message arrives): an in-page confirm step, never
-// window.confirm, which a browser may suppress and which blocks the page.
+// when it was not sent, offers the agent's suggested first message (GET /api/agent
+// `suggestions`: a button in the empty chat that sends it, and the placeholder), and
+// asks first when a new message would end requests still waiting for the user (the
+// server cancels a step's pending calls when a new message arrives): an in-page confirm
+// step, never window.confirm, which a browser may suppress and which blocks the page.
 //
 // An ES module imported by playground.js; no build step.
 
@@ -16,7 +17,20 @@ export class Composer {
     this.confirmText = doc.getElementById("supersede-text");
     this.sendAnyway = doc.getElementById("supersede-send");
     this.keep = doc.getElementById("supersede-keep");
+    this.offer = doc.getElementById("suggest");
     this.suggestions = [...doc.querySelectorAll('[data-action="suggest"]')];
+  }
+
+  /** The agent's suggested first messages: the empty chat offers the first (a button
+   *  that sends it) and the placeholder names it; without one, nothing is suggested. */
+  suggest(suggestions) {
+    const first = Array.isArray(suggestions) ? suggestions.find((s) => typeof s === "string" && s.trim()) : undefined;
+    this.offer.hidden = !first;
+    for (const button of this.suggestions) {
+      button.textContent = first || "";
+      button.dataset.text = first || "";
+    }
+    this.box.placeholder = first ? `Message the agent… (try “${first}”)` : "Message the agent…";
   }
 
   start() {
@@ -40,7 +54,7 @@ export class Composer {
     for (const button of this.suggestions) {
       button.addEventListener("click", () => {
         this.box.value = button.dataset.text || button.textContent;
-        this.box.focus();
+        this.submit();
       });
     }
   }

@@ -171,7 +171,7 @@ export class ConnectWidget extends Widget {
         return [
           this.head(ctx, "Connecting"),
           h("p", { class: "widget-result", role: "status", text: `Connecting ${name}…` }),
-          h("p", { class: "widget-desc", text: "Finish signing in in the pop-up window." }),
+          h("p", { class: "widget-desc", "data-testid": "connect-popup-hint", text: "Complete the sign-in in the pop-up window." }),
           this.flow.resumed
             ? h("p", { class: "widget-hint", "data-testid": "connect-resumed", text: "The page was reloaded while you were signing in. If the pop-up is gone, open the sign-in again." })
             : null,

@@ -53,7 +53,9 @@ function boot() {
   chat.view = view;
   chat.decisions = new DecisionsList(api, document);
   panel.start();
-  new Composer(document, chat).start();
+  const composer = new Composer(document, chat);
+  composer.start();
+  panel.ready.then(() => composer.suggest(panel.head && panel.head.suggestions));
   view.status("ready");
   view.els.stop.addEventListener("click", () => chat.stop());
   view.els["banner-close"].addEventListener("click", () => view.banner(null));

@@ -48,6 +48,24 @@ export class View {
     this.chatStatus = "ready";
     this.els = {};
     for (const id of ELEMENT_IDS) this.els[id] = doc.getElementById(id);
+    // A chat scrolled to its end stays there when its area shrinks (the Decisions list
+    // appearing below it, a narrow screen's keyboard): the buttons of a card at the end
+    // would otherwise slip below the fold.
+    const scroller = this.els.scroller;
+    this.atEnd = true;
+    scroller.addEventListener("scroll", () => {
+      this.atEnd = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
+    });
+    new ResizeObserver(() => {
+      if (this.atEnd) scroller.scrollTop = scroller.scrollHeight;
+    }).observe(scroller);
+  }
+
+  /** Bring the first card waiting for the user into view, down to its buttons (a
+   *  reload at a waiting card, on a small screen too). */
+  revealWaiting() {
+    const [first] = this.widgets.waiting();
+    if (first) first.root.scrollIntoView({ block: "end" });
   }
 
   schedule() {
@@ -126,6 +144,19 @@ export class View {
       let el = [...li.children].find((child) => child.dataset.key === "error");
       if (!el) el = h("div", { class: "message-error", role: "alert", "data-key": "error", "data-testid": "message-error" });
       el.textContent = error;
+      items.push(el);
+    }
+    // The last turn failed and this is where it shows: it can be run again.
+    if (error && this.chat.failed === message.id && this.chat.messages.at(-1) === message) {
+      let el = [...li.children].find((child) => child.dataset.key === "retry");
+      if (!el) {
+        el = h(
+          "div",
+          { class: "message-retry", "data-key": "retry" },
+          h("button", { type: "button", class: "button button-small", "data-action": "retry", "data-testid": "retry", text: "Retry", onclick: () => this.chat.retry() }),
+        );
+      }
+      el.querySelector("button").disabled = this.chat.busy();
       items.push(el);
     }
     const footer = messageFooter([...li.children].find((child) => child.dataset.key === "footer"), message);
@@ -220,7 +251,8 @@ function decisionItem(entry) {
     h("span", { class: "decision-outcome", text: outcome }),
     h("span", { class: "decision-tool", text: entry.toolName }),
     h("span", { class: "decision-source", text: `via ${entry.source}` }),
-    h("time", { class: "decision-time", datetime: when.toISOString(), text: when.toLocaleTimeString() }),
+    // The page's one time format (a card's deadline has it too): "4:17 PM".
+    h("time", { class: "decision-time", datetime: when.toISOString(), text: when.toLocaleTimeString([], { timeStyle: "short" }) }),
   );
 }
 

@@ -158,7 +158,8 @@ export class Widget {
   deadline(ctx) {
     const ms = ctx.desc.deadline;
     if (typeof ms !== "number") return null;
-    const time = new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    // The page's one time format (the Decisions list has it too): "4:17 PM".
+    const time = new Date(ms).toLocaleTimeString([], { timeStyle: "short" });
     return h("span", { class: "deadline", text: `Expires at ${time}` });
   }
 
