@@ -581,13 +581,21 @@ async def test_followers_survive_their_watch_connection_dying(
     run = await runner.start_turn("w1", "alice", "hi")
     start = await asyncio.wait_for(asyncio.shield(run.log_start), 10)
     following = asyncio.gather(*([collect(runner.follow("w1", start)) for _ in range(3)]))
-    await asyncio.sleep(0.5)
+    watch = runner.logwatch
+
+    def wakes() -> list[asyncio.Event]:
+        """The followers' wake-up events (each follower clears its own before it reads)."""
+        return [event for events in watch._waiters.values() for event in events]
+
+    # the three followers wait, subscribed on a live connection, before the cut
+    await eventually(lambda: len(wakes()) == 3 and watch.healthy, what="followers waiting")
     proxy.down()
     proxy.up()
     # the watch notices, reconnects and subscribes again
-    await eventually(lambda: runner.logwatch.reconnects > 0, within_s=10, every_s=0.05)
-    assert runner.logwatch.reconnects == 1
-    await asyncio.sleep(0.5)  # the wake-up of the reconnect has come and gone
+    await eventually(lambda: watch.reconnects > 0, within_s=10, every_s=0.05)
+    assert watch.reconnects == 1
+    # the reconnect woke every follower; each has taken its wake-up (and reads again)
+    await eventually(lambda: not any(e.is_set() for e in wakes()), what="wake-ups taken")
     release.write_text("go")
     followed = await asyncio.wait_for(following, 30)
     emitted = await run.collect()
