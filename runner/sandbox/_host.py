@@ -104,11 +104,18 @@ def _nothing() -> None:
 def remove_stale_guests(folder: Path | None = None) -> int:
     """Remove the guest copies (:func:`staged_guest`) in ``folder`` (default: the
     temporary folder) whose process is gone, as a server killed with SIGKILL leaves
-    them; the number removed. A copy of a process that still runs is kept."""
+    them; the number removed. A copy of a process that still runs is kept, and so is
+    anything this user does not own (another user's folder of that name, a link)."""
     removed = 0
     for copy in Path(folder or tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*-*"):
         pid = copy.name[len(_COPY_PREFIX) :].partition("-")[0]
         if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            info = copy.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
             continue
         shutil.rmtree(copy, ignore_errors=True)
         removed += 1
