@@ -34,18 +34,48 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ToolContext:
+    """What a server tool is told about its call: the second argument of a function
+    tool's callable that accepts two (``def lookup(data, ctx)``), made by the runner
+    for each call. docs/protocol.md ("The agent template") lists the same.
+
+    Who and what:
+
+    - ``chat_id``: the chat the call belongs to (the id the client chose).
+    - ``principal``: who the chat belongs to, the session's principal id (``usr_…``
+      for Parkway's own sessions, whatever the authenticator resolves otherwise). Key
+      per-user data by it; it is the identity ``access_token`` uses.
+    - ``tool_call_id``: the model's id of this call (``toolCallId`` on the wire and
+      in the chat's history). A tool a program calls from ``execute_code`` gets the
+      ``execute_code`` call's id.
+    - ``tool_name``: the tool's name in the template (one callable may serve several).
+
+    What the server lends the tool (None where the server has none, or for a tool an
+    ``execute_code`` program calls, which gets ``credentials``, ``agents`` and
+    ``template`` only):
+
+    - ``credentials``: the connection store behind :meth:`access_token`; call that
+      rather than this.
+    - ``agents``: the agent's revisions (:class:`~parkway.runner.agents.AgentStore`),
+      which the platform ops read and commit.
+    - ``template``: the template the run uses (:class:`~parkway.runner.template.AgentTemplate`;
+      ``template.raw`` is its JSON): brokered tool calls look their tools up in it.
+    - ``artifacts``: the chat's artifacts
+      (:class:`~parkway.runner.artifacts.ArtifactStore`), used by the code ops.
+    - ``code``: the code sandbox (:class:`~parkway.runner.codemode.runtime.CodeMode`),
+      used by ``execute_code``.
+    - ``parts``: the data parts :meth:`publish` queued, in order; the runner puts
+      them on the stream after the tool's output. Use :meth:`publish`, not this list.
+    """
+
     chat_id: str
     principal: str
     tool_call_id: str
     tool_name: str
     credentials: Credentials | None = None
     agents: AgentStore | None = None
-    # The run's template (brokered tool calls look their tools up in it), the chat's
-    # artifacts and the code sandbox (the code ops use them).
     template: AgentTemplate | None = None
     artifacts: ArtifactStore | None = None
     code: CodeMode | None = None
-    # Data parts the tool publishes on the run's stream (``publish``), in order.
     parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def publish(self, name: str, data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -97,6 +98,16 @@ def test_help_is_plain_text() -> None:
     assert "parkway serve" in result.stdout
     for markup in ("``", ":func:", ":mod:", ":class:", ":meth:"):
         assert markup not in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_installed_distributions_version(flag: str) -> None:
+    """Bug reports and upgrade checks start with ``parkway --version``: it names the
+    installed distribution's version (its metadata, as pip installed it) and exits 0,
+    without a subcommand."""
+    result = _parkway(flag)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"parkway {importlib.metadata.version('parkway')}\n"
 
 
 @pytest.mark.slow

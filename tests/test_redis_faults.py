@@ -5,9 +5,11 @@ answers 500, and every chat can be answered afterwards."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -403,16 +405,50 @@ def _turn_body(chat: str, words: str) -> dict[str, Any]:
 # -- restarts under load: AOF, SHUTDOWN and SIGKILL ------------------------------------
 
 ROUNDS = 4
+RESTARTS = 2  # Redis restarts before rounds 1 and 2 may be answered
 
 
-async def _drive_chat(api: Api, chat: str, statuses: list[int]) -> None:
+@dataclass
+class _Load:
+    """What paces the chats under load, by conditions rather than the clock: each chat
+    answers round ``k + 1`` only once Redis has been restarted the ``k``-th time, so the
+    load is still open whenever Redis goes down, however fast or slow the machine."""
+
+    statuses: list[int] = field(default_factory=list)
+    restarted: list[asyncio.Event] = field(
+        default_factory=lambda: [asyncio.Event() for _ in range(RESTARTS)]
+    )
+    # the chats waiting for restart k, parked on round k + 1
+    held: list[set[str]] = field(default_factory=lambda: [set() for _ in range(RESTARTS)])
+    outage_seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def record(self, status: int) -> None:
+        self.statuses.append(status)
+        if status == 503:  # Redis is down and a request noticed
+            self.outage_seen.set()
+
+    async def hold(self, api: Api, chat: str, round_: int) -> None:
+        """Before answering ``round_``: wait for its restart, reading the chat meanwhile
+        (the load goes on during the outage, and its requests see the 503s)."""
+        if not 1 <= round_ <= RESTARTS:
+            return
+        restarted = self.restarted[round_ - 1]
+        self.held[round_ - 1].add(chat)
+        while not restarted.is_set():
+            self.record((await api.http.get(f"/api/chats/{chat}")).status_code)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(restarted.wait(), 0.05)
+
+
+async def _drive_chat(api: Api, chat: str, load: _Load) -> None:
     """Take one chat through its rounds (park, answer, resume) like a patient client:
     a 503 or a stream cut by the outage is retried from the chat's stored state."""
-    for _ in range(400):
+    record = load.record
+    while True:  # bounded by the test's wait for the whole load
         response = await api.http.get(f"/api/chats/{chat}")
-        statuses.append(response.status_code)
+        record(response.status_code)
         if response.status_code == 404:
-            statuses.append((await api.chat(chat, [user_message("go")])).status_code)
+            record((await api.chat(chat, [user_message("go")])).status_code)
             continue
         if response.status_code != 200:
             await asyncio.sleep(0.2)
@@ -421,13 +457,14 @@ async def _drive_chat(api: Api, chat: str, statuses: list[int]) -> None:
         pending = [c for c in body["calls"] if c["status"] == "pending"]
         if body["state"] == "parked" and pending:
             for c in pending:
+                await load.hold(api, chat, int(c["input"]["q"].removeprefix("round ")))
                 settled = await api.settle(
                     chat, c["toolCallId"], {"outcome": "output", "output": {"choice": "x"}}
                 )
-                statuses.append(settled.status_code)
+                record(settled.status_code)
             continue
         if body["state"] == "parked":
-            statuses.append((await api.resume(chat)).status_code)
+            record((await api.resume(chat)).status_code)
             continue
         if body["state"] == "idle" and body["messages"]:
             last = body["messages"][-1]
@@ -436,12 +473,12 @@ async def _drive_chat(api: Api, chat: str, statuses: list[int]) -> None:
                 return
             if last["role"] == "user" or not said:
                 # the turn failed before it stored anything of the answer: resume or resend
-                statuses.append((await api.resume(chat)).status_code)
+                record((await api.resume(chat)).status_code)
             continue
         await asyncio.sleep(0.1)  # running
-    raise AssertionError(f"chat {chat} never finished")
 
 
+@pytest.mark.timeout(300)  # 48 x 4 rounds on a busy 2-core machine; paced by conditions
 @pytest.mark.parametrize("restart", ["shutdown", "sigkill"])
 async def test_redis_restarted_under_load_loses_nothing_doubles_nothing(
     server: RestartableRedis, direct: Redis, tmp_path: Path, restart: str
@@ -449,7 +486,11 @@ async def test_redis_restarted_under_load_loses_nothing_doubles_nothing(
     """Two worker processes, 24 chats each taken through four park/answer/resume rounds
     at once, and Redis restarted twice meanwhile (AOF, every write fsynced). Requests
     during the outage get 503 and are retried; none gets 500. Afterwards every chat has
-    each step exactly once."""
+    each step exactly once.
+
+    The load paces itself (:class:`_Load`): Redis goes down once half the chats wait
+    for that restart (the others are still mid-round), it comes back once the load has
+    met the outage, and no chat can finish before both restarts."""
     turns = [[call("pick", {"q": f"round {i}"})] for i in range(ROUNDS)] + [[text("done")]]
     agent = tmp_path / "agent.json"
     agent.write_text(json.dumps(agent_doc(turns)))
@@ -457,27 +498,36 @@ async def test_redis_restarted_under_load_loses_nothing_doubles_nothing(
     workers = [ParkwayProcess(server.url, agent, env=env).start() for _ in range(2)]
     owner = await Api(workers[0].base_url).login()
     clients = [owner, owner.same_user(workers[1].base_url)]
-    statuses: list[int] = []
     chats = [f"r{i}" for i in range(24)]
+    load = _Load()
     try:
         for chat in chats:
             assert (await clients[0].chat(chat, [user_message("go")])).status_code == 200
         driving = asyncio.gather(
-            *(_drive_chat(clients[i % 2], chat, statuses) for i, chat in enumerate(chats))
+            *(_drive_chat(clients[i % 2], chat, load) for i, chat in enumerate(chats))
         )
-        for _ in range(2):
-            await asyncio.sleep(0.4)
-            assert not driving.done(), "the chats finished before Redis was restarted"
+
+        def half_held(k: int) -> bool:
+            if driving.done():
+                driving.result()  # a driver failed: its error, not a timeout
+            return len(load.held[k]) >= len(chats) // 2
+
+        for k in range(RESTARTS):
+            await eventually(lambda k=k: half_held(k), within_s=120, what=f"restart {k}")
+            load.outage_seen.clear()
             await asyncio.to_thread(server.shutdown if restart == "shutdown" else server.kill)
-            await asyncio.sleep(0.3)
+            await eventually(load.outage_seen.is_set, within_s=60, what="a 503 in the outage")
             await asyncio.to_thread(server.start)
+            load.restarted[k].set()
         await asyncio.wait_for(driving, 180)
     finally:
         for client in clients:
             await client.aclose()
         for worker in workers:
             worker.stop()
+    statuses = load.statuses
     assert not [s for s in statuses if s >= 500 and s != 503], sorted(set(statuses))
+    assert 503 in statuses
     for chat in chats:
         entries = await history(direct, chat)
         kinds = [e["t"] for e in entries]
@@ -531,13 +581,21 @@ async def test_followers_survive_their_watch_connection_dying(
     run = await runner.start_turn("w1", "alice", "hi")
     start = await asyncio.wait_for(asyncio.shield(run.log_start), 10)
     following = asyncio.gather(*([collect(runner.follow("w1", start)) for _ in range(3)]))
-    await asyncio.sleep(0.5)
+    watch = runner.logwatch
+
+    def wakes() -> list[asyncio.Event]:
+        """The followers' wake-up events (each follower clears its own before it reads)."""
+        return [event for events in watch._waiters.values() for event in events]
+
+    # the three followers wait, subscribed on a live connection, before the cut
+    await eventually(lambda: len(wakes()) == 3 and watch.healthy, what="followers waiting")
     proxy.down()
     proxy.up()
     # the watch notices, reconnects and subscribes again
-    await eventually(lambda: runner.logwatch.reconnects > 0, within_s=10, every_s=0.05)
-    assert runner.logwatch.reconnects == 1
-    await asyncio.sleep(0.5)  # the wake-up of the reconnect has come and gone
+    await eventually(lambda: watch.reconnects > 0, within_s=10, every_s=0.05)
+    assert watch.reconnects == 1
+    # the reconnect woke every follower; each has taken its wake-up (and reads again)
+    await eventually(lambda: not any(e.is_set() for e in wakes()), what="wake-ups taken")
     release.write_text("go")
     followed = await asyncio.wait_for(following, 30)
     emitted = await run.collect()

@@ -211,6 +211,134 @@ def test_a_replay_stopped_by_a_signal_leaves_nothing_behind(
     assert list(temp.iterdir()) == []
 
 
+@pytest.fixture(scope="module")
+def private_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Parkway's packages where the sandbox uid cannot read them, as under a 0700 home:
+    a folder for ``PYTHONPATH`` holding a copy of ``parkway``. The sandbox must then
+    copy its guest files to the temporary folder (the copy these tests look for)."""
+    folder = Path(tempfile.mkdtemp(prefix="pwt-private-", dir="/tmp"))  # mode 0700
+    try:
+        for name in ("runner", "transport", "widgets_api"):
+            shutil.copytree(
+                ROOT / name,
+                folder / "parkway" / name,
+                ignore=shutil.ignore_patterns("__pycache__", "node_modules"),
+            )
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _guest_copies(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("parkway-sandbox-guest-*"))
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap (apt install bubblewrap)"
+)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_replay_stopped_by_a_signal_leaves_no_copy_of_the_guest_files(
+    project: Path, private_install: Path, short_tmp: Path, signum: int
+) -> None:
+    """Where the sandbox uid cannot read Parkway's own files (an install under a 0700
+    home), the replay's server copies the sandbox's guest files to the temporary folder.
+    A CI timeout stopping the replay must not leave that copy behind: every timed-out
+    job would leak a folder on the runner. The replay stops its server with SIGTERM,
+    which the server turns into its shutdown, and the shutdown removes the copy."""
+    temp, hold = short_tmp / "tmp", short_tmp / "hold"
+    temp.mkdir()
+    temp.chmod(0o1777)  # a /tmp the sandbox uid can read the copy from, as on a host
+    short_tmp.chmod(0o711)
+    hold.mkdir()
+    (hold / "hold").touch()
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "parkway.transport.cli", "replay", "cassettes/hold.cassette.json"],
+        cwd=project,
+        env=_env(TMPDIR=str(temp), HOLD_DIR=str(hold), PYTHONPATH=str(private_install)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (hold / "entered").exists():  # the server is up, running the tool
+            assert replay.poll() is None, replay.communicate()
+            assert time.monotonic() < deadline, "the replay's server never ran the tool"
+            time.sleep(0.05)
+        copies = _guest_copies(temp)
+        assert len(copies) == 1, copies  # the server copied the guest files: the case at hand
+        replay.send_signal(signum)
+        out, err = replay.communicate(timeout=60)
+    finally:
+        if replay.poll() is None:
+            replay.kill()
+            replay.communicate()
+    assert replay.returncode == 128 + signum, out + err
+    assert _guest_copies(temp) == []
+    assert list(temp.iterdir()) == []
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap (apt install bubblewrap)"
+)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_serve_stopped_by_a_signal_leaves_no_copy_of_the_guest_files(
+    private_install: Path, short_tmp: Path, redis: Redis, redis_url: str, signum: int
+) -> None:
+    """``parkway serve`` (and ``parkway record``, the same server) removes its copy of
+    the guest files in its shutdown, which SIGTERM and SIGINT both run: a service
+    restarted by its supervisor would otherwise leave one folder per restart."""
+    temp = short_tmp / "tmp"
+    temp.mkdir()
+    temp.chmod(0o1777)
+    short_tmp.chmod(0o711)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--port", str(free_port()),
+         "--redis-url", redis_url, "--log-level", "warning"],
+        cwd=short_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(TMPDIR=str(temp), PYTHONPATH=str(private_install),
+                 PARKWAY_SECRET_KEY=TEST_SECRET),
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # the startup line, once it listens
+        assert line.startswith("Parkway is serving"), server.communicate()
+        assert len(_guest_copies(temp)) == 1
+        server.send_signal(signum)
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode in (0, -signal.SIGTERM), out + err
+    assert list(temp.iterdir()) == []
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap (apt install bubblewrap)"
+)
+def test_a_cold_replay_leaves_no_copy_of_the_guest_files(
+    project: Path, private_install: Path, short_tmp: Path
+) -> None:
+    """A cold replay kills its server with SIGKILL at each park point: a killed server
+    cannot remove its copy of the guest files, so the next one (and the replay, at the
+    end) removes the copies of servers that are gone. A replay that runs to the end
+    leaves none behind."""
+    temp = short_tmp / "tmp"
+    temp.mkdir()
+    temp.chmod(0o1777)
+    short_tmp.chmod(0o711)
+    result = subprocess.run(
+        [sys.executable, "-m", "parkway.transport.cli", "replay",
+         "cassettes/hold.cassette.json", "--cold"],
+        cwd=project, env=_env(TMPDIR=str(temp), PYTHONPATH=str(private_install)),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(cold: killed and restarted once): every response matches" in result.stdout
+    assert list(temp.iterdir()) == []
+
+
 def test_two_replays_of_one_cassette_on_one_redis_do_not_race(redis: Redis, redis_url: str) -> None:
     """CI runs replays in parallel on one shared database (xdist workers, two jobs):
     each run's chats get an id of their own, so both match, and neither saw the other."""

@@ -5,7 +5,8 @@ minimal HTTP client that reads whole responses.
 The replay talks HTTP with the standard library so ``parkway replay`` needs nothing
 beyond Parkway's own dependencies. Whatever ends a replay (a difference, an error, a
 signal turned into an exception by ``parkway replay``), the server process and the
-private Redis are stopped and the temporary folder removed.
+private Redis are stopped and the temporary folders removed (the replay's own, and the
+server's copy of the sandbox's guest files).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from redis.exceptions import RedisError
 
 from parkway.runner.embedded import EmbeddedRedis
 from parkway.runner.errors import ParkwayError
+from parkway.runner.sandbox import remove_stale_guests
 
 __all__ = [
     "CassetteError",
@@ -235,6 +237,9 @@ def scratch_server(
         finally:
             if server is not None:
                 server.stop()
+                # a server killed with SIGKILL (--cold, or one that would not stop)
+                # cannot remove its copy of the sandbox's guest files: do it for it
+                remove_stale_guests()
             if embedded is not None:
                 embedded.stop(force=True)  # private to this replay: nobody else uses it
 

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
 from parkway.runner.agents import AgentStore
+from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import RedisClient, connect, is_redis_outage
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.embedded import EmbeddedRedis
@@ -301,10 +302,10 @@ async def _start_serving(
     app.state.agents = agents
     # -- Code Mode (docs/code-mode.md): the sandbox is probed once, here
     code = code_mode_from(settings)
+    app.state.code = code  # before the probe: _stop_serving closes it whatever fails next
     await code.start()
     if not code.available:
         log.warning("execute_code is unavailable: %s", code.reason)
-    app.state.code = code
     app.state.runner = Runner(
         redis,
         agent.model,
@@ -352,7 +353,8 @@ async def _start_serving(
 
 async def _stop_serving(app: Starlette, sweeping: asyncio.Task[None] | None) -> None:
     """Undo :func:`_start_serving` (what of it started), before Redis closes: the
-    sweeper first, then the runner (its running turns finish), OAuth, the telemetry."""
+    sweeper first, then the runner (its running turns finish), OAuth, the sandbox's
+    host files, the telemetry."""
     if sweeping is not None:
         sweeping.cancel()
         await asyncio.wait([sweeping], timeout=5)
@@ -363,6 +365,9 @@ async def _stop_serving(app: Starlette, sweeping: asyncio.Task[None] | None) -> 
     oauth_runtime: OAuthRuntime | None = getattr(app.state, "oauth", None)
     if oauth_runtime is not None:
         oauth_runtime.close()
+    code: CodeMode | None = getattr(app.state, "code", None)
+    if code is not None:  # after the runner: no run uses the sandbox any more
+        await code.close()
     app.state.metrics.stop()
     flush_spans()
 

@@ -35,8 +35,20 @@ DESCRIPTION = (
 )
 
 
+def _version() -> str:
+    """The installed distribution's version (its metadata, so it cannot drift from
+    pyproject.toml's); "unknown" when Parkway runs from a checkout nobody installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("parkway")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parkway", description=DESCRIPTION)
+    parser.add_argument("-V", "--version", action="version", version=f"parkway {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the Parkway server")
     _serve_options(serve)

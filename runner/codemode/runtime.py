@@ -59,6 +59,12 @@ class CodeMode:
             self._isolation = None
             self._reason = str(exc)
 
+    async def close(self) -> None:
+        """Release what the probe set up on the host (the server's shutdown, after the
+        last run): a private copy of the guest files must not outlive the server."""
+        if self.provider is not None:
+            await asyncio.to_thread(self.provider.close)
+
     @property
     def available(self) -> bool:
         return self._isolation is not None

@@ -8,8 +8,13 @@
 - ``guest/``: what runs inside: ``bootstrap.py`` (the trusted start of every run) and
   ``pw.py`` (the helpers a program gets as ``pw``). They are files, not modules the
   server imports: they run on the sandbox's interpreter.
+
+When the sandbox uid cannot read ``guest/`` where Parkway is installed, the provider
+copies the files to the temporary folder; :func:`remove_stale_guests` removes the copies
+of processes that are gone.
 """
 
+from parkway.runner.sandbox._host import remove_stale_guests
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.local import UnconfinedProvider
 from parkway.runner.sandbox.provider import (
@@ -36,4 +41,5 @@ __all__ = [
     "SandboxUnavailable",
     "Status",
     "UnconfinedProvider",
+    "remove_stale_guests",
 ]

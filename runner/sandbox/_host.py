@@ -1,5 +1,5 @@
-"""Host-side helpers of the local providers: where the guest files are, whether another
-uid can read a path, and a process's children."""
+"""Host-side helpers of the local providers: where the guest files are (and the private
+copies made of them), whether another uid can read a path, and a process's children."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 import stat
 import tempfile
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "GUEST_FILES",
     "INPUT_NAME",
     "children",
+    "remove_stale_guests",
     "staged_guest",
     "unreadable",
     "valid_input_name",
@@ -24,6 +25,9 @@ __all__ = [
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 GUEST_FILES = ("bootstrap.py", "pw.py", "pw_query.py")
 INPUT_NAME = "1-128 characters of letters, digits, '.', '_' and '-', not starting with '.'"
+# A private copy of the guest files: ``parkway-sandbox-guest-<pid>-<random>`` in the
+# temporary folder, the pid being the process that made it (remove_stale_guests).
+_COPY_PREFIX = "parkway-sandbox-guest-"
 _INPUT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -71,19 +75,51 @@ def _allowed(path: Path, uid: int, gid: int, want: int) -> bool:
     return bits & want == want
 
 
-def staged_guest(owner: object, uid: int, gid: int) -> Path:
-    """The guest files' folder as ``uid`` can read it: the package's own folder when it
-    can, else a private copy (root-owned, world-readable) that lives as long as
-    ``owner``. An installed Parkway under a 0700 home is not readable by the sandbox uid."""
+def staged_guest(owner: object, uid: int, gid: int) -> tuple[Path, Callable[[], None]]:
+    """The guest files' folder as ``uid`` can read it, and what removes it when its user
+    is done: the package's own folder when ``uid`` can read it (nothing to remove), else
+    a private copy (root-owned, world-readable) in the temporary folder. An installed
+    Parkway under a 0700 home is not readable by the sandbox uid.
+
+    The copy goes when the returned function is called (the provider's ``close``, on
+    every way a server stops that runs its shutdown), else when ``owner`` is collected
+    or the interpreter exits; a process killed outright leaves it to the next
+    :func:`remove_stale_guests` (each copy is named after the pid that made it)."""
     if all(unreadable(GUEST_DIR / name, uid, gid) is None for name in GUEST_FILES):
-        return GUEST_DIR
-    copy = Path(tempfile.mkdtemp(prefix="parkway-sandbox-guest-"))
-    weakref.finalize(owner, shutil.rmtree, copy, ignore_errors=True)
+        return GUEST_DIR, _nothing
+    remove_stale_guests()
+    copy = Path(tempfile.mkdtemp(prefix=f"{_COPY_PREFIX}{os.getpid()}-"))
+    remove = weakref.finalize(owner, shutil.rmtree, copy, ignore_errors=True)
     for name in GUEST_FILES:
         shutil.copyfile(GUEST_DIR / name, copy / name)
         (copy / name).chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
     copy.chmod(0o755)
-    return copy
+    return copy, remove
+
+
+def _nothing() -> None:
+    pass
+
+
+def remove_stale_guests(folder: Path | None = None) -> int:
+    """Remove the guest copies (:func:`staged_guest`) in ``folder`` (default: the
+    temporary folder) whose process is gone, as a server killed with SIGKILL leaves
+    them; the number removed. A copy of a process that still runs is kept, and so is
+    anything this user does not own (another user's folder of that name, a link)."""
+    removed = 0
+    for copy in Path(folder or tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*-*"):
+        pid = copy.name[len(_COPY_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            info = copy.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            continue
+        shutil.rmtree(copy, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def children(pid: int) -> list[int]:

@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from parkway.runner.sandbox import _host
@@ -100,6 +101,7 @@ class BwrapProvider:
         self._bwrap_path = ""
         self._python_path = ""
         self._guest: Path | None = None
+        self._unstage: Callable[[], None] | None = None  # removes a private guest copy
         self._prefix_binds: list[str] = []
 
     @property
@@ -147,7 +149,17 @@ class BwrapProvider:
         prefix = str(Path(python).parent.parent)
         self._prefix_binds = [] if python.startswith("/usr/") else ["--ro-bind", prefix, prefix]
         if self._guest is None:
-            self._guest = _host.staged_guest(self, uid, gid)
+            self._guest, self._unstage = _host.staged_guest(self, uid, gid)
+
+    def close(self) -> None:
+        """Remove the private copy of the guest files, if :meth:`check` made one (the
+        server's shutdown calls this; a later :meth:`check` stages them again)."""
+        with self._lock:
+            unstage, self._unstage = self._unstage, None
+            self._guest = None
+            self._isolation = None
+        if unstage is not None:
+            unstage()
 
     def _layers(self) -> tuple[str, ...]:
         launcher = (

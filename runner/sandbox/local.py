@@ -56,6 +56,9 @@ class UnconfinedProvider:
             )
         return Isolation(self.name, False, _LAYERS, _DETAIL.format(uid=os.geteuid()))
 
+    def close(self) -> None:
+        """Nothing to release: the guest files run from the package's own folder."""
+
     async def run(self, request: RunRequest) -> RunResult:
         """Run one program unconfined. Raises ValueError only for a malformed request."""
         try:

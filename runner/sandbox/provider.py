@@ -180,7 +180,8 @@ class SandboxProvider(Protocol):
     through ``asyncio.to_thread``) and caches the :class:`Isolation`; it raises
     :class:`SandboxUnavailable` with the operator's fix. ``run`` never raises for what
     the program does; when isolation is unavailable it returns status ``unavailable``
-    and never runs the program some weaker way.
+    and never runs the program some weaker way. ``close`` releases what ``check`` set up
+    on the host (a private copy of the guest files); the server calls it as it stops.
     """
 
     name: str
@@ -188,3 +189,5 @@ class SandboxProvider(Protocol):
     def check(self) -> Isolation: ...
 
     async def run(self, request: RunRequest) -> RunResult: ...
+
+    def close(self) -> None: ...
