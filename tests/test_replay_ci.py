@@ -48,6 +48,16 @@ AGENT = f"""{{
 """
 
 
+def _until_the_tool_runs(replay: subprocess.Popen[str], hold: Path) -> None:
+    """Wait until the replay's server is up and running the held tool (it touches
+    ``hold/entered``); fail if the replay ends first or never gets there."""
+    deadline = time.monotonic() + 60
+    while not (hold / "entered").exists():
+        assert replay.poll() is None, replay.communicate()
+        assert time.monotonic() < deadline, "the replay's server never ran the tool"
+        time.sleep(0.05)
+
+
 def _env(**extra: str) -> dict[str, str]:
     """The environment of a user's shell: no PYTHONPATH, no PARKWAY_* variable."""
     env = {
@@ -188,11 +198,7 @@ def test_a_replay_stopped_by_a_signal_leaves_nothing_behind(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not (hold / "entered").exists():  # the server is up, running the tool
-            assert replay.poll() is None, replay.communicate()
-            assert time.monotonic() < deadline, "the replay's server never ran the tool"
-            time.sleep(0.05)
+        _until_the_tool_runs(replay, hold)
         children = psutil.Process(replay.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in children)
         assert "redis-server" in names and " serve " in names, names
@@ -260,11 +266,7 @@ def test_a_replay_stopped_by_a_signal_leaves_no_copy_of_the_guest_files(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (hold / "entered").exists():  # the server is up, running the tool
-            assert replay.poll() is None, replay.communicate()
-            assert time.monotonic() < deadline, "the replay's server never ran the tool"
-            time.sleep(0.05)
+        _until_the_tool_runs(replay, hold)
         copies = _guest_copies(temp)
         assert len(copies) == 1, copies  # the server copied the guest files: the case at hand
         replay.send_signal(signum)
