@@ -27,7 +27,7 @@ from playwright.sync_api import Browser, expect
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.routing import Mount
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import parkway.transport.app as app_module
 from parkway.transport import Settings, create_app, parkway_lifespan
@@ -78,27 +78,42 @@ def environ(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> int:
     return port
 
 
-class LoopNote:
-    """Passes everything to the host, noting the event loop it serves on (a test stops a
-    lazily started Parkway on that loop: nothing else would)."""
+class StopsParkwayLast:
+    """Passes everything to the host; when uvicorn shuts the host down, which it does
+    once every connection has ended, stops a lazily started Parkway on the serving loop,
+    as the end of the process would (nothing else stops a plain mount). A host whose
+    lifespan hook stopped Parkway already makes this a no-op."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, pw: Starlette) -> None:
         self.app = app
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pw = pw
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.loop = asyncio.get_running_loop()
-        await self.app(scope, receive, send)
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await self.pw.state.lifecycle.stop()
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 class HostServer:
     """A host application on real uvicorn, in a thread."""
 
-    def __init__(self, host: ASGIApp, pw: Starlette, port: int, *, hooked: bool = False) -> None:
+    def __init__(self, host: ASGIApp, pw: Starlette, port: int) -> None:
         self.pw = pw
-        self.hooked = hooked  # the host's lifespan stops Parkway itself
-        self.note = LoopNote(host)
-        config = uvicorn.Config(self.note, host="127.0.0.1", port=port, log_level="warning")
+        # lifespan on: the host's own (if any), and Parkway's stop after the connections
+        config = uvicorn.Config(
+            StopsParkwayLast(host, pw),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.origin = f"http://127.0.0.1:{port}"
@@ -112,11 +127,10 @@ class HostServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        lifecycle = self.pw.state.lifecycle
-        if lifecycle.started and self.note.loop is not None and not self.hooked:
-            asyncio.run_coroutine_threadsafe(lifecycle.stop(), self.note.loop).result(30)
         self.server.should_exit = True
         self.thread.join(30)
+        assert not self.thread.is_alive(), "the host did not shut down"
+        assert not self.pw.state.lifecycle.started
 
 
 def turn(http: httpx.Client, chat_id: str, *, messages: Any = None, **extra: Any) -> list[Any]:
@@ -356,7 +370,7 @@ def test_the_lifespan_hook_starts_before_the_first_request_and_stops_on_shutdown
     monkeypatch.setattr(app_module, "_start_serving", counted)
     namespace = run_example("host_fastapi.py")
     pw = namespace["pw"]
-    server = HostServer(namespace["app"], pw, environ, hooked=True)
+    server = HostServer(namespace["app"], pw, environ)
     with server:
         assert pw.state.lifecycle.started and starts == [1]
         with (
