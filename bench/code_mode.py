@@ -27,7 +27,7 @@ from bench.workload import finished_run
 from parkway.runner import Runner, parse_agent_file
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.events import CallParked, ToolSucceeded
-from parkway.runner.keys import chat_keys
+from parkway.runner.store.keys import chat_keys
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.provider import RunRequest, SandboxUnavailable
 

@@ -2,9 +2,9 @@
 client doing the floor's work at once.
 
 Every chat is a copy of a seeded 2-message chat (:class:`bench.workload.SeedSnapshot`),
-made before the clock starts; the runner is one :class:`parkway.runner.loop.Runner` with
+made before the clock starts; the runner is one :class:`parkway.runner.engine.runner.Runner` with
 the workload's agent and scripted model, in the benchmark's event loop, on a client
-built as the server builds it (:func:`parkway.runner.connection.connect`: a
+built as the server builds it (:func:`parkway.runner.store.client.connect`: a
 ``BlockingConnectionPool`` of 32 connections). The floor's commands go through the
 same client, so both sides share one connection budget, as in a worker.
 
@@ -53,9 +53,9 @@ from bench.workload import (
     parked_call_id,
     seed_chat,
 )
-from parkway.runner.connection import RedisClient, connect
+from parkway.runner.store.client import RedisClient, connect
 from parkway.runner.events import Event, MessageFinished, RunFailed
-from parkway.runner.loop import Run, Runner
+from parkway.runner.engine.runner import Run, Runner
 
 __all__ = ["ConcurrencyResult", "ManyRuns", "run_concurrency"]
 

@@ -54,7 +54,7 @@ from bench.redis_server import free_port
 from bench.serve import BARE_PATH, BARE_SSE_PATH, PROBE_PATH, SERVER_PATH
 from bench.stats import Counts, Latency
 from bench.workload import CHOICE, PARK_TOOL, SeedSnapshot, Workload, measured_user_text, seed_chat
-from parkway.runner.loop import Runner
+from parkway.runner.engine.runner import Runner
 from parkway.transport.sse import DONE, SseDecoder
 
 __all__ = ["HTTP_OPERATIONS", "HTTP_REQUESTS", "HttpResult", "run_http_size"]

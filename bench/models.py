@@ -31,7 +31,7 @@ from bench.http_level import _Server
 from bench.stats import Latency
 from parkway.runner.llm import parse_model_spec
 from parkway.runner.llm.adapter import ProviderModel
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     AssistantTurn,
     ModelMessage,
     ModelRequest,

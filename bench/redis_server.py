@@ -1,7 +1,7 @@
 """A private, throw-away Redis on a loopback TCP port for the benchmarks.
 
 It runs the same ``redis-server`` binary the embedded default uses
-(:func:`parkway.runner.embedded.redis_server_binary`), without persistence (``--save ''
+(:func:`parkway.runner.store.embedded.redis_server_binary`), without persistence (``--save ''
 --appendonly no``), so the numbers measure Redis' in-memory work and the loopback
 network, not disk writes. :meth:`LoopbackRedis.stop` ends the process this object
 started, and nothing else.
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from parkway.runner.embedded import redis_server_binary
+from parkway.runner.store.embedded import redis_server_binary
 
 __all__ = ["LoopbackRedis", "free_port"]
 

@@ -270,7 +270,7 @@ Runner level (`bench/runner_level.py`; `Runner` and benchmark in one asyncio loo
 one operation at a time, `time.perf_counter`; the sizes take turns, in 5 rounds of a
 fifth of the samples each, so the machine's drift during the run falls on every size
 alike; the benchmark's process settles its garbage collector at start as `parkway
-serve` does once it listens, `runner/heap.py`):
+serve` does once it listens, `runner/ops/heap.py`):
 
 - **park**: from the moment the model's stream ends with the tool call until the caller
   receives `MessageFinished("tool-calls")`: input validation, parkedCallKey, the parked

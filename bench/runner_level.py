@@ -1,4 +1,4 @@
-"""Runner-level benchmark: park, settle and resume through :class:`parkway.runner.loop.Runner`.
+"""Runner-level benchmark: park, settle and resume through :class:`parkway.runner.engine.runner.Runner`.
 
 Definitions (all wall-clock, ``time.perf_counter``, one operation at a time, the runner
 and the benchmark in one asyncio event loop, Redis on loopback TCP):
@@ -23,7 +23,7 @@ and the benchmark in one asyncio event loop, Redis on loopback TCP):
 - **resume -> model request**: from calling ``Runner.resume`` until the model is called
   with the rebuilt request (lease claimed, history, template snapshot and outcomes
   loaded, tool result added, model messages built), on the worker that ran the chat's
-  last operation, which keeps the chat's decoded history (:mod:`parkway.runner.histcache`)
+  last operation, which keeps the chat's decoded history (:mod:`parkway.runner.store.histcache`)
   and decodes and converts only what is new. Every other resume (even samples) instead
   runs as on a worker that never saw the chat (its kept history dropped first): those
   are the breakdown row *resume -> model request, history not kept by this worker*, and
@@ -69,12 +69,12 @@ from bench.workload import (
 )
 from parkway.runner.canonical import canonical_json
 from parkway.runner.events import CallParked, Event, MessageFinished
-from parkway.runner.history import decode_entries, to_model_messages
-from parkway.runner.keys import chat_keys
-from parkway.runner.loop import Answer, Runner
-from parkway.runner.model import Model, ModelEvent, ModelRequest
-from parkway.runner.store import ChatStore
-from parkway.runner.template import load_template_json
+from parkway.runner.store.history import decode_entries, to_model_messages
+from parkway.runner.store.keys import chat_keys
+from parkway.runner.engine.runner import Answer, Runner
+from parkway.runner.llm.model import Model, ModelEvent, ModelRequest
+from parkway.runner.store.chats import ChatStore
+from parkway.runner.agent.template import load_template_json
 
 __all__ = ["ROUNDS", "SizeResult", "run_sizes"]
 
@@ -313,7 +313,7 @@ async def _cycle(
         return
     settled = await _settle(runner, store, chat_id, call_id, result=result)
     # Every other resume runs as on a worker that never saw the chat: its history is
-    # decoded and converted whole (the others find it kept, runner/histcache.py).
+    # decoded and converted whole (the others find it kept, runner/store/histcache.py).
     if (i // 2) % 2:
         runner.store.histories.forget(chat_id)
         took, trips = await _resume(

@@ -6,7 +6,7 @@ way the CLI does (flags over ``PARKWAY_*`` variables; ``PARKWAY_SECRET_KEY`` com
 the environment), builds the app with :func:`parkway.transport.app.create_app` and runs it with
 uvicorn and the CLI's options (the CLI's HTTP protocol with its header read timeout;
 uvicorn's ``loop="auto"``, which picks uvloop when it is installed; the heap settled once
-it has started, :func:`parkway.runner.heap.settle_heap`). Answered before the
+it has started, :func:`parkway.runner.ops.heap.settle_heap`). Answered before the
 app sees the request:
 
 - ``GET /_bench/redis``, without touching Redis: the number of Redis round trips (and
@@ -39,12 +39,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bench.roundtrips import RoundTrips, install
-from parkway.runner.heap import settle_heap
+from parkway.runner.ops.heap import settle_heap
 from parkway.transport.app import create_app
 from parkway.transport.serving import header_timeout_protocol
 from parkway.transport.settings import Settings
 from parkway.transport.sse import DONE
-from parkway.transport.streaming import STREAM_HEADERS
+from parkway.transport.aisdk.streaming import STREAM_HEADERS
 
 __all__ = ["BARE_PATH", "BARE_SSE_PATH", "PROBE_PATH", "SERVER_PATH", "main"]
 

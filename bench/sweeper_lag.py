@@ -1,7 +1,7 @@
 """Sweeper benchmark: how soon after its deadline a parked call is settled ``timeout``.
 
 Setup: ``parked`` client calls (100,000 by default) are parked by real turns of a
-:class:`parkway.runner.loop.Runner` with the demo agent's template: chats of
+:class:`parkway.runner.engine.runner.Runner` with the demo agent's template: chats of
 :data:`CALLS_PER_CHAT` ``choose_option`` calls each, one turn per chat, so every call
 has its record, its pending entry and its member in the deadline index, with the
 default deadline (15 minutes away). Then, with all of them parked:
@@ -39,11 +39,11 @@ from bench.stats import Counts, Latency
 from bench.workload import PARK_TOOL
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.events import CallParked, MessageFinished
-from parkway.runner.keys import DEADLINES, chat_keys, deadline_member
-from parkway.runner.loop import Runner
-from parkway.runner.scripted import ScriptedModel
-from parkway.runner.sweeper import Sweeper
-from parkway.runner.template import load_template
+from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
+from parkway.runner.engine.runner import Runner
+from parkway.runner.llm.scripted import ScriptedModel
+from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.agent.template import load_template
 
 __all__ = ["CALLS_PER_CHAT", "SPREAD_WINDOW_S", "SweeperResult", "run_sweeper"]
 

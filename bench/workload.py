@@ -10,7 +10,7 @@ the client tool ``choose_option`` with an output schema) and a scripted model. A
 - then ``(N % 4) // 2`` plain turns: a user question and an assistant answer.
 
 So 2 messages is one plain turn, 20 is five tool cycles and 200 is fifty, each history
-built by really running the turns through a :class:`parkway.runner.loop.Runner` (start, park,
+built by really running the turns through a :class:`parkway.runner.engine.runner.Runner` (start, park,
 settle, resume). Messages are of realistic size (user ~150 B, assistant ~300-450 B,
 tool result ~50 B), about 64 KB of history at 200 messages.
 
@@ -39,10 +39,10 @@ from redis.asyncio import Redis
 
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
-from parkway.runner.keys import DEADLINES, chat_keys
-from parkway.runner.loop import Run, Runner
-from parkway.runner.scripted import ScriptedModel
-from parkway.runner.template import AgentTemplate, load_template
+from parkway.runner.store.keys import DEADLINES, chat_keys
+from parkway.runner.engine.runner import Run, Runner
+from parkway.runner.llm.scripted import ScriptedModel
+from parkway.runner.agent.template import AgentTemplate, load_template
 
 __all__ = [
     "CHOICE",
@@ -217,7 +217,7 @@ def _text(value: bytes | str) -> str:
 
 
 def _tag(chat_id: str) -> str:
-    """The prefix every key of the chat starts with: its hash tag (runner/keys.py)."""
+    """The prefix every key of the chat starts with: its hash tag (runner/store/keys.py)."""
     return chat_keys(chat_id).meta.removesuffix(":meta")
 
 

@@ -4,16 +4,16 @@ It knows nothing of HTTP, SSE or any wire protocol; ``transport`` and ``widgets_
 build on it.
 """
 
-from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
-from parkway.runner.artifacts import Artifact, ArtifactStore
+from parkway.runner.agent.agentfile import AgentFile, load_agent_file, parse_agent_file
+from parkway.runner.store.artifacts import Artifact, ArtifactStore
 from parkway.runner.canonical import canonical_json, is_plain_json, parked_call_key
 from parkway.runner.codemode.library import LIST_FUNCTIONS, SAVE_FUNCTION, FunctionLibrary
 from parkway.runner.codemode.op import EXECUTE_CODE
 from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.commits import COMMIT_CONFIG
-from parkway.runner.connection import RedisClient, connect
-from parkway.runner.credentials import ConnectionUnavailableError, Credentials
-from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.agent.commits import COMMIT_CONFIG
+from parkway.runner.store.client import RedisClient, connect
+from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.store.embedded import EmbeddedRedis
 from parkway.runner.errors import (
     AnswerMismatchError,
     CallerError,
@@ -52,10 +52,10 @@ from parkway.runner.events import (
     ToolInputRejected,
     ToolSucceeded,
 )
-from parkway.runner.history import UNKNOWN_RESULT
-from parkway.runner.keys import ChatKeys, chat_keys, check_chat_id
-from parkway.runner.loop import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
-from parkway.runner.model import (
+from parkway.runner.store.history import UNKNOWN_RESULT
+from parkway.runner.store.keys import ChatKeys, chat_keys, check_chat_id
+from parkway.runner.engine.runner import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
+from parkway.runner.llm.model import (
     AssistantTurn,
     Model,
     ModelEvent,
@@ -69,13 +69,13 @@ from parkway.runner.model import (
 )
 from parkway.runner.outcomes import model_result, normalize_outcome
 from parkway.runner.parking import ParkedCall
-from parkway.runner.platform import PLATFORM_OPS, PlatformOp, register_platform_op
-from parkway.runner.scripted import END_OF_SCRIPT, ScriptedModel
-from parkway.runner.settling import Settled, SettleListener
-from parkway.runner.store import ChatRecord, ChatStore
-from parkway.runner.sweeper import Sweeper, SweepReport
-from parkway.runner.template import AgentTemplate, ToolSpec, load_template
-from parkway.runner.tools import ToolContext
+from parkway.runner.agent.platform_ops import PLATFORM_OPS, PlatformOp, register_platform_op
+from parkway.runner.llm.scripted import END_OF_SCRIPT, ScriptedModel
+from parkway.runner.engine.settling import Settled, SettleListener
+from parkway.runner.store.chats import ChatRecord, ChatStore
+from parkway.runner.engine.sweeper import Sweeper, SweepReport
+from parkway.runner.agent.template import AgentTemplate, ToolSpec, load_template
+from parkway.runner.agent.tools import ToolContext
 
 __all__ = [
     "END_OF_SCRIPT",
@@ -167,6 +167,6 @@ __all__ = [
     "register_platform_op",
 ]
 
-# The built-in platform ops (runner/platform.py says why the registry does not import them).
+# The built-in platform ops (runner/agent/platform_ops.py says why the registry does not import them).
 for _op in (COMMIT_CONFIG, EXECUTE_CODE, SAVE_FUNCTION, LIST_FUNCTIONS):
     register_platform_op(_op)

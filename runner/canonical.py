@@ -10,7 +10,7 @@ The canonical form is the JSON Canonicalization Scheme (RFC 8785), so a key comp
 a browser agrees with ours: numbers are IEEE doubles printed as ECMAScript prints them
 (``1.0`` is ``1``, ``-0`` is ``0``, ``1e21`` is ``1e+21``, ``1e-7`` stays ``1e-7``),
 strings escape only ``"``, ``\\`` and control characters, and object keys sort by their
-UTF-16 code units. ``widgets_api/static/canonical.js`` is the playground's copy;
+UTF-16 code units. ``widgets_api/playground/static/canonical.js`` is the playground's copy;
 ``tests/vectors/jcs.json`` holds both to the same cases.
 
 Integers: JSON numbers are doubles, so an integer beyond ±(2**53 - 1) is printed as the

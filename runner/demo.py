@@ -6,7 +6,7 @@ approval-gated function tool (``publish_report``), and a large result (``get_sal
 kept as an artifact) summarised by reviewed code (``execute_code``).
 
 The script reads the chat as it goes (the path placeholders and conditions of
-:mod:`parkway.runner.scripted`): it gives Lisbon's weather and asks which city the report should
+:mod:`parkway.runner.llm.scripted`): it gives Lisbon's weather and asks which city the report should
 cover, looks up that city's weather while asking for a connection, greets the connected
 account or says why there is none, asks approval for a report on the chosen city, says
 whether it was published, then fetches a month of sales and asks to run a short program

@@ -30,7 +30,7 @@ The tree::
     │                                 sees (any other exception a tool raises becomes a
     │                                 generic error result)
     └── ConnectionUnavailableError    a connection cannot give a token now
-                                      (:mod:`parkway.runner.credentials`)
+                                      (:mod:`parkway.runner.agent.credentials`)
 
 ``ToolError`` is not a ``ParkwayError``: it never leaves the tool call that raised it
 (the runner turns it into the call's result), so nothing that handles the runner's

@@ -81,7 +81,7 @@ class ParkedCall:
     edit_schema: Mapping[str, Any] | None = None
     auto_resume: bool = False
     # The W3C traceparent of the run that parked the call, when tracing is on: the
-    # resume and the settles of the call continue its trace (runner/telemetry.py).
+    # resume and the settles of the call continue its trace (runner/ops/telemetry.py).
     trace: str | None = None
     outcome: Mapping[str, Any] | None = None
 

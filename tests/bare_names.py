@@ -19,7 +19,7 @@ What counts as reaching a module by a bare name:
 - a bare package handed to the loaders: ``files("widgets_api")``,
   ``import_module("runner")``, ``python -m transport.cli``.
 
-A mention of a folder (``widgets_api/static/``) or of a variable named ``runner``
+A mention of a folder (``widgets_api/playground/static/``) or of a variable named ``runner``
 (``runner.driver``, outside a string) is none of these.
 """
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.store.embedded import EmbeddedRedis
 from tests.bare_names import refuse_bare_imports
 from tests.llm_double import ProviderDouble
 from tests.model_rig import agent, provider_env

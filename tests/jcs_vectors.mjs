@@ -1,4 +1,4 @@
-// Runs canonical JSON vectors through widgets_api/static/canonical.js, the playground's
+// Runs canonical JSON vectors through widgets_api/playground/static/canonical.js, the playground's
 // RFC 8785 canonicalisation, so the browser is held to the same cases as
 // runner/canonical.py and a parkedCallKey made on either side agrees.
 //
@@ -10,7 +10,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { canonicalJson, parkedCallKey } from "../widgets_api/static/canonical.js";
+import { canonicalJson, parkedCallKey } from "../widgets_api/playground/static/canonical.js";
 import { runVectors } from "./vector_run.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));

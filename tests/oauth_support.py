@@ -34,9 +34,9 @@ from authlib.integrations.httpx_client import OAuth2Client
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from parkway.widgets_api.connections import ConnectionStore
+from parkway.widgets_api.connect.connections import ConnectionStore
 from parkway.widgets_api.demo_provider import DemoProvider
-from parkway.widgets_api.providers import (
+from parkway.widgets_api.connect.providers import (
     Provider,
     ProviderRegistry,
     ProviderSpec,
@@ -149,7 +149,7 @@ def userinfo_status(peer: OidcPeer, access_token: str) -> int:
 
 
 async def fetch_json(url: str) -> Any:
-    """The ``fetch`` that :func:`parkway.widgets_api.providers.discover` takes (404 means absent)."""
+    """The ``fetch`` that :func:`parkway.widgets_api.connect.providers.discover` takes (404 means absent)."""
     async with httpx2.AsyncClient(timeout=HTTP_TIMEOUT_S, follow_redirects=False) as client:
         response = await client.get(url, headers={"accept": "application/json"})
     if response.status_code == 404:

@@ -1,5 +1,5 @@
-// Runs overlay merge vectors through widgets_api/static/overlay.js, the playground's copy
-// of the merge rules, so the JS side is held to the same cases as widgets_api/overlay.py.
+// Runs overlay merge vectors through widgets_api/playground/static/overlay.js, the playground's copy
+// of the merge rules, so the JS side is held to the same cases as widgets_api/playground/overlay.py.
 //
 //   node tests/overlay_vectors.mjs tests/vectors/overlay_merge.json
 //

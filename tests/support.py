@@ -23,7 +23,7 @@ import pytest
 import uvicorn
 from pydantic import SecretStr
 
-from parkway.runner.agentfile import AgentFile, parse_agent_file
+from parkway.runner.agent.agentfile import AgentFile, parse_agent_file
 from parkway.transport.app import create_app
 from parkway.transport.settings import Settings
 from parkway.transport.sse import sse_chunks

@@ -121,7 +121,7 @@ async def test_streams_past_the_principal_limit_get_429_until_one_closes(
 
 def test_admission_counts_give_back_their_slots() -> None:
     """The counter itself: limits per principal and per worker, release once."""
-    from parkway.transport.admission import Admission
+    from parkway.transport.api.admission import Admission
     from parkway.transport.errors import HTTPError
 
     admission = Admission(

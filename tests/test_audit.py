@@ -24,7 +24,7 @@ from parkway.runner import (
     Sweeper,
     parse_agent_file,
 )
-from parkway.runner.audit import (
+from parkway.runner.store.audit import (
     MAX_EDITS_BYTES,
     SettleEntry,
     chat_audit,
@@ -32,7 +32,7 @@ from parkway.runner.audit import (
     settle_audit,
 )
 from parkway.runner.canonical import canonical_json, parked_call_key
-from parkway.runner.keys import DEADLINES, chat_keys, deadline_member
+from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
 from parkway.transport.settings import Settings, SettingsError
 from tests.connect_rig import TOKEN_KEY, Browser, RecordingModel, connection_key, stored_tokens
 from tests.support import (

@@ -3,7 +3,7 @@ parkedCallKey made by a JavaScript client matches the one the server stored.
 
 tests/vectors/jcs.json pins the cases (numbers printed as ECMAScript prints them, large
 integers as the double they become, string escapes, keys sorted by UTF-16 code units,
-refusals); runner/canonical.py and widgets_api/static/canonical.js must both pass them.
+refusals); runner/canonical.py and widgets_api/playground/static/canonical.js must both pass them.
 """
 
 from __future__ import annotations

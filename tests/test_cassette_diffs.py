@@ -13,8 +13,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from parkway.transport._cassette_ids import translate
-from parkway.transport._cassette_ignore import IgnoreFilter
+from parkway.transport.cassettes._ids import translate
+from parkway.transport.cassettes._ignore import IgnoreFilter
 from parkway.transport.cassettes import (
     CassetteError,
     Difference,

@@ -19,7 +19,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from parkway.runner.keys import owned_without_ttl
+from parkway.runner.store.keys import owned_without_ttl
 from parkway.transport.cassettes import (
     Cassette,
     IdTable,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from parkway.transport.chunks import (
+from parkway.transport.aisdk.chunks import (
     Chunk,
     DataChunk,
     ErrorChunk,

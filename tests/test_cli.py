@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from parkway.runner.heap import YOUNG_THRESHOLD
+from parkway.runner.ops.heap import YOUNG_THRESHOLD
 from parkway.transport.settings import Settings, SettingsError
 from tests.support import ROOT, TEST_SECRET, agent_doc, text
 
@@ -158,7 +158,7 @@ sys.exit(cli.main(["serve", "--redis-url", sys.argv[1], "--port", "0", "--log-le
 def test_serve_keeps_what_startup_built_out_of_later_collections(redis_url: str) -> None:
     """By the time it says it is serving, the startup heap (modules, the app, its clients)
     is frozen, so no later collection walks it, and the youngest generation holds what a
-    request allocates (runner/heap.py)."""
+    request allocates (runner/ops/heap.py)."""
     done = subprocess.run(
         [sys.executable, "-c", _REPORTING_SERVE, redis_url],
         cwd=ROOT, env=_environment(PARKWAY_SECRET_KEY=TEST_SECRET), capture_output=True,

@@ -35,7 +35,7 @@ from parkway.runner import (
     connect,
     parse_agent_file,
 )
-from parkway.runner._scripts import SETTLE
+from parkway.runner.store.scripts import SETTLE
 from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
@@ -47,8 +47,8 @@ from parkway.runner.events import (
     ToolSucceeded,
     coalesce,
 )
-from parkway.runner.keys import DEADLINES, ChatKeys
-from parkway.runner.sweeper import Sweeper
+from parkway.runner.store.keys import DEADLINES, ChatKeys
+from parkway.runner.engine.sweeper import Sweeper
 from tests import tools as test_tools
 from tests.support import (
     Api,

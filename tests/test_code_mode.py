@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, parse_agent_file
-from parkway.runner.agents import AgentStore
+from parkway.runner.agent.revisions import AgentStore
 from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.library import FunctionLibrary, check_function
 from parkway.runner.codemode.prompt import DESCRIPTION
@@ -29,7 +29,7 @@ from parkway.runner.demo import SALES_SUMMARY_CODE, get_sales
 from parkway.runner.events import DataPublished, Event, ToolSucceeded
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.provider import Limits
-from parkway.transport.uimessages import chat_messages
+from parkway.transport.aisdk.uimessages import chat_messages
 from tests.runner_rig import parked, said, turn
 from tests.support import (
     PICK_TOOL,

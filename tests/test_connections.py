@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.credentials import ConnectionUnavailableError
-from parkway.widgets_api.connections import Connection, ConnectionStore
-from parkway.widgets_api.providers import ProviderRegistry
-from parkway.widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
+from parkway.runner.agent.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connect.connections import Connection, ConnectionStore
+from parkway.widgets_api.connect.providers import ProviderRegistry
+from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
 from tests.oauth_support import (
     ALICE,
     BOB,

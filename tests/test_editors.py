@@ -20,9 +20,9 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from parkway.runner.agents import AgentStore, Editors
-from parkway.transport.agent_routes import EDITOR_TOKEN_HEADER, editors_of, local_playground
-from parkway.transport.sessions import SessionAuthenticator
+from parkway.runner.agent.revisions import AgentStore, Editors
+from parkway.transport.api.agent import EDITOR_TOKEN_HEADER, editors_of, local_playground
+from parkway.transport.api.sessions import SessionAuthenticator
 from parkway.transport.settings import Settings
 from tests.support import (
     TEST_SECRET,
@@ -271,7 +271,7 @@ async def test_a_restart_shows_drift_and_agent_reset_restores_the_file(
         finally:
             await editor.aclose()
 
-    caplog.set_level(logging.WARNING, logger="parkway.transport.agent_routes")
+    caplog.set_level(logging.WARNING, logger="parkway.transport.api.agent")
     with server_thread(redis_url, doc, agent_file=path, editors=(EDITOR,)) as server:
         warnings = [r.getMessage() for r in caplog.records]
         [warning] = [w for w in warnings if "agent shop" in w and "differs from the agent" in w]

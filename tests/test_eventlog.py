@@ -21,7 +21,7 @@ from parkway.runner import (
     chat_keys,
     parse_agent_file,
 )
-from parkway.runner.eventlog import FELL_BEHIND, INTERRUPTED
+from parkway.runner.eventlog.follow import FELL_BEHIND, INTERRUPTED
 from parkway.runner.events import (
     Event,
     MessageStarted,
@@ -30,7 +30,7 @@ from parkway.runner.events import (
     events_from_json,
     events_to_json,
 )
-from parkway.runner.model import ModelEvent, ModelRequest
+from parkway.runner.llm.model import ModelEvent, ModelRequest
 from tests.support import (
     Api,
     agent_doc,

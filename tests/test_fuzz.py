@@ -32,12 +32,12 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 from starlette.routing import Route
 
-from parkway.runner.agentfile import parse_agent_file
-from parkway.runner.keys import chat_keys
+from parkway.runner.agent.agentfile import parse_agent_file
+from parkway.runner.store.keys import chat_keys
 from parkway.transport.app import create_app
 from parkway.transport.openapi import openapi_document
 from parkway.transport.settings import Settings
-from parkway.widgets_api.oauth import DemoDispatch
+from parkway.widgets_api.connect.oauth import DemoDispatch
 from tests.connect_rig import TOKEN_KEY
 from tests.openapi_check import ApiDocument, template_regex
 from tests.support import TEST_SECRET, agent_doc, call, sse_chunks, text, user_message

@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from parkway.runner.agentfile import parse_agent_file
+from parkway.runner.agent.agentfile import parse_agent_file
 from parkway.transport.app import create_app
 from parkway.transport.openapi import openapi_document
 from parkway.transport.settings import Settings

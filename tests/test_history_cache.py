@@ -1,4 +1,4 @@
-"""A worker keeps each chat's decoded history (runner/histcache.py): a resume on the
+"""A worker keeps each chat's decoded history (runner/store/histcache.py): a resume on the
 worker that ran the chat decodes only what is new, asks the model exactly what a worker
 decoding from scratch would, and anything else in Redis than what was kept is decoded
 afresh."""
@@ -13,10 +13,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, parse_agent_file
-from parkway.runner.histcache import HistoryCache
-from parkway.runner.history import ModelView, decode_entries, to_model_messages
-from parkway.runner.keys import chat_keys
-from parkway.runner.model import ModelEvent, ModelMessage, ModelRequest, UserTurn
+from parkway.runner.store.histcache import HistoryCache
+from parkway.runner.store.history import ModelView, decode_entries, to_model_messages
+from parkway.runner.store.keys import chat_keys
+from parkway.runner.llm.model import ModelEvent, ModelMessage, ModelRequest, UserTurn
 from tests.runner_rig import finish, parked, turn
 from tests.support import agent_doc, call
 

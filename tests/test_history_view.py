@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parkway.runner.history import UNKNOWN_RESULT, ModelView, to_model_messages
-from parkway.runner.model import (
+from parkway.runner.store.history import UNKNOWN_RESULT, ModelView, to_model_messages
+from parkway.runner.llm.model import (
     AssistantTurn,
     ModelMessage,
     ModelToolCall,

@@ -29,10 +29,10 @@ _BINARY = (".png", ".jpg", ".jpeg", ".gif", ".ico", ".whl", ".gz", ".zip")
 
 # The one deliberate use: a `ref` written before Parkway installed under the `parkway`
 # namespace ("runner.demo:get_weather") still names Parkway's module, through
-# `parkway.runner.demo` (runner/template.py). Its code comment, its doc and its tests
+# `parkway.runner.demo` (runner/agent/template.py). Its code comment, its doc and its tests
 # name the old form on purpose. Each entry must still match: a stale one fails.
 _ALLOWED = {
-    ("runner/template.py", '"runner.demo:get_weather"'),
+    ("runner/agent/template.py", '"runner.demo:get_weather"'),
     ("docs/protocol.md", "(`runner.demo:get_weather`, as older agent files"),
     ("tests/test_units.py", '"ref": "runner.no_such_module:f"'),
     ("tests/test_units.py", "\"module 'runner.no_such_module' cannot be imported\""),
@@ -82,7 +82,7 @@ def test_no_file_reaches_a_module_by_a_bare_folder_name() -> None:
 @pytest.mark.parametrize(
     ("path", "text"),
     [
-        ("widgets_api/page.py", 'item = resources.files("widgets_api").joinpath("static")\n'),
+        ("widgets_api/playground/page.py", 'item = resources.files("widgets_api").joinpath("static")\n'),
         ("x.py", 'module = importlib.import_module("runner.demo")\n'),
         ("x.py", "from transport.app import create_app\n"),
         ("x.py", "import widgets_api\n"),
@@ -106,7 +106,7 @@ def test_the_scan_finds_each_kind_of_bare_reference(path: str, text: str) -> Non
         ("x.py", 'item = resources.files("parkway.widgets_api").joinpath("static")\n'),
         ("x.py", "from parkway.transport.app import create_app\n"),
         ("x.py", "self.runner.driver.drive()\nrunner = getattr(app.state, 'runner', None)\n"),
-        ("docs/x.md", "The page's files are in `widgets_api/static/`; see runner/loop.py.\n"),
+        ("docs/x.md", "The page's files are in `widgets_api/playground/static/`; see runner/engine/runner.py.\n"),
         ("x.py", '"""The runner: it parks; transport mounts widgets_api\'s routes."""\n'),
         ("docs/x.md", "`parkway.runner.demo:get_weather`, tests/test_runner.py\n"),
     ],

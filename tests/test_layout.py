@@ -66,7 +66,7 @@ def test_each_package_declares_its_public_names(package: str) -> None:
 
 
 # The modules that may spell Redis key names: the runner's keys and widgets_api's own.
-KEY_MODULES = ("runner/keys.py", "widgets_api/keys.py")
+KEY_MODULES = ("runner/store/keys.py", "widgets_api/keys.py")
 # A string literal of any kind (plain, f-, b-, r-) that starts with Parkway's key prefix.
 _KEY_LITERAL = re.compile(r"""["']pw:""")
 
@@ -76,7 +76,7 @@ def spells_key_names(source: str) -> bool:
 
 
 def test_redis_key_names_come_from_the_two_key_modules() -> None:
-    """Only runner/keys.py and widgets_api/keys.py spell Redis key prefixes, so every key
+    """Only runner/store/keys.py and widgets_api/keys.py spell Redis key prefixes, so every key
     is documented (type, contents, lifetime) in one of two places."""
     offenders = [
         relative
@@ -97,7 +97,7 @@ def test_redis_key_names_come_from_the_two_key_modules() -> None:
         ('key = f"pw:{{{chat}}}:meta"', True),
         ('key = b"pw:flow:x"', True),
         ('help = "keys pw:{bench-*} are deleted"', False),
-        ("key = chat_keys(chat).meta  # the pw: prefix comes from runner/keys.py", False),
+        ("key = chat_keys(chat).meta  # the pw: prefix comes from runner/store/keys.py", False),
     ],
 )
 def test_the_key_name_rule_tells_a_key_literal_from_a_mention(source: str, spells: bool) -> None:
@@ -145,10 +145,10 @@ def test_the_wheel_installs_one_parkway_namespace_and_no_warnings(
     assert tops == {"parkway", next(t for t in tops if t.endswith(".dist-info"))}, tops
     assert "parkway/__init__.py" not in names  # a namespace package
     for expected in (
-        "parkway/runner/loop.py",
+        "parkway/runner/engine/runner.py",
         "parkway/transport/cli.py",
         "parkway/widgets_api/connect/flow.py",
-        "parkway/widgets_api/static/playground.html",
+        "parkway/widgets_api/playground/static/playground.html",
     ):
         assert expected in names, expected
     assert not [name for name in names if "/bench/" in name or "/tests/" in name]

@@ -1,5 +1,5 @@
 """A worker's followers of its own runs take the runs' log entries from memory
-(runner/logtap.py), with exactly what a follower on another worker reads from Redis."""
+(runner/eventlog/local.py), with exactly what a follower on another worker reads from Redis."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 
 from parkway.runner import Runner, ScriptedModel, chat_keys, parse_agent_file
 from parkway.runner.events import Event, MessageStarted, TextDelta, events_to_json
-from parkway.runner.logtap import LocalLog, id_before
-from parkway.runner.model import ModelEvent, ModelRequest
+from parkway.runner.eventlog.local import LocalLog, id_before
+from parkway.runner.llm.model import ModelEvent, ModelRequest
 from tests.support import agent_doc, call, text
 
 # A streamed answer in several pieces, then a tool call that parks: the run logs a

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from parkway.runner.logcontext import bound, principal_hash
+from parkway.runner.ops.logcontext import bound, principal_hash
 from parkway.transport.logs import JsonFormatter, TextFormatter, logging_config, resolve_format
 from parkway.transport.settings import Settings, SettingsError
 from tests.connect_rig import TOKEN_KEY, Browser, connection_key, stored_tokens

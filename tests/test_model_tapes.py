@@ -22,7 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.llm.tape import event_from_json, event_to_json
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     ModelReasoningDelta,
     ModelStepEnd,
     ModelTextDelta,

@@ -359,7 +359,7 @@ def test_stored_parts_rebuild_the_providers_response_and_empty_steps_are_left_ou
     from pydantic_ai.messages import ModelResponse, ThinkingPart, ToolCallPart, ToolReturnPart
 
     from parkway.runner.llm.convert import to_messages
-    from parkway.runner.model import (
+    from parkway.runner.llm.model import (
         AssistantTurn,
         ModelRequest,
         ModelToolCall,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parkway.transport.settings import Settings, SettingsError
-from parkway.widgets_api.tokens import TokenCipher, generate_token_key
+from parkway.widgets_api.connect.cipher import TokenCipher, generate_token_key
 from tests.oauth_support import SECRET
 
 PROVIDERS_JSON = json.dumps(

@@ -22,7 +22,7 @@ from parkway.runner.demo import DEMO_AGENT
 from parkway.transport.app import create_app
 from parkway.transport.openapi import openapi_document
 from parkway.transport.settings import Settings
-from parkway.widgets_api.oauth import DemoDispatch
+from parkway.widgets_api.connect.oauth import DemoDispatch
 from tests.connect_rig import TOKEN_KEY
 from tests.openapi_check import ApiDocument
 from tests.support import TEST_SECRET, ServerThread, answered, sse_chunks, user_message
@@ -99,7 +99,7 @@ def test_the_document_is_valid_openapi_3_1(extra: dict[str, Any]) -> None:
 async def test_every_route_served_is_documented_and_every_documented_route_served(
     redis_url: str, redis: Redis, extra: dict[str, Any]
 ) -> None:
-    """A route added without an entry in transport/_openapi_paths.py fails here, and so
+    """A route added without an entry in transport/openapi/_paths.py fails here, and so
     does an entry for a route the app does not serve (with these settings)."""
     del redis
     settings = settings_for(redis_url, **extra)

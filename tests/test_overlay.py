@@ -1,7 +1,7 @@
 """The build-kit overlay merge: Python and the playground's JS pass the same vectors.
 
-The playground applies the overlay in the browser (widgets_api/static/overlay.js) while
-the server's tests use widgets_api/overlay.py; tests/vectors/overlay_merge.json pins the
+The playground applies the overlay in the browser (widgets_api/playground/static/overlay.js) while
+the server's tests use widgets_api/playground/overlay.py; tests/vectors/overlay_merge.json pins the
 rules both must follow, and a seeded generated set checks that they agree beyond it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from parkway.widgets_api.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
+from parkway.widgets_api.playground.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 from tests.support import run_node_vectors
 
 ROOT = Path(__file__).resolve().parent.parent

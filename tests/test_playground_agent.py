@@ -19,9 +19,9 @@ from typing import Any
 from playwright.sync_api import Browser, Page, Request, expect
 from redis.asyncio import Redis
 
-from parkway.runner.loop import Runner
-from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta
-from parkway.runner.sweeper import Sweeper
+from parkway.runner.engine.runner import Runner
+from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
+from parkway.runner.engine.sweeper import Sweeper
 from tests.browser import (
     ServerView,
     Tab,
@@ -32,7 +32,7 @@ from tests.browser import (
 from tests.support import WEATHER_TOOL, agent_doc, call, server_thread, text
 
 PATCH = {"summary": "say hello", "patch": {"instructions": "Say hello first."}}
-# every registered platform op, then the reserved workflows (widgets_api/overlay.py)
+# every registered platform op, then the reserved workflows (widgets_api/playground/overlay.py)
 KIT_TOOLS = "get_weather,commit_config,execute_code,list_functions,save_function,request_connection"
 # The agent a user builds: one tool of its own and a sandbox without network, which the
 # build kit overrides while it is on.
@@ -103,8 +103,8 @@ def sweep_later(redis_url: str, template: dict[str, Any], seconds: float = 3600)
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep() -> int:
-        from parkway.runner.scripted import ScriptedModel
-        from parkway.runner.template import load_template
+        from parkway.runner.llm.scripted import ScriptedModel
+        from parkway.runner.agent.template import load_template
 
         client = Redis.from_url(redis_url)
         try:

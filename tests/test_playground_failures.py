@@ -15,7 +15,7 @@ from typing import Any
 
 from playwright.sync_api import Browser, Route, expect
 
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     ModelEvent,
     ModelRequest,
     ModelStepEnd,

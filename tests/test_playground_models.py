@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from playwright.sync_api import Browser, Locator, expect
 
 from parkway.runner.errors import ModelError
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     ModelEvent,
     ModelReasoningDelta,
     ModelRequest,

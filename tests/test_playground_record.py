@@ -29,7 +29,7 @@ import pytest
 from playwright.sync_api import Browser, Request, expect
 from starlette.types import Message, Receive, Scope, Send
 
-from parkway.transport._cassette_recording import (
+from parkway.transport.cassettes._server_recorder import (
     CassetteRecording,
     CassetteWriter,
     is_recorded,

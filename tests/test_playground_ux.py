@@ -25,7 +25,7 @@ from playwright.sync_api import (
 from pydantic import SecretStr
 
 from parkway.runner.demo import DEMO_AGENT
-from parkway.transport.sessions import SessionAuthenticator
+from parkway.transport.api.sessions import SessionAuthenticator
 from tests import support
 from tests.browser import VIEWPORT, ServerView, Tab, screenshot, wait_until
 from tests.connect_rig import TOKEN_KEY

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from parkway.widgets_api.providers import (
+from parkway.widgets_api.connect.providers import (
     ProviderConfigError,
     ProviderRegistry,
     ProviderSpec,

@@ -17,9 +17,9 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Answer, Run, Runner, RunnerConfig, chat_keys, parse_agent_file
-from parkway.runner import _scripts as scripts
-from parkway.runner.agents import AgentStore
-from parkway.runner.connection import RedisClient, connect
+from parkway.runner.store import scripts
+from parkway.runner.agent.revisions import AgentStore
+from parkway.runner.store.client import RedisClient, connect
 from parkway.runner.events import (
     CallParked,
     Event,
@@ -29,8 +29,8 @@ from parkway.runner.events import (
     coalesce,
     events_from_json,
 )
-from parkway.runner.model import Model, ModelEvent, ModelRequest, ModelTextDelta
-from parkway.runner.template import load_template
+from parkway.runner.llm.model import Model, ModelEvent, ModelRequest, ModelTextDelta
+from parkway.runner.agent.template import load_template
 from tests.faults import RedisProxy, RestartableRedis
 from tests.runner_rig import said
 from tests.support import (

@@ -22,7 +22,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from parkway.runner.keys import owned_without_ttl
+from parkway.runner.store.keys import owned_without_ttl
 from parkway.transport.cassettes import Recorder, load_cassette, save_cassette
 from tests.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
 

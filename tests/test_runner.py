@@ -37,7 +37,7 @@ from parkway.runner.events import (
     ToolInputRejected,
     ToolSucceeded,
 )
-from parkway.runner.keys import DEADLINES, deadline_member
+from parkway.runner.store.keys import DEADLINES, deadline_member
 from tests import tools as test_tools
 from tests.runner_rig import finish, make_runner, parked, said, turn
 from tests.support import PICK_TOOL as PICK

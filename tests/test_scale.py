@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.keys import chat_keys
+from parkway.runner.store.keys import chat_keys
 from tests.support import (
     Api,
     ParkwayProcess,

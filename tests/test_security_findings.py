@@ -17,7 +17,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from parkway.transport.sessions import COOKIE_NAME
+from parkway.transport.api.sessions import COOKIE_NAME
 from tests.connect_rig import Browser, Rig, start_rig
 from tests.oidc_peer import login_and_consent, oidc_peer
 from tests.support import ServerThread, agent_doc, sse_chunks, text, user_message

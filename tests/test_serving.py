@@ -1,6 +1,6 @@
 """How ``parkway serve`` serves: the socket, the HTTP protocol and loop, and how a
 stream's chunks are written (transport/cli.py, transport/serving.py,
-transport/streaming.py)."""
+transport/aisdk/streaming.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import uvicorn
 from pydantic import SecretStr
 from starlette.types import Message
 
-from parkway.transport import cli, streaming
+from parkway.transport import cli
+from parkway.transport.aisdk import streaming
 from parkway.transport.serving import PROTOCOLS, event_loop, header_timeout_protocol
 from parkway.transport.settings import Settings
 from parkway.transport.sse import sse_data

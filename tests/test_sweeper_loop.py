@@ -20,8 +20,8 @@ from parkway.runner import (
     SweepReport,
     _scripts,
 )
-from parkway.runner.keys import DEADLINES, chat_keys
-from parkway.runner.sweeper import TIMEOUT_OUTCOME
+from parkway.runner.store.keys import DEADLINES, chat_keys
+from parkway.runner.engine.sweeper import TIMEOUT_OUTCOME
 from tests.runner_rig import RoundTrips
 from tests.support import (
     ROOT,
@@ -98,7 +98,7 @@ async def test_run_survives_redis_errors_and_failing_listeners(
         return await real(now_ms, limit)
 
     sweeper.store.deadlines.expired = flaky  # type: ignore[method-assign]
-    caplog.set_level(logging.INFO, logger="parkway.runner.sweeper")
+    caplog.set_level(logging.INFO, logger="parkway.runner.engine.sweeper")
     task = asyncio.create_task(sweeper.run(interval_s=0.005))
     try:
         await asyncio.wait_for(done.wait(), 10)

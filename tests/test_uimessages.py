@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from parkway.runner.loop import Answer
+from parkway.runner.engine.runner import Answer
 from parkway.transport.errors import HTTPError
-from parkway.transport.uimessages import parse_chat_post
+from parkway.transport.aisdk.uimessages import parse_chat_post
 
 
 def post(*messages: dict[str, Any]) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from parkway.runner.events import (
     ToolCallIssued,
     ToolSucceeded,
 )
-from parkway.runner.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
-from parkway.runner.model import (
+from parkway.runner.store.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
+from parkway.runner.llm.model import (
     AssistantTurn,
     ModelRequest,
     ModelTextDelta,
@@ -39,7 +39,7 @@ from parkway.runner.model import (
     UserTurn,
 )
 from parkway.runner.parking import ParkedCall, decode_call, encode_call
-from parkway.transport.encoder import encode_event
+from parkway.transport.aisdk.encoder import encode_event
 from parkway.transport.settings import Settings, SettingsError
 from parkway.widgets_api import describe_call
 from tests.support import agent_doc, call, text
@@ -541,7 +541,7 @@ def test_replay_rebuilds_finished_calls_without_re_firing_and_pending_ones_as_th
     """The resume replay of a continued message: the answered call of step one comes back
     as input-start/delta/output (no onToolCall), the pending approval of step two as
     input-available plus its approval request."""
-    from parkway.transport.replay import replay_message
+    from parkway.transport.aisdk.rebuild import replay_message
 
     message = {
         "id": "M",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parkway.runner.tools import ToolContext
+from parkway.runner.agent.tools import ToolContext
 
 EXECUTIONS: list[dict[str, Any]] = []
 

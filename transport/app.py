@@ -31,42 +31,42 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.runner.agentfile import AgentFile, load_agent_file, parse_agent_file
-from parkway.runner.agents import AgentStore
+from parkway.runner.agent.agentfile import AgentFile, load_agent_file, parse_agent_file
+from parkway.runner.agent.revisions import AgentStore
 from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.connection import RedisClient, connect, is_redis_outage
+from parkway.runner.store.client import RedisClient, connect, is_redis_outage
 from parkway.runner.demo import DEMO_AGENT
-from parkway.runner.embedded import EmbeddedRedis
+from parkway.runner.store.embedded import EmbeddedRedis
 from parkway.runner.errors import ParkwayError, SettleConflictError
 from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
 from parkway.runner.llm.tape import ModelTape
-from parkway.runner.loop import Runner, RunnerConfig
-from parkway.runner.sweeper import Sweeper
-from parkway.runner.telemetry import REDIS_ERRORS
-from parkway.transport._cassette_models import load_tape, with_model_steps
-from parkway.transport._cassette_recording import CassetteRecording, recording_writer
-from parkway.transport.admission import Admission
-from parkway.transport.agent_routes import agent_routes, editors_of, warn_of_drift
-from parkway.transport.code_routes import code_mode_from, code_routes
+from parkway.runner.engine.runner import Runner, RunnerConfig
+from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.ops.telemetry import REDIS_ERRORS
+from parkway.transport.cassettes._tapes import load_tape, with_model_steps
+from parkway.transport.cassettes._server_recorder import CassetteRecording, recording_writer
+from parkway.transport.api.admission import Admission
+from parkway.transport.api.agent import agent_routes, editors_of, warn_of_drift
+from parkway.transport.api.code import code_mode_from, code_routes
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
-from parkway.transport.health import healthz, readyz
+from parkway.transport.api.health import healthz, readyz
 from parkway.transport.lifecycle import LazyStart, Lifecycle
-from parkway.transport.metrics import MetricsServing, metrics_routes
+from parkway.transport.api.metrics import MetricsServing, metrics_routes
 from parkway.transport.openapi import openapi_json
-from parkway.transport.requests import BodyReader
-from parkway.transport.routes import api_routes
-from parkway.transport.sessions import Authenticator, SessionAuthenticator
+from parkway.transport.api.requests import BodyReader
+from parkway.transport.api.chats import api_routes
+from parkway.transport.api.sessions import Authenticator, SessionAuthenticator
 from parkway.transport.settings import Settings, SettingsError, flag_and_variable
 from parkway.transport.tracing import flush_spans
 from parkway.widgets_api import describe_call, widget_routes
-from parkway.widgets_api.oauth import (
+from parkway.widgets_api.connect.oauth import (
     DEMO_MOUNT,
     DemoDispatch,
     OAuthRuntime,
     OAuthSettings,
     start_oauth,
 )
-from parkway.widgets_api.providers import parse_provider_specs
+from parkway.widgets_api.connect.providers import parse_provider_specs
 
 __all__ = ["agent_id_for", "create_app"]
 
@@ -324,7 +324,7 @@ async def _start_serving(
             follower_reads=max(1, settings.redis_max_connections // 2),
         ),
     )
-    # -- OAuth (widgets_api/oauth.py): providers, connections, the connect flow
+    # -- OAuth (widgets_api/connect/oauth.py): providers, connections, the connect flow
     oauth: OAuthRuntime | None = await start_oauth(
         dataclasses.replace(oauth_settings, prefix=prefix),
         runner=app.state.runner,
@@ -332,7 +332,7 @@ async def _start_serving(
         redis_url=url,
         environ=os.environ,
     )
-    if oauth is not None:  # (widgets_api/oauth.py builds the store; the audit's retention)
+    if oauth is not None:  # (widgets_api/connect/oauth.py builds the store; the audit's retention)
         oauth.connections.audit_keep_s = settings.audit_keep_s
     app.state.oauth = oauth
     app.state.connect = None if oauth is None else oauth.flow
@@ -343,7 +343,7 @@ async def _start_serving(
     )
     if oauth is not None and oauth.demo is not None:
         app.state.demo_router = Router(routes=oauth.demo.routes())
-    # -- deadline sweeper (runner/sweeper.py): times out expired parked calls;
+    # -- deadline sweeper (runner/engine/sweeper.py): times out expired parked calls;
     # a timeout that settles a step resumes "auto"-policy chats.
     app.state.sweeper = Sweeper(app.state.runner, on_timeout=app.state.runner.on_timeout)
     return asyncio.create_task(
@@ -435,7 +435,7 @@ def create_app(
     """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo);
     ``authenticator`` replaces the default signed-session authenticator."""
     settings = settings or Settings()
-    # parkway serve --record (transport/_cassette_recording.py): checked before anything
+    # parkway serve --record (transport/cassettes/_server_recorder.py): checked before anything
     writer = recording_writer(settings, agent is not None) if settings.record else None
     access_log = logging.getLogger("uvicorn.access")
     if _ACCESS_FILTER not in access_log.filters:

@@ -276,11 +276,11 @@ def _replay(
 def _agent_reset(flags: dict[str, str | None]) -> int:
     """``parkway agent reset``: the agent file's version as the head again. The agent
     is found as the server finds it (same agent file, same Redis, same id)."""
-    from parkway.runner.agentfile import load_agent_file, parse_agent_file
-    from parkway.runner.agents import AgentStore
-    from parkway.runner.connection import connect
+    from parkway.runner.agent.agentfile import load_agent_file, parse_agent_file
+    from parkway.runner.agent.revisions import AgentStore
+    from parkway.runner.store.client import connect
     from parkway.runner.demo import DEMO_AGENT
-    from parkway.runner.embedded import EmbeddedRedis
+    from parkway.runner.store.embedded import EmbeddedRedis
     from parkway.runner.errors import ParkwayError
     from parkway.transport.app import agent_id_for
     from parkway.transport.settings import Settings, SettingsError
@@ -391,7 +391,7 @@ def _serve(
     The lifespan runs here rather than inside uvicorn so that an error starting it (an
     unreachable Redis) leaves as the exception it is, for a one-line message, where
     uvicorn would log a traceback and exit 3. ``announce`` is called once uvicorn
-    listens, after the heap is settled for a long run (:func:`parkway.runner.heap.settle_heap`),
+    listens, after the heap is settled for a long run (:func:`parkway.runner.ops.heap.settle_heap`),
     ``farewell`` once everything stopped (before a SIGTERM ends the process).
     uvicorn's signal capture is held around the whole run: a signal during the
     lifespan's startup stops the server as soon as it is up, and the signal uvicorn
@@ -400,7 +400,7 @@ def _serve(
     """
     import uvicorn
 
-    from parkway.runner.heap import settle_heap
+    from parkway.runner.ops.heap import settle_heap
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -433,8 +433,8 @@ def _run_server(flags: dict[str, str | None]) -> int:
     from parkway.transport.logs import logging_config, resolve_format
     from parkway.transport.settings import Settings, SettingsError
     from parkway.transport.tracing import configure_tracing
-    from parkway.widgets_api.oauth import check_providers
-    from parkway.widgets_api.providers import ProviderConfigError, parse_provider_specs
+    from parkway.widgets_api.connect.oauth import check_providers
+    from parkway.widgets_api.connect.providers import ProviderConfigError, parse_provider_specs
 
     startup_errors = (SettingsError, ParkwayError, ProviderConfigError)
     try:

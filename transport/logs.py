@@ -12,7 +12,7 @@ error: Parkway's, uvicorn's own (``uvicorn.error``) and uvicorn's access log
 - ``auto`` (the default): text when standard error is a terminal, JSON otherwise.
 
 What a line is about (chat, run, call, principal) comes from
-:mod:`parkway.runner.logcontext`, read when the line is formatted, which is when it is
+:mod:`parkway.runner.ops.logcontext`, read when the line is formatted, which is when it is
 logged: a ``StreamHandler`` formats in the thread and task that log.
 
 Access lines never carry a query string. A query may hold secrets: a connect callback's
@@ -36,7 +36,7 @@ from typing import IO, Any, Final, Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.runner.logcontext import FIELDS, current
+from parkway.runner.ops.logcontext import FIELDS, current
 
 __all__ = [
     "AccessTiming",

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, Protocol
 import httpx2
 import pytest
 
-from parkway.transport._replay_process import scratch_server
+from parkway.transport.cassettes._replay_server import scratch_server
 from parkway.transport.cassettes import (
     RECORD_MODES,
     Cassette,

@@ -12,7 +12,7 @@ and the app never hears of it, as it sees a request only once its headers are co
 when a response is complete, disarmed when the next request's headers are, and never
 pushed back by the bytes that arrive meanwhile. On expiry the connection is closed
 without an answer. The body has its own limit, enforced by the app's body reader
-(``body_read_timeout_s``, see :mod:`parkway.transport.requests`).
+(``body_read_timeout_s``, see :mod:`parkway.transport.api.requests`).
 
 Two protocols carry it: :class:`HttpToolsHeaderTimeoutProtocol` on uvicorn's httptools
 protocol (a C parser, llhttp: the fast one, used whenever httptools is installed) and

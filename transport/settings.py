@@ -40,10 +40,10 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
-from parkway.runner.connection import parse_redis_url
+from parkway.runner.store.client import parse_redis_url
 from parkway.runner.errors import CallerError, TemplateError
 from parkway.runner.llm.spec import ModelSpec, parse_model_spec
-from parkway.widgets_api.tokens import TokenCipher, TokenKeyError, generate_token_key
+from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
 
 __all__ = ["Settings", "SettingsError"]
 
@@ -184,9 +184,9 @@ class Settings(BaseSettings):
     lease_s: float = Field(60.0, ge=1, le=3600)
     sweep_interval_s: float = Field(0.25, gt=0, allow_inf_nan=False)
     stream_grace_s: float = Field(300.0, ge=0, le=86400)
-    # how long the event log keeps a run that ended (runner/_scripts.py, log_append)
+    # how long the event log keeps a run that ended (runner/store/scripts.py, log_append)
     log_keep_s: int = Field(600, ge=1, le=86400)
-    # how long the audit trail keeps an entry (runner/audit.py): at least an hour, at
+    # how long the audit trail keeps an entry (runner/store/audit.py): at least an hour, at
     # most ten years, and no shorter than chat_ttl_s, so a chat never outlives its audit
     audit_keep_s: int = Field(90 * 24 * 3600, ge=3600, le=10 * 365 * 24 * 3600)
     cookie_secure: Switch = False

@@ -1,6 +1,6 @@
 """Turning on OpenTelemetry tracing for ``parkway serve`` (setting ``tracing``).
 
-The runner makes its spans through the OpenTelemetry API (runner/telemetry.py); they go
+The runner makes its spans through the OpenTelemetry API (runner/ops/telemetry.py); they go
 nowhere until a tracer provider is set, once per process. ``--tracing otlp`` sets one
 that exports over OTLP/HTTP, configured as every OpenTelemetry exporter is, by the
 standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_HEADERS``,

@@ -7,12 +7,12 @@ Imports ``runner``; never imported by it, and never imports ``transport``.
 from starlette.routing import BaseRoute
 
 from parkway.widgets_api.connect import ConnectFlow, connect_routes, outcome_summary
-from parkway.widgets_api.connections import Connection, ConnectionStore
+from parkway.widgets_api.connect.connections import Connection, ConnectionStore
 from parkway.widgets_api.descriptors import describe_call
-from parkway.widgets_api.overlay import OverlayMerge, entry_identity, merge_overlay
-from parkway.widgets_api.page import page_routes
-from parkway.widgets_api.providers import Provider, ProviderConfigError, ProviderRegistry
-from parkway.widgets_api.tokens import TokenCipher
+from parkway.widgets_api.playground.overlay import OverlayMerge, entry_identity, merge_overlay
+from parkway.widgets_api.playground.page import page_routes
+from parkway.widgets_api.connect.providers import Provider, ProviderConfigError, ProviderRegistry
+from parkway.widgets_api.connect.cipher import TokenCipher
 
 __all__ = [
     "ConnectFlow",

@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.parking import ParkedCall
-from parkway.runner.workflows import REQUEST_CONNECTION
+from parkway.runner.agent.workflows import REQUEST_CONNECTION
 from parkway.widgets_api.highlight import highlight_lines
 
 __all__ = ["StartToken", "describe_call"]
 
-# The platform op by which an agent changes its own template (runner/commits.py): its
+# The platform op by which an agent changes its own template (runner/agent/commits.py): its
 # approval is drawn as a diff of the template, so its widget kind is ``agent_change``.
 _AGENT_CHANGE_TOOL = "commit_config"
 

@@ -2,7 +2,7 @@
 connections, and the built-in demo OAuth provider.
 
 The runner's keys (chats, the deadline index, agent revisions) are in
-:mod:`parkway.runner.keys`; the two modules are the only ones that spell key names. The keys
+:mod:`parkway.runner.store.keys`; the two modules are the only ones that spell key names. The keys
 of one parked call (the flow pointer, spent start tokens) carry the chat's hash tag
 ``{<chat id>}``, those of one principal's connections the tag ``{c:<digest>}``, so each
 multi-key script or transaction stays on one Redis Cluster slot; the demo provider's
@@ -11,7 +11,7 @@ keys have no common tag (it runs on one Redis node). Every key here has a TTL.
 
 from __future__ import annotations
 
-from parkway.runner.keys import check_chat_id
+from parkway.runner.store.keys import check_chat_id
 
 __all__ = [
     "DEMO_OAUTH_PREFIX",
@@ -48,11 +48,11 @@ def start_token_key(chat_id: str, tool_call_id: str, nonce: str) -> str:
     return f"pw:{{{check_chat_id(chat_id)}}}:start:{tool_call_id}:{nonce}"
 
 
-# -- connections (widgets_api/connections.py) ------------------------------------------
+# -- connections (widgets_api/connect/connections.py) ------------------------------------------
 
 
 class ConnectionKeys:
-    """The keys of one principal's connections (widgets_api/connections.py), all under
+    """The keys of one principal's connections (widgets_api/connect/connections.py), all under
     the tag ``{c:<digest of the principal>}``. TTL: the connection TTL (default 180
     days), refreshed whenever a connection is stored, used or refreshed; a DELETE of the
     connection removes its keys at once."""

@@ -10,5 +10,5 @@ function library (docs/code-mode.md).
 
 The sandbox itself (providers, the guest bootstrap and its ``pw`` helpers) is
 :mod:`parkway.runner.sandbox`. This package imports none of its modules itself, so that
-:mod:`parkway.runner.tools` can name :class:`CodeMode` while the ops import the tools.
+:mod:`parkway.runner.agent.tools` can name :class:`CodeMode` while the ops import the tools.
 """

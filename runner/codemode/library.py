@@ -4,7 +4,7 @@ Each function is a module of the package ``library`` that ``execute_code`` can i
 (``from library import summarize``); the sandbox mounts the package read-only, and only
 the agent's own. A save makes a new version (who, when, the code and its description);
 every version is kept (keys ``functions`` and ``function_versions`` of
-:class:`~parkway.runner.keys.AgentKeys`, no TTL, like the agent's revisions).
+:class:`~parkway.runner.store.keys.AgentKeys`, no TTL, like the agent's revisions).
 
 ``save_function`` asks the human by default (policy ``ask``) and, like ``commit_config``,
 needs the agent to be editable and the principal an editor: the library is shared by
@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.runner.agents import AgentStore
-from parkway.runner.connection import RedisClient, as_text
+from parkway.runner.agent.revisions import AgentStore
+from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.errors import ToolError
-from parkway.runner.keys import AgentKeys
-from parkway.runner.platform import PlatformOp
-from parkway.runner.tools import ToolContext
+from parkway.runner.store.keys import AgentKeys
+from parkway.runner.agent.platform_ops import PlatformOp
+from parkway.runner.agent.tools import ToolContext
 
 __all__ = [
     "LIST_FUNCTIONS",

@@ -20,16 +20,16 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from parkway.runner.artifacts import ARTIFACT_ID
+from parkway.runner.store.artifacts import ARTIFACT_ID
 from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.library import FunctionLibrary
 from parkway.runner.codemode.prompt import DESCRIPTION
 from parkway.runner.codemode.runtime import Workspace, workspace
 from parkway.runner.errors import ToolError
-from parkway.runner.platform import PlatformOp
+from parkway.runner.agent.platform_ops import PlatformOp
 from parkway.runner.sandbox.provider import BrokerError, Limits, RunRequest, RunResult
-from parkway.runner.telemetry import SANDBOX_RUNS
-from parkway.runner.tools import ToolContext, execute_tool, input_problem
+from parkway.runner.ops.telemetry import SANDBOX_RUNS
+from parkway.runner.agent.tools import ToolContext, execute_tool, input_problem
 
 __all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code"]
 

@@ -1,7 +1,7 @@
 """What ``execute_code`` runs with: the sandbox provider, its probe, the limits policy.
 
 :class:`CodeMode` is made once per server (transport/app.py) and handed to the runner,
-which gives it to the code ops through their :class:`~parkway.runner.tools.ToolContext`.
+which gives it to the code ops through their :class:`~parkway.runner.agent.tools.ToolContext`.
 It holds what sits *above* the provider (docs/code-mode.md): whether isolation is
 available (probed once at start, shown by ``/healthz`` and on every approval), the
 limits of a run (the operator's defaults, the template's ``sandbox.permissions``, a

@@ -1,8 +1,8 @@
 """The provider adapter: Parkway's model interface over pydantic-ai's model layer.
 
-:class:`ProviderModel` turns a Parkway :class:`~parkway.runner.model.ModelRequest` into a
+:class:`ProviderModel` turns a Parkway :class:`~parkway.runner.llm.model.ModelRequest` into a
 pydantic-ai request (conversion in :mod:`parkway.runner.llm.convert`), streams the response as
-Parkway model events, and ends with a :class:`~parkway.runner.model.ModelStepEnd` carrying the
+Parkway model events, and ends with a :class:`~parkway.runner.llm.model.ModelStepEnd` carrying the
 provider's parts for storage.
 
 Failures are definite. Before the first event reaches the runner, a rate limit, an
@@ -54,7 +54,7 @@ from parkway.runner.errors import ModelError
 from parkway.runner.llm.convert import request_parameters, step_end, to_messages, tool_calls
 from parkway.runner.llm.policy import RetryPolicy, Sleep
 from parkway.runner.llm.spec import ModelSpec
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     ModelEvent,
     ModelReasoningDelta,
     ModelRequest,

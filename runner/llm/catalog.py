@@ -19,8 +19,8 @@ from parkway.runner.errors import ModelError, TemplateError
 from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
 from parkway.runner.llm.spec import ModelSpec, missing_environment
 from parkway.runner.llm.tape import ModelTape
-from parkway.runner.model import Model
-from parkway.runner.scripted import ScriptedModel
+from parkway.runner.llm.model import Model
+from parkway.runner.llm.scripted import ScriptedModel
 
 __all__ = ["ModelCatalog", "build_model"]
 

@@ -40,7 +40,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 from pydantic_core import to_jsonable_python
 
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     AssistantTurn,
     ModelRequest,
     ModelStepEnd,

@@ -5,7 +5,7 @@ A cassette of a chat with a real model keeps, besides the HTTP exchanges, each m
 which chat and which of its model calls (``call_index``, stored with the chat, so the same
 across park, resume and restart), the request as the model saw it (instructions, tools,
 the conversation; normalised, below), and every event the model streamed back (text,
-reasoning, tool calls, and the closing :class:`~parkway.runner.model.ModelStepEnd` with the
+reasoning, tool calls, and the closing :class:`~parkway.runner.llm.model.ModelStepEnd` with the
 provider's parts such as thinking signatures, the model's name and usage).
 
 :meth:`ModelTape.wrap` puts a tape in front of a provider model. What it does with a
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from parkway.runner.errors import ModelError
-from parkway.runner.model import (
+from parkway.runner.llm.model import (
     AssistantTurn,
     Model,
     ModelEvent,

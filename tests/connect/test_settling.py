@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.loop import Runner
-from parkway.runner.sweeper import Sweeper
+from parkway.runner.engine.runner import Runner
+from parkway.runner.engine.sweeper import Sweeper
 from tests.connect_rig import (
     Browser,
     Rig,
@@ -79,8 +79,8 @@ def sweep_later(rig: Rig, seconds: float = 3600) -> int:
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep(client: Redis) -> int:
-        from parkway.runner.scripted import ScriptedModel
-        from parkway.runner.template import load_template
+        from parkway.runner.llm.scripted import ScriptedModel
+        from parkway.runner.agent.template import load_template
         from tests.connect_rig import CONNECT_AGENT
 
         runner = Runner(client, ScriptedModel([]), load_template(CONNECT_AGENT["template"]))

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from parkway.widgets_api.connect.records import FlowRecord
-from parkway.widgets_api.connections import (
+from parkway.widgets_api.connect.connections import (
     ConnectionStore,
     TokenExchangeError,
     call_token_endpoint,
     oauth_client,
 )
-from parkway.widgets_api.providers import Provider
+from parkway.widgets_api.connect.providers import Provider
 
 __all__ = ["Exchange"]
 

@@ -11,7 +11,7 @@ A token is issued with every widget descriptor (the stream, ``GET /api/chats/{id
 call's status), so a reloaded page always has a fresh one. Issuing is a pure function
 with no I/O, because descriptors are built synchronously while a response is encoded:
 the token is the issue time and a random nonce sealed with the server's token key
-(AES-GCM, :class:`parkway.widgets_api.tokens.TokenCipher`, shared by every worker), with the
+(AES-GCM, :class:`parkway.widgets_api.connect.cipher.TokenCipher`, shared by every worker), with the
 provider, chat and call as associated data, so it opens only for the call it was
 issued for. ``start`` spends it once: ``SET NX`` of a key named by the sealed nonce (not
 by the token's text, which base64 lets one spell several ways), with the rest of the
@@ -31,9 +31,9 @@ import secrets
 import time
 from collections.abc import Callable
 
-from parkway.runner.connection import RedisClient
+from parkway.runner.store.client import RedisClient
 from parkway.widgets_api.keys import start_token_key
-from parkway.widgets_api.tokens import TokenCipher, TokenKeyError
+from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError
 
 __all__ = ["StartTokens"]
 

@@ -14,7 +14,7 @@ keyspace yields nothing usable; every key expires.
   endpoints;
 - :mod:`parkway.widgets_api.demo_provider.server`: authlib's authorization server, grants and
   revocation endpoint, and the Starlette <-> authlib adapters;
-- :mod:`parkway.widgets_api.demo_provider.models`: the client, codes and tokens;
+- :mod:`parkway.widgets_api.demo_provider.records`: the client, codes and tokens;
 - :mod:`parkway.widgets_api.demo_provider.storage`: the state in Redis and its Lua scripts;
 - :mod:`parkway.widgets_api.demo_provider.pages`: the consent form and the refusal page.
 """

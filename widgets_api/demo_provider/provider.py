@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from parkway.widgets_api.demo_provider.models import (
+from parkway.widgets_api.demo_provider.records import (
     AUTH_METHODS,
     AUTHORIZE_PARAMS,
     PKCE_PARAMS,

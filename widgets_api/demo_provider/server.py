@@ -35,7 +35,7 @@ from authlib.oauth2.rfc9207 import IssuerParameter
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from parkway.widgets_api.demo_provider.models import (
+from parkway.widgets_api.demo_provider.records import (
     AUTH_METHODS,
     PKCE_PARAMS,
     SCOPES,

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import redis
 
-from parkway.widgets_api.demo_provider.models import Code, Token
+from parkway.widgets_api.demo_provider.records import Code, Token
 from parkway.widgets_api.keys import demo_oauth_key
 
 __all__ = [

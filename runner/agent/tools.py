@@ -1,0 +1,187 @@
+"""Tool execution and input validation for server tools.
+
+A function tool's callable takes the input object, and optionally a :class:`ToolContext`
+as a second argument; it may be sync (run in a worker thread) or async. It returns plain
+JSON. To show the model (and the user) an error message, raise :class:`ToolError`; any
+other exception becomes a generic error result, so internal details never leak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from parkway.runner.agent.revisions import AgentStore
+from parkway.runner.store.artifacts import ArtifactStore
+from parkway.runner.canonical import canonical_json
+from parkway.runner.codemode.runtime import CodeMode
+from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.errors import ToolError
+from parkway.runner.agent.template import AgentTemplate, ToolSpec
+
+# ToolError lives with the runner's other errors (runner/errors.py); it is named here
+# too because a tool's author reaches for it beside ToolContext.
+__all__ = ["ToolContext", "ToolError", "ToolRun", "execute_tool", "input_problem"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a server tool is told about its call: the second argument of a function
+    tool's callable that accepts two (``def lookup(data, ctx)``), made by the runner
+    for each call. docs/protocol.md ("The agent template") lists the same.
+
+    Who and what:
+
+    - ``chat_id``: the chat the call belongs to (the id the client chose).
+    - ``principal``: who the chat belongs to, the session's principal id (``usr_…``
+      for Parkway's own sessions, whatever the authenticator resolves otherwise). Key
+      per-user data by it; it is the identity ``access_token`` uses.
+    - ``tool_call_id``: the model's id of this call (``toolCallId`` on the wire and
+      in the chat's history). A tool a program calls from ``execute_code`` gets the
+      ``execute_code`` call's id.
+    - ``tool_name``: the tool's name in the template (one callable may serve several).
+
+    What the server lends the tool (None where the server has none, or for a tool an
+    ``execute_code`` program calls, which gets ``credentials``, ``agents`` and
+    ``template`` only):
+
+    - ``credentials``: the connection store behind :meth:`access_token`; call that
+      rather than this.
+    - ``agents``: the agent's revisions (:class:`~parkway.runner.agent.revisions.AgentStore`),
+      which the platform ops read and commit.
+    - ``template``: the template the run uses (:class:`~parkway.runner.agent.template.AgentTemplate`;
+      ``template.raw`` is its JSON): brokered tool calls look their tools up in it.
+    - ``artifacts``: the chat's artifacts
+      (:class:`~parkway.runner.store.artifacts.ArtifactStore`), used by the code ops.
+    - ``code``: the code sandbox (:class:`~parkway.runner.codemode.runtime.CodeMode`),
+      used by ``execute_code``.
+    - ``parts``: the data parts :meth:`publish` queued, in order; the runner puts
+      them on the stream after the tool's output. Use :meth:`publish`, not this list.
+    """
+
+    chat_id: str
+    principal: str
+    tool_call_id: str
+    tool_name: str
+    credentials: Credentials | None = None
+    agents: AgentStore | None = None
+    template: AgentTemplate | None = None
+    artifacts: ArtifactStore | None = None
+    code: CodeMode | None = None
+    parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def publish(self, name: str, data: dict[str, Any]) -> None:
+        """Put a ``data-<name>`` part on the run's stream after the tool's output."""
+        self.parts.append((name, dict(data)))
+
+    async def access_token(self, connection_id: str, *, scopes: Sequence[str] = ()) -> str:
+        """The access token of the caller's connection ``connection_id`` (a
+        ``request_connection`` result names it). Raises
+        :class:`parkway.runner.agent.credentials.ConnectionUnavailableError`, whose message tells the
+        model what to do; a tool normally lets it propagate."""
+        if self.credentials is None:
+            raise ConnectionUnavailableError(
+                "this server has no connection store configured",
+                reason="not_found",
+                provider=None,
+            )
+        return await self.credentials.access_token(
+            self.principal, connection_id, scopes=tuple(scopes)
+        )
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What a server tool produced: ``output`` when ``error`` is None."""
+
+    output: Any = None
+    error: str | None = None
+    parts: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # ``output`` as canonical JSON, encoded (measured for the size limit; kept so an
+    # artifact of it is not encoded twice)
+    encoded: bytes | None = None
+
+
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    """A validator per schema object (templates are cached, so their schemas live on)."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    validator = Draft202012Validator(schema)
+    if len(_VALIDATORS) > 4096:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
+
+
+def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
+    """A deterministic message saying why ``tool_input`` is not valid for ``spec``."""
+    try:
+        validator = _validator(spec.input_schema)
+        canonical_json(tool_input)
+    except Exception:
+        return f"input for tool {spec.name!r} is not plain JSON"
+    errors = sorted(
+        validator.iter_errors(tool_input),
+        key=lambda e: ([str(p) for p in e.absolute_path], e.message),
+    )
+    if not errors:
+        return None
+    first = errors[0]
+    where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+    return f"invalid input for tool {spec.name!r} at {where}: {first.message}"
+
+
+def _wants_context(func: Callable[..., Any]) -> bool:
+    try:
+        params = [
+            p
+            for p in inspect.signature(func).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2
+
+
+async def execute_tool(
+    spec: ToolSpec, tool_input: Mapping[str, Any], ctx: ToolContext, *, max_bytes: int
+) -> ToolRun:
+    """Run a server tool with a timeout; never raises for the tool's own failures."""
+    func = spec.func
+    if func is None:
+        return ToolRun(error=f"tool {spec.name!r} has no server implementation")
+    args: tuple[Any, ...] = (tool_input, ctx) if _wants_context(func) else (tool_input,)
+    try:
+        async with asyncio.timeout(spec.timeout_s):
+            if inspect.iscoroutinefunction(func):
+                output = await func(*args)
+            else:
+                output = await asyncio.to_thread(func, *args)
+    except TimeoutError:
+        return ToolRun(error=f"tool {spec.name!r} timed out after {spec.timeout_s:g}s")
+    except ToolError as exc:
+        return ToolRun(error=str(exc)[:2000] or f"tool {spec.name!r} failed")
+    except Exception:
+        log.exception("tool %s raised (chat %s, call %s)", spec.name, ctx.chat_id, ctx.tool_call_id)
+        return ToolRun(error=f"tool {spec.name!r} failed with an internal error")
+    try:
+        encoded = canonical_json(output).encode()
+    except Exception:
+        return ToolRun(error=f"tool {spec.name!r} returned a value that is not plain JSON")
+    if len(encoded) > max_bytes:
+        return ToolRun(
+            error=f"tool {spec.name!r} returned {len(encoded)} bytes, over the {max_bytes} limit"
+        )
+    return ToolRun(output=output, parts=tuple(ctx.parts), encoded=encoded)

@@ -1,0 +1,189 @@
+"""Driving a run: its model steps, and the tool calls each step makes.
+
+A :class:`StepDriver` is what a run's work does once its lease is held (see
+:class:`~parkway.runner.engine.runner.Runner`): it turns the outcomes of a parked step into tool
+results (running approved calls with exactly the approved input), then asks the model
+for steps until the model answers without calling tools, a call parks, or the step
+limit is reached. Each step is persisted (COMMIT, through the run's supervisor) before
+anyone hears of its calls, and a step that parks ends the message with its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from parkway.runner.store.artifacts import ArtifactStore
+from parkway.runner.errors import ModelError
+from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.engine.execution import (
+    ToolExecutor,
+    keep_large_answers,
+    record_outcomes,
+    record_tool_run,
+)
+from parkway.runner.llm.catalog import ModelCatalog
+from parkway.runner.llm.model import ModelToolCall, ToolDescription
+from parkway.runner.engine.run import RunnerConfig
+from parkway.runner.engine.step import end_failed, end_with_notice, finished, stream_step
+from parkway.runner.store.chats import ChatStore
+from parkway.runner.engine.supervisor import RunSupervisor
+from parkway.runner.ops.telemetry import ModelLabel, Stopwatch, count_parked, span, traceparent
+from parkway.runner.agent.template import AgentTemplate
+from parkway.runner.engine.triage import Triage, triage
+
+__all__ = ["StepDriver"]
+
+# How a model's finish reason ends a message whose last step called no tools.
+_FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
+
+
+class StepDriver:
+    """Runs a run's steps with the worker's models, tools and limits."""
+
+    def __init__(
+        self,
+        store: ChatStore,
+        *,
+        artifacts: ArtifactStore,
+        executor: ToolExecutor,
+        models: ModelCatalog,
+        config: RunnerConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.artifacts = artifacts
+        self.executor = executor
+        self.models = models
+        self.config = config
+        self.clock = clock
+
+    async def apply_outcomes(
+        self, supervisor: RunSupervisor, *, emit: bool, template: AgentTemplate | None = None
+    ) -> None:
+        """Turn the outcomes of the parked step into tool results, running approved calls
+        with exactly the approved input; without ``emit`` (a new message), off-stream."""
+        state = supervisor.state
+        report = supervisor.emit if emit else None
+        if not state.parked_ids:
+            return
+        if state.parked_calls is not None:
+            calls = state.parked_calls
+        else:
+            _, calls = await self.store.calls(state.keys, state.parked_ids, drop_deadlines=True)
+        state.clear_parked = True
+        calls = await keep_large_answers(self.artifacts, state.chat_id, calls)
+        approved = record_outcomes(state, calls, report)
+        if not approved:
+            return
+        # Persist the known results, and that execution starts, before running anything:
+        # if this worker dies mid-tool, the model later reads "result unknown" for it
+        # instead of the tool silently running twice.
+        await supervisor.commit("running")
+        runs = await asyncio.gather(
+            *(
+                self.executor.execute(
+                    state, call.tool_call_id, call.tool_name, tool_input, template
+                )
+                for call, tool_input in approved
+            )
+        )
+        for (call, _), tool_run in zip(approved, runs, strict=True):
+            record_tool_run(state, call.tool_call_id, call.tool_name, tool_run, report)
+
+    async def drive(self, supervisor: RunSupervisor) -> None:
+        """Model steps until the model stops calling tools, a call parks, or the step
+        limit is reached."""
+        state, emit, template = supervisor.state, supervisor.emit, supervisor.state.template
+        tools = tuple(
+            ToolDescription(s.name, s.description, s.input_schema) for s in template.tools.values()
+        )
+        try:
+            model = self.models.model_for(template.llm)
+        except ModelError as exc:
+            await end_failed(emit, state, None, exc, supervisor.commit)
+            return
+        spec = self.models.chosen(template.llm) or self.models.default_spec
+        label = ModelLabel.of(spec.name) if spec is not None else ModelLabel.of_model(model)
+        invalid_steps = 0
+        for _ in range(self.config.max_steps):
+            step = await stream_step(emit, state, model, tools, supervisor.commit, label=label)
+            if step is None:
+                return  # stopped, or the model failed: the run has ended
+            calls = step.final_calls()
+            state.unsaved.append(step.entry(state.message_id, calls))
+            if not calls:
+                reason = step.end.finish_reason if step.end is not None else None
+                end = finished(state, _FINAL_REASONS.get(reason or "", "stop"))
+                await supervisor.commit("idle", parked_ids=[], then=[StepFinished(), end])
+                return
+            sorted_calls = await self._take_calls(supervisor, calls)
+            if sorted_calls.parked:
+                return  # the step's commit ended the message
+            emit(StepFinished())
+            # A step whose every call was refused (unknown tool, input the schema does
+            # not accept, not JSON) goes back to the model to correct, a bounded number
+            # of times in a row.
+            invalid_steps = invalid_steps + 1 if not sorted_calls.to_run else 0
+            if invalid_steps > self.config.max_invalid_steps:
+                notice = (
+                    f"(stopped: the model's tool calls were refused {invalid_steps} times in a row)"
+                )
+                await end_with_notice(emit, state, notice, "other", supervisor.commit)
+                return
+        # Out of steps. End on a text-only step: ending on a step whose tool calls are
+        # all answered would make an AI SDK client resend the message automatically.
+        notice = f"(stopped after {self.config.max_steps} steps without a final answer)"
+        await end_with_notice(emit, state, notice, "length", supervisor.commit)
+
+    async def _take_calls(
+        self, supervisor: RunSupervisor, calls: Sequence[ModelToolCall]
+    ) -> Triage:
+        """Classify a step's calls (refuse, run now, park), persist the step with its
+        parked calls, announce the calls and run the server ones. A step that parks
+        ends the message with its last commit."""
+        state, emit = supervisor.state, supervisor.emit
+        watch = Stopwatch()
+        sorted_calls = triage(
+            calls, state.template, self.config, message_id=state.message_id, now=self.clock()
+        )
+        state.unsaved.extend(sorted_calls.refused)
+        parked, to_run = sorted_calls.parked, sorted_calls.to_run
+        here = traceparent()
+        if here is not None:  # the resume and the settles continue this trace
+            parked = [dataclasses.replace(p, trace=here) for p in parked]
+        ids = [p.tool_call_id for p in parked]
+        # The step is persisted (with its parked calls) before the client hears of its
+        # calls, in the same atomic step: a widget never names a call the server does
+        # not have.
+        if not to_run:
+            if parked:
+                end: list[Event] = [StepFinished(), finished(state, "tool-calls")]
+                with span("parkway.park", attributes={"parkway.calls": len(parked)}):
+                    await supervisor.commit(
+                        "parked", calls=parked, parked_ids=ids, then=[*sorted_calls.events, *end]
+                    )
+                count_parked(parked, watch)
+            else:
+                await supervisor.commit("running", then=sorted_calls.events)
+            return sorted_calls
+        # Server tools run once the step is persisted.
+        await supervisor.commit(
+            "running", calls=parked, parked_ids=ids or None, then=sorted_calls.events
+        )
+        runs = await asyncio.gather(
+            *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
+        )
+        for call, tool_run in zip(to_run, runs, strict=True):
+            record_tool_run(state, call.id or "", call.name, tool_run, emit)
+        if parked:
+            watch = Stopwatch()  # the calls were stored with the step: this commit parks
+            with span("parkway.park", attributes={"parkway.calls": len(parked)}):
+                await supervisor.commit(
+                    "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
+                )
+            count_parked(parked, watch)
+        else:
+            await supervisor.commit("running")
+        return sorted_calls

@@ -1,0 +1,159 @@
+"""Running a run's server tools, and recording tool results.
+
+:class:`ToolExecutor` runs one server tool call of a run with the template it was made
+under (an approval granted under an older template still runs that template's tool),
+refusing a tool the template no longer has or denies by policy. :func:`record_tool_run`
+turns what a tool produced into the call's history entry and, when the caller is
+watching, its events; :func:`record_outcomes` does the same for the settled calls of a
+parked step that do not run now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from parkway.runner.agent.revisions import AgentStore
+from parkway.runner.store.artifacts import ArtifactStore
+from parkway.runner.codemode.runtime import CodeMode
+from parkway.runner.agent.credentials import Credentials
+from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
+from parkway.runner.store.history import part_ids, result_entry
+from parkway.runner.outcomes import SUPERSEDED, model_result
+from parkway.runner.parking import ParkedCall
+from parkway.runner.engine.run import Emit, RunState
+from parkway.runner.ops.telemetry import mark_failed, span
+from parkway.runner.agent.template import AgentTemplate
+from parkway.runner.agent.tools import ToolContext, ToolRun, execute_tool
+
+__all__ = ["ToolExecutor", "keep_large_answers", "record_outcomes", "record_tool_run"]
+
+
+class ToolExecutor:
+    """Runs server tools with the runner's credentials, agents and output limit. With an
+    artifact store, an output over its threshold is kept there and the call's result is
+    the artifact's reference (runner/store/artifacts.py)."""
+
+    def __init__(
+        self,
+        credentials: Credentials | None,
+        agents: AgentStore | None,
+        max_output_bytes: int,
+        *,
+        artifacts: ArtifactStore | None = None,
+        code: CodeMode | None = None,
+    ) -> None:
+        self.credentials = credentials
+        self.agents = agents
+        self.max_output_bytes = max_output_bytes
+        self.artifacts = artifacts
+        self.code = code
+
+    async def execute(
+        self,
+        state: RunState,
+        call_id: str,
+        name: str,
+        tool_input: Any,
+        template: AgentTemplate | None = None,
+    ) -> ToolRun:
+        spec = (template or state.template).tool(name)
+        if spec is None:
+            return ToolRun(error=f"tool {name!r} is no longer in the agent template")
+        if spec.denied_by_policy:
+            return ToolRun(error=f"tool {name!r} is not allowed: its approval policy is 'deny'")
+        ctx = ToolContext(
+            state.chat_id,
+            state.principal,
+            call_id,
+            name,
+            self.credentials,
+            self.agents,
+            template=template or state.template,
+            artifacts=self.artifacts,
+            code=self.code,
+        )
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+        }
+        with span(f"execute_tool {name}", attributes=attributes) as current:
+            run = await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
+            if run.error is not None:
+                mark_failed(current, "tool_error")
+        if run.error is not None or self.artifacts is None:
+            return run
+        output = await self.artifacts.keep_if_large(
+            state.chat_id, run.output, source=name, tool_call_id=call_id, encoded=run.encoded
+        )
+        return ToolRun(output=output, parts=run.parts)
+
+
+def record_tool_run(
+    state: RunState, call_id: str, name: str, tool_run: ToolRun, emit: Emit | None
+) -> None:
+    """Append the call's result entry; unless ``emit`` is None (nobody is watching: the
+    call finishes off-stream), report its output (and any data parts the tool published)
+    or its error."""
+    if tool_run.error is None:
+        entry = result_entry(call_id, name, tool_run.output, "ok", parts=tool_run.parts)
+        state.unsaved.append(entry)
+        if emit is not None:
+            emit(ToolSucceeded(call_id, tool_run.output))
+            ids = part_ids(call_id, [part_name for part_name, _ in tool_run.parts])
+            for (part_name, data), part_id in zip(tool_run.parts, ids, strict=True):
+                emit(DataPublished(part_name, data, part_id=part_id))
+    else:
+        state.unsaved.append(result_entry(call_id, name, {"error": tool_run.error}, "error"))
+        if emit is not None:
+            emit(ToolFailed(call_id, tool_run.error))
+
+
+def record_outcomes(
+    state: RunState, calls: Sequence[ParkedCall], emit: Emit | None
+) -> list[tuple[ParkedCall, Any]]:
+    """Append the result entry of each settled call that does not run now (a call with
+    no outcome was superseded), reporting it unless ``emit`` is None or the caller
+    supplied the output itself; return the approved calls with the input to run them
+    with (exactly the input the human approved)."""
+    approved: list[tuple[ParkedCall, Any]] = []
+    for call in calls:
+        outcome = call.outcome or SUPERSEDED
+        if call.kind == "approval" and outcome["outcome"] == "approved":
+            approved.append((call, outcome.get("input", call.input)))
+            continue
+        res, status = model_result(call, outcome)
+        state.unsaved.append(
+            result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
+        )
+        if emit is None or (call.kind == "client" and call.tool_call_id in state.skip_echo):
+            continue  # a new message, or the caller supplied this output itself
+        if status == "denied":
+            emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
+        elif status == "error":
+            emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
+        else:
+            emit(ToolSucceeded(call.tool_call_id, res))
+    return approved
+
+
+async def keep_large_answers(
+    artifacts: ArtifactStore | None, chat_id: str, calls: Sequence[ParkedCall]
+) -> list[ParkedCall]:
+    """``calls``, where a client call answered with an output over the artifact
+    threshold now has the artifact's reference as its output (the model reads that)."""
+    if artifacts is None:
+        return list(calls)
+    kept = []
+    for call in calls:
+        outcome = call.outcome
+        if call.kind != "client" or outcome is None or outcome["outcome"] != "output":
+            kept.append(call)
+            continue
+        output = await artifacts.keep_if_large(
+            chat_id, outcome["output"], source=call.tool_name, tool_call_id=call.tool_call_id
+        )
+        kept.append(dataclasses.replace(call, outcome={**outcome, "output": output}))
+    return kept

@@ -1,0 +1,113 @@
+"""Triage of a model step's tool calls: refuse, run now, or park.
+
+A call the model got wrong (an unknown tool, input that is not JSON, input its schema
+refuses, a value that is not plain JSON) is refused: the model gets an error result it
+can correct. A server tool runs now. A client tool or an approval-gated tool parks, with
+its deadline, its widget description and the schemas its answer is judged by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from parkway.runner.canonical import parked_call_key
+from parkway.runner.errors import NotPlainJSONError
+from parkway.runner.events import (
+    ApprovalRequested,
+    CallParked,
+    Event,
+    ToolCallIssued,
+    ToolInputRejected,
+)
+from parkway.runner.store.history import result_entry
+from parkway.runner.llm.model import ModelToolCall
+from parkway.runner.parking import ParkedCall
+from parkway.runner.engine.run import RunnerConfig, new_id
+from parkway.runner.agent.template import AgentTemplate
+from parkway.runner.agent.tools import input_problem
+
+__all__ = ["Triage", "triage"]
+
+
+@dataclass
+class Triage:
+    """A step's calls, sorted. ``events`` announce them (tell the client only once the
+    step is persisted); ``refused`` are the result entries of the refused calls."""
+
+    parked: list[ParkedCall] = field(default_factory=list)
+    to_run: list[ModelToolCall] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+
+
+def triage(
+    calls: Sequence[ModelToolCall],
+    template: AgentTemplate,
+    config: RunnerConfig,
+    *,
+    message_id: str,
+    now: float,
+) -> Triage:
+    """Sort a step's calls (see the module doc); ``now`` is the step's time in seconds."""
+    parked: list[ParkedCall] = []
+    to_run: list[ModelToolCall] = []
+    events: list[Event] = []
+    refused: list[dict[str, Any]] = []
+    for call in calls:
+        call_id = call.id or ""
+        spec = template.tool(call.name)
+        if spec is None:
+            known = ", ".join(sorted(template.tools)) or "none"
+            problem: str | None = f"unknown tool {call.name!r} (the tools are: {known})"
+        elif call.input_error is not None:
+            problem = f"input for tool {call.name!r}: {call.input_error}"
+        else:
+            problem = input_problem(spec, call.input)
+        key = None
+        if problem is None:
+            try:
+                key = parked_call_key(call.name, call.input)
+            except NotPlainJSONError:
+                problem = f"input for tool {call.name!r} is not plain JSON"
+        if problem is not None or spec is None or key is None:
+            problem = problem or "invalid tool call"
+            refused.append(result_entry(call_id, call.name, {"error": problem}, "input_error"))
+            events.append(ToolInputRejected(call_id, call.name, call.input, problem))
+            continue
+        events.append(ToolCallIssued(call_id, call.name, call.input))
+        if not spec.parks:
+            to_run.append(call)
+            continue
+        kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
+        if kind == "approval":
+            default = config.approval_deadline_s
+        elif spec.result_style == "connection":
+            default = config.connection_deadline_s
+        else:
+            default = config.client_deadline_s
+        parked_call = ParkedCall(
+            tool_call_id=call_id,
+            tool_name=call.name,
+            kind=kind,
+            input=call.input,
+            key=key,
+            seq=int(now * 1000) * 1000 + len(parked),
+            message_id=message_id,
+            created_at=now,
+            deadline=now + (spec.deadline_s or default),
+            approval_id=new_id("apr") if kind == "approval" else None,
+            allow_edits=spec.allow_edits,
+            render=spec.render,
+            result_style=spec.result_style,
+            description=spec.description,
+            output_schema=spec.output_schema if kind == "client" else None,
+            edit_schema=spec.input_schema if kind == "approval" and spec.allow_edits else None,
+            auto_resume=template.resume_policy == "auto",
+        )
+        parked.append(parked_call)
+        if parked_call.approval_id is not None:
+            events.append(ApprovalRequested(call_id, parked_call.approval_id))
+        events.append(CallParked(parked_call))
+    return Triage(parked, to_run, events, refused)

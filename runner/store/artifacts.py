@@ -1,0 +1,203 @@
+"""Artifacts: large tool results and code output, kept with their chat.
+
+A tool result over the artifact threshold (settings ``artifact_threshold_bytes``, 32 KiB
+by default) is not put in the history the model reads. It is stored here, and the model
+sees a reference instead: ``{"artifact_id", "bytes", "media_type", "preview"}``. Code run
+by ``execute_code`` reads an artifact whole (``artifacts.get(id)``, mounted read-only in
+its sandbox), and the chat's owner downloads it from
+``GET /api/chats/{id}/artifacts/{artifact_id}``.
+
+An artifact belongs to its chat: its keys carry the chat's hash tag and lifetime
+(:class:`~parkway.runner.store.keys.ChatKeys`), so only the chat's owner reaches it (the
+routes check ownership before they read) and it goes when the chat goes. It is written
+once and never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from parkway.runner.canonical import canonical_json
+from parkway.runner.store.client import RedisClient, as_text
+from parkway.runner.errors import ArtifactNotFoundError, ChatNotFoundError
+from parkway.runner.store.keys import chat_keys
+
+__all__ = [
+    "ARTIFACT_ID",
+    "Artifact",
+    "ArtifactStore",
+    "is_reference",
+    "preview_of",
+]
+
+ARTIFACT_ID = re.compile(r"^art_[A-Za-z0-9_-]{16}$")
+# What a reference shows of the artifact: enough to decide whether to read it.
+PREVIEW_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One stored artifact's record (its bytes are kept apart)."""
+
+    artifact_id: str
+    bytes: int
+    media_type: str
+    source: str  # the tool that produced it ("execute_code" for code output)
+    tool_call_id: str
+    created_at: int  # epoch ms
+    preview: str
+
+    def reference(self) -> dict[str, Any]:
+        """What the model and the page see in place of the content."""
+        return {
+            "artifact_id": self.artifact_id,
+            "bytes": self.bytes,
+            "media_type": self.media_type,
+            "preview": self.preview,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def preview_of(data: bytes, limit: int = PREVIEW_CHARS) -> str:
+    """The first ``limit`` characters of ``data`` as text, marked when cut."""
+    text = data[: limit * 4].decode("utf-8", errors="replace")
+    if len(text) > limit or len(data) > limit * 4:
+        return text[:limit] + "…"
+    return text
+
+
+def is_reference(value: Any) -> bool:
+    """True for a tool output that is an artifact reference."""
+    return isinstance(value, dict) and isinstance(value.get("artifact_id"), str)
+
+
+class ArtifactStore:
+    """Artifacts of chats in Redis (keys ``artifacts`` and ``artifact_data`` of
+    :class:`~parkway.runner.store.keys.ChatKeys`)."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        ttl_s: int,
+        *,
+        threshold_bytes: int = 32 * 1024,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self.threshold_bytes = threshold_bytes
+        self.clock = clock
+
+    async def put(
+        self,
+        chat_id: str,
+        data: bytes,
+        *,
+        media_type: str,
+        source: str,
+        tool_call_id: str,
+    ) -> Artifact:
+        """Store ``data`` as a new artifact of the chat (one round trip)."""
+        artifact = Artifact(
+            artifact_id=f"art_{secrets.token_urlsafe(12)}",
+            bytes=len(data),
+            media_type=media_type,
+            source=source,
+            tool_call_id=tool_call_id,
+            created_at=int(self.clock() * 1000),
+            preview=preview_of(data),
+        )
+        keys = chat_keys(chat_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.artifacts, artifact.artifact_id, json.dumps(artifact.as_dict()))
+            pipe.hset(keys.artifact_data, artifact.artifact_id, data)
+            pipe.expire(keys.artifacts, self.ttl_s)
+            pipe.expire(keys.artifact_data, self.ttl_s)
+            await pipe.execute()
+        return artifact
+
+    async def keep_if_large(
+        self,
+        chat_id: str,
+        output: Any,
+        *,
+        source: str,
+        tool_call_id: str,
+        encoded: bytes | None = None,
+    ) -> Any:
+        """``output`` itself, or, when its JSON (``encoded``, if the caller has it) is over
+        the threshold, a reference to the artifact that now holds it."""
+        if is_reference(output):
+            return output
+        data = canonical_json(output).encode() if encoded is None else encoded
+        if len(data) <= self.threshold_bytes:
+            return output
+        artifact = await self.put(
+            chat_id,
+            data,
+            media_type="application/json",
+            source=source,
+            tool_call_id=tool_call_id,
+        )
+        return artifact.reference()
+
+    async def for_owner(
+        self, chat_id: str, principal: str, artifact_id: str
+    ) -> tuple[Artifact, bytes]:
+        """The artifact and its bytes for the chat's owner (one round trip); another
+        principal's chat, or an unknown artifact, reads as missing."""
+        keys = chat_keys(chat_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.meta, "owner")
+            pipe.hget(keys.artifacts, artifact_id)
+            pipe.hget(keys.artifact_data, artifact_id)
+            owner, raw, data = await pipe.execute()
+        if owner is None or as_text(owner) != principal:
+            raise ChatNotFoundError("no such chat")
+        if not ARTIFACT_ID.match(artifact_id) or raw is None or data is None:
+            raise ArtifactNotFoundError("this chat has no such artifact")
+        return _decode(raw), bytes(data)
+
+    async def list_for_owner(self, chat_id: str, principal: str) -> list[Artifact]:
+        """The chat's artifacts for its owner, oldest first."""
+        keys = chat_keys(chat_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.meta, "owner")
+            pipe.hvals(keys.artifacts)
+            owner, records = await pipe.execute()
+        if owner is None or as_text(owner) != principal:
+            raise ChatNotFoundError("no such chat")
+        return _oldest_first(records)
+
+    async def get(self, chat_id: str, artifact_id: str) -> tuple[Artifact, bytes] | None:
+        """The artifact and its bytes, or None when the chat has no such artifact."""
+        if not ARTIFACT_ID.match(artifact_id):
+            return None
+        keys = chat_keys(chat_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.artifacts, artifact_id)
+            pipe.hget(keys.artifact_data, artifact_id)
+            raw, data = await pipe.execute()
+        if raw is None or data is None:
+            return None
+        return _decode(raw), bytes(data)
+
+    async def list(self, chat_id: str) -> list[Artifact]:
+        """The chat's artifacts, oldest first."""
+        return _oldest_first(await self.redis.hvals(chat_keys(chat_id).artifacts))
+
+
+def _decode(raw: Any) -> Artifact:
+    return Artifact(**json.loads(raw))
+
+
+def _oldest_first(records: list[Any]) -> list[Artifact]:
+    return sorted((_decode(raw) for raw in records), key=lambda a: (a.created_at, a.artifact_id))

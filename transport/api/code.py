@@ -1,0 +1,124 @@
+"""Code Mode over HTTP: the sandbox built from settings, artifacts and the agent library.
+
+- ``GET /api/chats/{chat_id}/artifacts``: the chat's artifacts (owner only);
+- ``GET /api/chats/{chat_id}/artifacts/{artifact_id}``: one artifact's bytes, as a
+  download (owner only; another principal's chat reads as missing);
+- ``GET /api/agent/library`` and ``GET /api/agent/library/{name}``: the agent's saved
+  functions, and every version of one (any session, as ``GET /api/agent``).
+
+:func:`code_mode_from` turns the ``sandbox*`` settings into the runtime's
+:class:`~parkway.runner.codemode.runtime.CodeMode` (docs/code-mode.md, "Providers").
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from parkway.runner.codemode.library import NAME, FunctionLibrary
+from parkway.runner.codemode.runtime import CodeMode
+from parkway.runner.sandbox.bwrap import BwrapProvider
+from parkway.runner.sandbox.local import UnconfinedProvider
+from parkway.runner.sandbox.provider import Limits, SandboxProvider
+from parkway.transport.errors import HTTPError
+from parkway.transport.api.requests import chat_id_of, principal_of, runner_of
+from parkway.transport.settings import Settings
+
+__all__ = ["code_mode_from", "code_routes"]
+
+_EXTENSIONS = {"application/json": "json"}
+
+
+def code_mode_from(settings: Settings) -> CodeMode:
+    """The sandbox the settings ask for; it is probed by ``CodeMode.start``."""
+    provider: SandboxProvider | None = None
+    if settings.sandbox == "bwrap":
+        provider = BwrapProvider(
+            bwrap=settings.sandbox_bwrap,
+            python=settings.sandbox_python,
+            sandbox_uid=settings.sandbox_uid,
+        )
+    elif settings.sandbox == "unconfined":
+        provider = UnconfinedProvider(python=settings.sandbox_python)
+    limits = Limits(
+        wall_s=settings.sandbox_timeout_s,
+        memory_bytes=settings.sandbox_memory_mb * 2**20,
+    )
+    return CodeMode(
+        provider,
+        limits=limits,
+        allow_raise=settings.sandbox_allow_raise,
+        concurrency=settings.sandbox_concurrency,
+    )
+
+
+async def list_artifacts(request: Request) -> Response:
+    principal = principal_of(request)
+    chat_id = chat_id_of(request)
+    found = await runner_of(request).artifacts.list_for_owner(chat_id, principal)
+    return JSONResponse({"artifacts": [a.as_dict() for a in found]})
+
+
+async def get_artifact(request: Request) -> Response:
+    principal = principal_of(request)
+    chat_id = chat_id_of(request)
+    artifact_id = str(request.path_params["artifact_id"])
+    artifact, data = await runner_of(request).artifacts.for_owner(chat_id, principal, artifact_id)
+    extension = _EXTENSIONS.get(artifact.media_type, "txt")
+    return Response(
+        data,
+        media_type=artifact.media_type,
+        headers={
+            "Content-Disposition": f'attachment; filename="{artifact_id}.{extension}"',
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, no-store",
+        },
+    )
+
+
+def _library(request: Request) -> FunctionLibrary:
+    agents = getattr(request.app.state, "agents", None)
+    if agents is None:
+        raise HTTPError(404, "not_found", "this server keeps no agent library")
+    return FunctionLibrary.of(agents)
+
+
+async def list_library(request: Request) -> Response:
+    principal_of(request)
+    heads = await _library(request).heads()
+    return JSONResponse({"functions": [f.summary() for f in heads]})
+
+
+async def get_library_function(request: Request) -> Response:
+    principal_of(request)
+    name = str(request.path_params["name"])
+    if not NAME.match(name):
+        raise HTTPError(404, "function_not_found", "the library has no such function")
+    versions = await _library(request).versions(name)
+    if not versions:
+        raise HTTPError(404, "function_not_found", "the library has no such function")
+    return JSONResponse(
+        {
+            "name": name,
+            "versions": [
+                {
+                    "version": v.version,
+                    "code": v.code,
+                    "description": v.description,
+                    "by": v.by,
+                    "at": v.at,
+                }
+                for v in versions
+            ],
+        }
+    )
+
+
+def code_routes() -> list[Route]:
+    return [
+        Route("/api/chats/{chat_id}/artifacts", list_artifacts, methods=["GET"]),
+        Route("/api/chats/{chat_id}/artifacts/{artifact_id}", get_artifact, methods=["GET"]),
+        Route("/api/agent/library", list_library, methods=["GET"]),
+        Route("/api/agent/library/{name}", get_library_function, methods=["GET"]),
+    ]

@@ -1,0 +1,303 @@
+"""Every route of the app, one :class:`Operation` per route and method: the table
+``/openapi.json`` is built from (transport/openapi/__init__.py).
+
+The routes of ``transport`` are here; those ``widgets_api`` serves (connect flow, pages,
+the demo provider) are in :mod:`parkway.transport.openapi._widgets`. Adding a route means
+adding its entry to one of them, next to its neighbours: tests/test_openapi.py
+fails for a route the app serves that has no entry (and for an entry no route serves),
+and tests/test_fuzz.py fuzzes every entry, with bodies drawn from its ``body`` model.
+An entry names what is particular to its route; :mod:`parkway.transport.openapi._build`
+adds the errors every route of its kind answers (500, 503 with ``redis``, 401 with
+``auth``, 403 for state-changing methods, the body reader's 400/408/413 and 422 with a
+``body``). A JSON answer's model goes in :mod:`parkway.transport.openapi._shapes` (or
+wherever the route parses it: ``body`` models are the routes' own).
+"""
+
+from __future__ import annotations
+
+from parkway.transport.openapi._audit import AUDIT_OPERATIONS
+from parkway.transport.openapi._build import (
+    Content,
+    Json,
+    NoContent,
+    Operation,
+    Stream,
+)
+from parkway.transport.openapi._shapes import (
+    AgentView,
+    AnswersPending,
+    ArtifactList,
+    CallView,
+    ChatRequest,
+    ChatView,
+    CommittedRevision,
+    FunctionVersions,
+    Health,
+    LibraryList,
+    Readiness,
+    SessionIssued,
+    SessionRequest,
+    SettleResult,
+    Stopping,
+)
+from parkway.transport.openapi._widgets import WIDGET_OPERATIONS
+from parkway.transport.api.agent import _CommitBody
+from parkway.transport.api.chats import _SettleBody
+from parkway.transport.settings import Settings
+
+__all__ = ["OPERATIONS"]
+
+_STREAM = Stream("the run, as the AI SDK UI message stream")
+_CHAT_404 = "chat_not_found: no such chat (another principal's chat reads the same)"
+_CALL_404 = "chat_not_found or call_not_found"
+_RUN_409 = "chat_busy (a run holds the chat), duplicate_message or incompatible_state"
+_SHUTTING = "shutting_down: this worker takes no new runs; send it to another"
+_TOO_MANY = "too_many_runs or too_many_streams: past this worker's limits; nothing was started"
+
+
+def _metrics(settings: Settings) -> bool:
+    return settings.metrics
+
+
+# -- chats -------------------------------------------------------------------------------
+
+_CHATS = [
+    Operation(
+        "POST",
+        "/api/chat",
+        "Start a turn, or answer parked calls and resume",
+        "chats",
+        {
+            200: _STREAM,
+            202: Json(AnswersPending, "answers settled some calls; others are still pending"),
+            403: "agent_editing_off (a working copy where editing is off), not_an_editor or "
+            "outcome_not_allowed",
+            404: _CHAT_404,
+            409: f"{_RUN_409}, nothing_to_resume, no_pending_call_answered or answer_mismatch",
+            413: "message_too_large: the user message is past 100,000 characters",
+            422: "nothing_to_do (neither a user message nor an answer), invalid_template, "
+            "invalid_outcome or not_plain_json",
+            429: _TOO_MANY,
+            503: _SHUTTING,
+        },
+        body=ChatRequest,
+        description="The AI SDK chat endpoint (useChat with DefaultChatTransport). A new "
+        "user message starts a turn; answers in the last assistant message settle the "
+        "calls they match and, once every parked call is settled, resume the run in the "
+        "same response.",
+    ),
+    Operation(
+        "GET",
+        "/api/chat/{chat_id}/stream",
+        "Resume the stream of the current assistant message",
+        "chats",
+        {
+            200: _STREAM,
+            204: NoContent("nothing to resume: no message, or it finished a while ago"),
+            404: _CHAT_404,
+            429: _TOO_MANY,
+        },
+        description="The AI SDK resumeStream(): the current assistant message from its start, "
+        "then live while its run goes on.",
+    ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}",
+        "The chat as UI messages, with its parked calls",
+        "chats",
+        {200: Json(ChatView, "the chat"), 404: _CHAT_404},
+    ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}/calls/{call_id}",
+        "One parked call and its status (a widget's statusUrl)",
+        "chats",
+        {200: Json(CallView, "the call"), 404: _CALL_404},
+    ),
+    Operation(
+        "POST",
+        "/api/chats/{chat_id}/calls/{call_id}",
+        "Settle one parked call, without resuming",
+        "chats",
+        {
+            200: Json(SettleResult, "the recorded outcome (also for an identical repeat)"),
+            403: "outcome_not_allowed: not an outcome this client may record",
+            404: _CALL_404,
+            409: "already_settled: another outcome was recorded first (error.outcome holds it)",
+            422: "invalid_outcome or not_plain_json",
+        },
+        body=_SettleBody,
+        description="outcome is output, error, declined or cancelled for a client tool; "
+        "approved (with input, when edits are allowed) or denied (with a reason) for an "
+        "approval.",
+    ),
+    Operation(
+        "POST",
+        "/api/chats/{chat_id}/resume",
+        "Resume a chat whose parked calls are all settled",
+        "chats",
+        {
+            200: _STREAM,
+            404: _CHAT_404,
+            409: f"nothing_to_resume or {_RUN_409}",
+            422: "invalid_template: the stored template does not load",
+            429: _TOO_MANY,
+            503: _SHUTTING,
+        },
+    ),
+    Operation(
+        "POST",
+        "/api/chats/{chat_id}/stop",
+        "Stop the chat's running run",
+        "chats",
+        {
+            202: Json(Stopping, "the run stops, keeping its partial answer"),
+            404: _CHAT_404,
+            409: "not_running: no run of this chat is running",
+        },
+    ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}/artifacts",
+        "The chat's artifacts",
+        "code",
+        {200: Json(ArtifactList, "the artifacts' records"), 404: _CHAT_404},
+    ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}/artifacts/{artifact_id}",
+        "One artifact's bytes, as a download",
+        "code",
+        {
+            200: Content(
+                ("application/json", "text/plain"),
+                "the artifact",
+                {"content-disposition": "attachment; filename=<artifact id>.<json|txt>"},
+            ),
+            404: "chat_not_found or artifact_not_found",
+        },
+    ),
+]
+
+# -- sessions, the agent, its library ------------------------------------------------------
+
+_AGENT = [
+    Operation(
+        "POST",
+        "/api/sessions",
+        "Issue a session",
+        "sessions",
+        {
+            201: Json(
+                SessionIssued,
+                "a new session, or the request's own principal again",
+                {"set-cookie": "the session cookie (HttpOnly, SameSite=Lax)"},
+            ),
+            404: "not_found: this server's authenticator issues no sessions",
+            422: "invalid_body: send an empty JSON object or no body",
+        },
+        body=SessionRequest,
+        auth=False,
+        redis=False,
+    ),
+    Operation(
+        "GET",
+        "/api/agent",
+        "The agent's head revision, its recent revisions and the build-kit overlay",
+        "agent",
+        {
+            200: Json(AgentView, "the agent"),
+            404: "not_found: this server keeps no agent revisions",
+        },
+    ),
+    Operation(
+        "POST",
+        "/api/agent/commit",
+        "Commit a new revision of the agent",
+        "agent",
+        {
+            201: Json(CommittedRevision, "the new revision"),
+            403: "agent_editing_off or not_an_editor",
+            404: "not_found: this server keeps no agent revisions",
+            409: "revision_conflict: the agent changed since expectedVersion "
+            "(error.currentVersion)",
+            422: "invalid_template",
+        },
+        body=_CommitBody,
+        editor_token=True,
+    ),
+    Operation(
+        "GET",
+        "/api/agent/library",
+        "The agent's saved functions",
+        "code",
+        {
+            200: Json(LibraryList, "the functions' latest versions"),
+            404: "not_found: this server keeps no agent library",
+        },
+    ),
+    Operation(
+        "GET",
+        "/api/agent/library/{name}",
+        "Every version of one saved function",
+        "code",
+        {
+            200: Json(FunctionVersions, "the function's versions"),
+            404: "function_not_found or not_found",
+        },
+        params={"name": "the function's name"},
+    ),
+]
+
+# -- operations ----------------------------------------------------------------------------
+
+_OPERATIONS = [
+    Operation(
+        "GET",
+        "/healthz",
+        "Liveness: 200 while the process serves",
+        "operations",
+        {200: Json(Health, "serving; sandbox is code mode's status as probed at startup")},
+        auth=False,
+        redis=False,
+    ),
+    Operation(
+        "GET",
+        "/readyz",
+        "Readiness: whether this worker can do its work, check by check",
+        "operations",
+        {
+            200: Json(Readiness, "ready"),
+            503: Json(Readiness, "not ready: the checks say why"),
+        },
+        auth=False,
+        redis=False,
+    ),
+    Operation(
+        "GET",
+        "/openapi.json",
+        "This document",
+        "operations",
+        {200: Content(("application/json",), "the OpenAPI 3.1 document")},
+        auth=False,
+        redis=False,
+    ),
+    Operation(
+        "GET",
+        "/metrics",
+        "Prometheus metrics (only with setting metrics on)",
+        "operations",
+        {200: Content(("text/plain",), "the Prometheus text format")},
+        auth=False,
+        redis=False,
+        when=_metrics,
+    ),
+]
+
+OPERATIONS: tuple[Operation, ...] = (
+    *_CHATS,
+    *_AGENT,
+    *_OPERATIONS,
+    *WIDGET_OPERATIONS,
+    *AUDIT_OPERATIONS,
+)
