@@ -25,8 +25,8 @@ from bench.roundtrips import install
 from bench.runner_level import ROUNDS, SizeResult, run_sizes
 from bench.sweeper_lag import SweeperResult, run_sweeper
 from bench.workload import Workload
-from parkway.runner.store.client import connect
 from parkway.runner.ops.heap import settle_heap
+from parkway.runner.store.client import connect
 
 __all__ = ["main"]
 

@@ -27,9 +27,9 @@ from bench.workload import finished_run
 from parkway.runner import Runner, parse_agent_file
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.events import CallParked, ToolSucceeded
-from parkway.runner.store.keys import chat_keys
 from parkway.runner.sandbox.bwrap import BwrapProvider
 from parkway.runner.sandbox.provider import RunRequest, SandboxUnavailable
+from parkway.runner.store.keys import chat_keys
 
 __all__ = ["CodeModeResult", "run_code_mode"]
 

@@ -53,9 +53,9 @@ from bench.workload import (
     parked_call_id,
     seed_chat,
 )
-from parkway.runner.store.client import RedisClient, connect
-from parkway.runner.events import Event, MessageFinished, RunFailed
 from parkway.runner.engine.runner import Run, Runner
+from parkway.runner.events import Event, MessageFinished, RunFailed
+from parkway.runner.store.client import RedisClient, connect
 
 __all__ = ["ConcurrencyResult", "ManyRuns", "run_concurrency"]
 

@@ -26,12 +26,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.stats import Latency
-from parkway.runner.store.client import connect
-from parkway.runner.events import TERMINAL_KINDS
-from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
-from parkway.runner.engine.runner import Run, Runner
-from parkway.runner.llm.scripted import ScriptedModel
 from parkway.runner.agent.template import load_template
+from parkway.runner.engine.runner import Run, Runner
+from parkway.runner.events import TERMINAL_KINDS
+from parkway.runner.llm.scripted import ScriptedModel
+from parkway.runner.store.client import connect
+from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
 from parkway.transport.aisdk.rebuild import replay_message
 from parkway.transport.aisdk.uimessages import chat_messages
 

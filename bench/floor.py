@@ -30,8 +30,8 @@ from redis.asyncio import Redis
 
 from bench.stats import Latency
 from bench.workload import SeedSnapshot, Workload, seed_chat
-from parkway.runner.store.keys import chat_keys
 from parkway.runner.engine.runner import Runner
+from parkway.runner.store.keys import chat_keys
 
 __all__ = ["BASELINE_KEY", "HISTORY_MESSAGES", "Floor", "run_floor"]
 

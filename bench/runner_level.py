@@ -1,4 +1,5 @@
-"""Runner-level benchmark: park, settle and resume through :class:`parkway.runner.engine.runner.Runner`.
+"""Runner-level benchmark: park, settle and resume through
+:class:`parkway.runner.engine.runner.Runner`.
 
 Definitions (all wall-clock, ``time.perf_counter``, one operation at a time, the runner
 and the benchmark in one asyncio event loop, Redis on loopback TCP):
@@ -67,14 +68,14 @@ from bench.workload import (
     seed_chat,
     stored_bytes,
 )
+from parkway.runner.agent.template import load_template_json
 from parkway.runner.canonical import canonical_json
-from parkway.runner.events import CallParked, Event, MessageFinished
-from parkway.runner.store.history import decode_entries, to_model_messages
-from parkway.runner.store.keys import chat_keys
 from parkway.runner.engine.runner import Answer, Runner
+from parkway.runner.events import CallParked, Event, MessageFinished
 from parkway.runner.llm.model import Model, ModelEvent, ModelRequest
 from parkway.runner.store.chats import ChatStore
-from parkway.runner.agent.template import load_template_json
+from parkway.runner.store.history import decode_entries, to_model_messages
+from parkway.runner.store.keys import chat_keys
 
 __all__ = ["ROUNDS", "SizeResult", "run_sizes"]
 

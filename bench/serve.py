@@ -40,11 +40,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bench.roundtrips import RoundTrips, install
 from parkway.runner.ops.heap import settle_heap
+from parkway.transport.aisdk.streaming import STREAM_HEADERS
 from parkway.transport.app import create_app
 from parkway.transport.serving import header_timeout_protocol
 from parkway.transport.settings import Settings
 from parkway.transport.sse import DONE
-from parkway.transport.aisdk.streaming import STREAM_HEADERS
 
 __all__ = ["BARE_PATH", "BARE_SSE_PATH", "PROBE_PATH", "SERVER_PATH", "main"]
 

@@ -37,13 +37,13 @@ from redis.asyncio import Redis
 from bench.roundtrips import ROUND_TRIPS
 from bench.stats import Counts, Latency
 from bench.workload import PARK_TOOL
-from parkway.runner.demo import DEMO_AGENT
-from parkway.runner.events import CallParked, MessageFinished
-from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
-from parkway.runner.engine.runner import Runner
-from parkway.runner.llm.scripted import ScriptedModel
-from parkway.runner.engine.sweeper import Sweeper
 from parkway.runner.agent.template import load_template
+from parkway.runner.demo import DEMO_AGENT
+from parkway.runner.engine.runner import Runner
+from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.events import CallParked, MessageFinished
+from parkway.runner.llm.scripted import ScriptedModel
+from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
 
 __all__ = ["CALLS_PER_CHAT", "SPREAD_WINDOW_S", "SweeperResult", "run_sweeper"]
 

@@ -10,8 +10,8 @@ the client tool ``choose_option`` with an output schema) and a scripted model. A
 - then ``(N % 4) // 2`` plain turns: a user question and an assistant answer.
 
 So 2 messages is one plain turn, 20 is five tool cycles and 200 is fifty, each history
-built by really running the turns through a :class:`parkway.runner.engine.runner.Runner` (start, park,
-settle, resume). Messages are of realistic size (user ~150 B, assistant ~300-450 B,
+built by really running the turns through a :class:`parkway.runner.engine.runner.Runner` (start,
+park, settle, resume). Messages are of realistic size (user ~150 B, assistant ~300-450 B,
 tool result ~50 B), about 64 KB of history at 200 messages.
 
 The *measured* turn then asks one more question: the model says one short sentence and
@@ -37,12 +37,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from parkway.runner.demo import DEMO_AGENT
-from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
-from parkway.runner.store.keys import DEADLINES, chat_keys
-from parkway.runner.engine.runner import Run, Runner
-from parkway.runner.llm.scripted import ScriptedModel
 from parkway.runner.agent.template import AgentTemplate, load_template
+from parkway.runner.demo import DEMO_AGENT
+from parkway.runner.engine.runner import Run, Runner
+from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
+from parkway.runner.llm.scripted import ScriptedModel
+from parkway.runner.store.keys import DEADLINES, chat_keys
 
 __all__ = [
     "CHOICE",

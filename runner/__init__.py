@@ -4,16 +4,41 @@ It knows nothing of HTTP, SSE or any wire protocol; ``transport`` and ``widgets_
 build on it.
 """
 
-from parkway.runner.agent.agentfile import AgentFile, load_agent_file, parse_agent_file
-from parkway.runner.store.artifacts import Artifact, ArtifactStore
+from parkway.runner.agent import (
+    COMMIT_CONFIG,
+    PLATFORM_OPS,
+    AgentFile,
+    AgentTemplate,
+    ConnectionUnavailableError,
+    Credentials,
+    PlatformOp,
+    ToolContext,
+    ToolSpec,
+    load_agent_file,
+    load_template,
+    parse_agent_file,
+    register_platform_op,
+)
 from parkway.runner.canonical import canonical_json, is_plain_json, parked_call_key
-from parkway.runner.codemode.library import LIST_FUNCTIONS, SAVE_FUNCTION, FunctionLibrary
-from parkway.runner.codemode.op import EXECUTE_CODE
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.agent.commits import COMMIT_CONFIG
-from parkway.runner.store.client import RedisClient, connect
-from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
-from parkway.runner.store.embedded import EmbeddedRedis
+from parkway.runner.codemode import (
+    EXECUTE_CODE,
+    LIST_FUNCTIONS,
+    SAVE_FUNCTION,
+    CodeMode,
+    FunctionLibrary,
+)
+from parkway.runner.engine import (
+    Answer,
+    AnswerReport,
+    Run,
+    Runner,
+    RunnerConfig,
+    Settled,
+    SettleListener,
+    SettleResult,
+    Sweeper,
+    SweepReport,
+)
 from parkway.runner.errors import (
     AnswerMismatchError,
     CallerError,
@@ -52,10 +77,8 @@ from parkway.runner.events import (
     ToolInputRejected,
     ToolSucceeded,
 )
-from parkway.runner.store.history import UNKNOWN_RESULT
-from parkway.runner.store.keys import ChatKeys, chat_keys, check_chat_id
-from parkway.runner.engine.runner import Answer, AnswerReport, Run, Runner, RunnerConfig, SettleResult
-from parkway.runner.llm.model import (
+from parkway.runner.llm import (
+    END_OF_SCRIPT,
     AssistantTurn,
     Model,
     ModelEvent,
@@ -63,23 +86,34 @@ from parkway.runner.llm.model import (
     ModelRequest,
     ModelTextDelta,
     ModelToolCall,
+    ScriptedModel,
     ToolDescription,
     ToolResult,
     UserTurn,
 )
 from parkway.runner.outcomes import model_result, normalize_outcome
 from parkway.runner.parking import ParkedCall
-from parkway.runner.agent.platform_ops import PLATFORM_OPS, PlatformOp, register_platform_op
-from parkway.runner.llm.scripted import END_OF_SCRIPT, ScriptedModel
-from parkway.runner.engine.settling import Settled, SettleListener
-from parkway.runner.store.chats import ChatRecord, ChatStore
-from parkway.runner.engine.sweeper import Sweeper, SweepReport
-from parkway.runner.agent.template import AgentTemplate, ToolSpec, load_template
-from parkway.runner.agent.tools import ToolContext
+from parkway.runner.store import (
+    UNKNOWN_RESULT,
+    Artifact,
+    ArtifactStore,
+    ChatKeys,
+    ChatRecord,
+    ChatStore,
+    EmbeddedRedis,
+    RedisClient,
+    chat_keys,
+    check_chat_id,
+    connect,
+)
 
 __all__ = [
+    "COMMIT_CONFIG",
     "END_OF_SCRIPT",
+    "EXECUTE_CODE",
+    "LIST_FUNCTIONS",
     "PLATFORM_OPS",
+    "SAVE_FUNCTION",
     "UNKNOWN_RESULT",
     "AgentFile",
     "AgentTemplate",
@@ -167,6 +201,7 @@ __all__ = [
     "register_platform_op",
 ]
 
-# The built-in platform ops (runner/agent/platform_ops.py says why the registry does not import them).
+# The built-in platform ops (runner/agent/platform_ops.py says why the registry does not import
+# them).
 for _op in (COMMIT_CONFIG, EXECUTE_CODE, SAVE_FUNCTION, LIST_FUNCTIONS):
     register_platform_op(_op)

@@ -26,8 +26,8 @@ from redis.asyncio import Redis
 from parkway.runner.canonical import canonical_json
 from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
 from parkway.runner.llm.scripted import last_tool_results, last_user_text
-from parkway.widgets_api.keys import ConnectionKeys
 from parkway.widgets_api.connect.cipher import TokenCipher, generate_token_key
+from parkway.widgets_api.keys import ConnectionKeys
 from tests.oidc_peer import OidcPeer, login_and_consent
 from tests.support import CONNECT_EMBED, ServerThread, free_port, sse_chunks, user_message
 

@@ -35,7 +35,6 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from parkway.widgets_api.connect.connections import ConnectionStore
-from parkway.widgets_api.demo_provider import DemoProvider
 from parkway.widgets_api.connect.providers import (
     Provider,
     ProviderRegistry,
@@ -43,6 +42,7 @@ from parkway.widgets_api.connect.providers import (
     build_provider,
     load_providers,
 )
+from parkway.widgets_api.demo_provider import DemoProvider
 from tests.oidc_peer import OidcPeer, login_and_consent
 from tests.support import free_port
 

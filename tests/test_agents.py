@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 
 from parkway.runner import Runner
 from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
 from parkway.runner.agent.template import load_template
+from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
 from tests.runner_rig import RoundTrips, said, turn
 from tests.support import (
     WEATHER_TOOL,

@@ -24,6 +24,7 @@ from parkway.runner import (
     Sweeper,
     parse_agent_file,
 )
+from parkway.runner.canonical import canonical_json, parked_call_key
 from parkway.runner.store.audit import (
     MAX_EDITS_BYTES,
     SettleEntry,
@@ -31,7 +32,6 @@ from parkway.runner.store.audit import (
     input_digest,
     settle_audit,
 )
-from parkway.runner.canonical import canonical_json, parked_call_key
 from parkway.runner.store.keys import DEADLINES, chat_keys, deadline_member
 from parkway.transport.settings import Settings, SettingsError
 from tests.connect_rig import TOKEN_KEY, Browser, RecordingModel, connection_key, stored_tokens

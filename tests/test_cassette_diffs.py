@@ -13,8 +13,6 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from parkway.transport.cassettes._ids import translate
-from parkway.transport.cassettes._ignore import IgnoreFilter
 from parkway.transport.cassettes import (
     CassetteError,
     Difference,
@@ -26,6 +24,8 @@ from parkway.transport.cassettes import (
     compare_response,
     replay,
 )
+from parkway.transport.cassettes._ids import translate
+from parkway.transport.cassettes._ignore import IgnoreFilter
 from tests.support import CONFIRM_TOOL, PICK_TOOL, ServerThread
 
 HELLO = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}

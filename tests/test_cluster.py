@@ -35,7 +35,7 @@ from parkway.runner import (
     connect,
     parse_agent_file,
 )
-from parkway.runner.store.scripts import SETTLE
+from parkway.runner.engine.sweeper import Sweeper
 from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
@@ -48,7 +48,7 @@ from parkway.runner.events import (
     coalesce,
 )
 from parkway.runner.store.keys import DEADLINES, ChatKeys
-from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.store.scripts import SETTLE
 from tests import tools as test_tools
 from tests.support import (
     Api,

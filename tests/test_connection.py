@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from parkway.runner import CallerError, Runner, connect, parse_agent_file
-from parkway.runner.store.client import REDIS_URL_SCHEMES, parse_redis_url
 from parkway.runner.events import CallParked, TextDelta
+from parkway.runner.store.client import REDIS_URL_SCHEMES, parse_redis_url
 from parkway.runner.store.keys import ChatKeys
 from parkway.transport.settings import Settings, SettingsError
 from tests.support import agent_doc, call, text

@@ -20,9 +20,9 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.agent.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connect.cipher import TokenCipher, generate_token_key
 from parkway.widgets_api.connect.connections import ConnectionStore
 from parkway.widgets_api.connect.providers import ProviderRegistry
-from parkway.widgets_api.connect.cipher import TokenCipher, generate_token_key
 from tests.oauth_support import (
     ALICE,
     REG,

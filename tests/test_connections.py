@@ -18,9 +18,9 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.agent.credentials import ConnectionUnavailableError
+from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
 from parkway.widgets_api.connect.connections import Connection, ConnectionStore
 from parkway.widgets_api.connect.providers import ProviderRegistry
-from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
 from tests.oauth_support import (
     ALICE,
     BOB,

@@ -21,7 +21,7 @@ from parkway.runner import (
     chat_keys,
     parse_agent_file,
 )
-from parkway.runner.eventlog.follow import FELL_BEHIND, INTERRUPTED
+from parkway.runner.eventlog.followers import FELL_BEHIND, INTERRUPTED
 from parkway.runner.events import (
     Event,
     MessageStarted,

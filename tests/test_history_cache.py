@@ -13,10 +13,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, parse_agent_file
+from parkway.runner.llm.model import ModelEvent, ModelMessage, ModelRequest, UserTurn
 from parkway.runner.store.histcache import HistoryCache
 from parkway.runner.store.history import ModelView, decode_entries, to_model_messages
 from parkway.runner.store.keys import chat_keys
-from parkway.runner.llm.model import ModelEvent, ModelMessage, ModelRequest, UserTurn
 from tests.runner_rig import finish, parked, turn
 from tests.support import agent_doc, call
 

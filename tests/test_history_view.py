@@ -9,7 +9,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parkway.runner.store.history import UNKNOWN_RESULT, ModelView, to_model_messages
 from parkway.runner.llm.model import (
     AssistantTurn,
     ModelMessage,
@@ -17,6 +16,7 @@ from parkway.runner.llm.model import (
     ToolResult,
     UserTurn,
 )
+from parkway.runner.store.history import UNKNOWN_RESULT, ModelView, to_model_messages
 
 IDS = [f"call_{i}" for i in range(6)]
 

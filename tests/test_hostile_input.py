@@ -26,9 +26,9 @@ from redis.asyncio import Redis
 
 from parkway.runner.agent.agentfile import parse_agent_file
 from parkway.runner.store.keys import chat_keys
+from parkway.transport.api.requests import parse_json
 from parkway.transport.app import create_app
 from parkway.transport.errors import HTTPError
-from parkway.transport.api.requests import parse_json
 from parkway.transport.serving import PROTOCOLS, event_loop, header_timeout_protocol
 from parkway.transport.settings import Settings
 from tests.connect_rig import TOKEN_KEY

@@ -82,7 +82,10 @@ def test_no_file_reaches_a_module_by_a_bare_folder_name() -> None:
 @pytest.mark.parametrize(
     ("path", "text"),
     [
-        ("widgets_api/playground/page.py", 'item = resources.files("widgets_api").joinpath("static")\n'),
+        (
+            "widgets_api/playground/page.py",
+            'item = resources.files("widgets_api").joinpath("static")\n',
+        ),
         ("x.py", 'module = importlib.import_module("runner.demo")\n'),
         ("x.py", "from transport.app import create_app\n"),
         ("x.py", "import widgets_api\n"),
@@ -106,7 +109,10 @@ def test_the_scan_finds_each_kind_of_bare_reference(path: str, text: str) -> Non
         ("x.py", 'item = resources.files("parkway.widgets_api").joinpath("static")\n'),
         ("x.py", "from parkway.transport.app import create_app\n"),
         ("x.py", "self.runner.driver.drive()\nrunner = getattr(app.state, 'runner', None)\n"),
-        ("docs/x.md", "The page's files are in `widgets_api/playground/static/`; see runner/engine/runner.py.\n"),
+        (
+            "docs/x.md",
+            "The page's files are in `widgets_api/playground/static/`; see runner/engine/runner.py.\n",
+        ),
         ("x.py", '"""The runner: it parks; transport mounts widgets_api\'s routes."""\n'),
         ("docs/x.md", "`parkway.runner.demo:get_weather`, tests/test_runner.py\n"),
     ],

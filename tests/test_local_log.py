@@ -10,8 +10,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, ScriptedModel, chat_keys, parse_agent_file
-from parkway.runner.events import Event, MessageStarted, TextDelta, events_to_json
 from parkway.runner.eventlog.local import LocalLog, id_before
+from parkway.runner.events import Event, MessageStarted, TextDelta, events_to_json
 from parkway.runner.llm.model import ModelEvent, ModelRequest
 from tests.support import agent_doc, call, text
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner.llm.tape import event_from_json, event_to_json
 from parkway.runner.llm.model import (
     ModelReasoningDelta,
     ModelStepEnd,
@@ -31,6 +30,7 @@ from parkway.runner.llm.model import (
     ModelToolInputStart,
     ModelUsage,
 )
+from parkway.runner.llm.tape import event_from_json, event_to_json
 from parkway.transport.cassettes import (
     Cassette,
     CassetteError,

@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from parkway.widgets_api.playground.overlay import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
+from parkway.widgets_api.playground.overlay import (
+    LIST_SECTIONS,
+    OverlayMerge,
+    entry_identity,
+    merge_overlay,
+)
 from tests.support import run_node_vectors
 
 ROOT = Path(__file__).resolve().parent.parent

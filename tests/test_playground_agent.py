@@ -20,8 +20,8 @@ from playwright.sync_api import Browser, Page, Request, expect
 from redis.asyncio import Redis
 
 from parkway.runner.engine.runner import Runner
-from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
 from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
 from tests.browser import (
     ServerView,
     Tab,
@@ -103,8 +103,8 @@ def sweep_later(redis_url: str, template: dict[str, Any], seconds: float = 3600)
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep() -> int:
-        from parkway.runner.llm.scripted import ScriptedModel
         from parkway.runner.agent.template import load_template
+        from parkway.runner.llm.scripted import ScriptedModel
 
         client = Redis.from_url(redis_url)
         try:

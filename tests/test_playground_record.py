@@ -29,12 +29,12 @@ import pytest
 from playwright.sync_api import Browser, Request, expect
 from starlette.types import Message, Receive, Scope, Send
 
+from parkway.transport.cassettes import load_cassette, replay
 from parkway.transport.cassettes._server_recorder import (
     CassetteRecording,
     CassetteWriter,
     is_recorded,
 )
-from parkway.transport.cassettes import load_cassette, replay
 from tests.browser import Tab
 from tests.record_rig import Recording
 from tests.support import (

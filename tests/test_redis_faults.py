@@ -17,9 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Answer, Run, Runner, RunnerConfig, chat_keys, parse_agent_file
-from parkway.runner.store import scripts
 from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.store.client import RedisClient, connect
+from parkway.runner.agent.template import load_template
 from parkway.runner.events import (
     CallParked,
     Event,
@@ -30,7 +29,8 @@ from parkway.runner.events import (
     events_from_json,
 )
 from parkway.runner.llm.model import Model, ModelEvent, ModelRequest, ModelTextDelta
-from parkway.runner.agent.template import load_template
+from parkway.runner.store import scripts
+from parkway.runner.store.client import RedisClient, connect
 from tests.faults import RedisProxy, RestartableRedis
 from tests.runner_rig import said
 from tests.support import (

@@ -23,9 +23,9 @@ from parkway.runner import (
     parse_agent_file,
 )
 from parkway.runner.canonical import canonical_json
+from parkway.runner.engine.sweeper import TIMEOUT_OUTCOME
 from parkway.runner.events import ToolDenied, ToolSucceeded
 from parkway.runner.store.keys import DEADLINES, deadline_member
-from parkway.runner.engine.sweeper import TIMEOUT_OUTCOME
 from parkway.transport.settings import Settings, SettingsError
 from tests import tools as test_tools
 from tests.support import (

@@ -20,8 +20,8 @@ from parkway.runner import (
     SweepReport,
     _scripts,
 )
-from parkway.runner.store.keys import DEADLINES, chat_keys
 from parkway.runner.engine.sweeper import TIMEOUT_OUTCOME
+from parkway.runner.store.keys import DEADLINES, chat_keys
 from tests.runner_rig import RoundTrips
 from tests.support import (
     ROOT,

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, logcontext, parse_agent_file, telemetry
-from parkway.runner.events import CallParked, RunFailed
 from parkway.runner.engine.sweeper import Sweeper
+from parkway.runner.events import CallParked, RunFailed
 from tests.llm_double import ProviderDouble, Turn
 from tests.model_rig import MODELS, WIRES
 from tests.support import (

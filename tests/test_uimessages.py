@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from parkway.runner.engine.runner import Answer
-from parkway.transport.errors import HTTPError
 from parkway.transport.aisdk.uimessages import parse_chat_post
+from parkway.transport.errors import HTTPError
 
 
 def post(*messages: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def test_only_string_texts_make_the_user_message() -> None:
         (post({"role": "robot", "parts": []}), "messages.0.role: Input should be 'user', 'assistant' or 'system'"),
         (post({"role": "user", "parts": {}}), "messages.0.parts: Input should be a valid list"),
         ({**post({"role": "user"}), "messageId": 5}, "messageId: Input should be a valid string"),
-        ([], "body: Input should be a valid dictionary or instance of _ChatBody"),
+        ([], "body: Input should be a valid dictionary or instance of ChatBody"),
     ],
 )  # fmt: skip
 def test_a_malformed_envelope_is_a_422_naming_the_first_problem(body: Any, message: str) -> None:

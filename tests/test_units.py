@@ -29,7 +29,6 @@ from parkway.runner.events import (
     ToolCallIssued,
     ToolSucceeded,
 )
-from parkway.runner.store.history import UNKNOWN_RESULT, assistant_entry, to_model_messages, user_entry
 from parkway.runner.llm.model import (
     AssistantTurn,
     ModelRequest,
@@ -39,6 +38,12 @@ from parkway.runner.llm.model import (
     UserTurn,
 )
 from parkway.runner.parking import ParkedCall, decode_call, encode_call
+from parkway.runner.store.history import (
+    UNKNOWN_RESULT,
+    assistant_entry,
+    to_model_messages,
+    user_entry,
+)
 from parkway.transport.aisdk.encoder import encode_event
 from parkway.transport.settings import Settings, SettingsError
 from parkway.widgets_api import describe_call

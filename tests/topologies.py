@@ -22,9 +22,9 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
+from parkway.runner.errors import StateError
 from parkway.runner.store.client import RedisClient
 from parkway.runner.store.embedded import redis_server_binary
-from parkway.runner.errors import StateError
 from parkway.runner.store.keys import DEADLINES, ChatKeys, owned_without_ttl, parse_deadline_member
 from tests.support import free_port
 

@@ -1,11 +1,10 @@
 """Parkway's transport: the AI SDK UI message stream encoder, HTTP routes, app and CLI."""
 
+from parkway.transport.aisdk import WIDGET_PART, Chunk, encode_event
+from parkway.transport.api import Authenticator, SessionAuthenticator
 from parkway.transport.app import create_app
-from parkway.transport.aisdk.chunks import Chunk
-from parkway.transport.aisdk.encoder import WIDGET_PART, encode_event
 from parkway.transport.errors import HTTPError
 from parkway.transport.lifecycle import parkway_lifespan
-from parkway.transport.api.sessions import Authenticator, SessionAuthenticator
 from parkway.transport.settings import Settings, SettingsError
 
 __all__ = [

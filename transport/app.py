@@ -31,42 +31,50 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.runner.agent.agentfile import AgentFile, load_agent_file, parse_agent_file
-from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.store.client import RedisClient, connect, is_redis_outage
+from parkway.runner.agent import AgentFile, AgentStore, load_agent_file, parse_agent_file
+from parkway.runner.codemode import CodeMode
 from parkway.runner.demo import DEMO_AGENT
-from parkway.runner.store.embedded import EmbeddedRedis
+from parkway.runner.engine import Runner, RunnerConfig, Sweeper
 from parkway.runner.errors import ParkwayError, SettleConflictError
-from parkway.runner.llm import ModelCatalog, ModelTimeouts, RetryPolicy
-from parkway.runner.llm.tape import ModelTape
-from parkway.runner.engine.runner import Runner, RunnerConfig
-from parkway.runner.engine.sweeper import Sweeper
-from parkway.runner.ops.telemetry import REDIS_ERRORS
-from parkway.transport.cassettes._tapes import load_tape, with_model_steps
-from parkway.transport.cassettes._server_recorder import CassetteRecording, recording_writer
-from parkway.transport.api.admission import Admission
-from parkway.transport.api.agent import agent_routes, editors_of, warn_of_drift
-from parkway.transport.api.code import code_mode_from, code_routes
+from parkway.runner.llm import ModelCatalog, ModelTape, ModelTimeouts, RetryPolicy
+from parkway.runner.ops import REDIS_ERRORS
+from parkway.runner.store import EmbeddedRedis, RedisClient, connect, is_redis_outage
+from parkway.transport.api import (
+    Admission,
+    Authenticator,
+    BodyReader,
+    MetricsServing,
+    SessionAuthenticator,
+    agent_routes,
+    api_routes,
+    code_mode_from,
+    code_routes,
+    editors_of,
+    healthz,
+    metrics_routes,
+    readyz,
+    warn_of_drift,
+)
+from parkway.transport.cassettes import (
+    CassetteRecording,
+    load_tape,
+    recording_writer,
+    with_model_steps,
+)
 from parkway.transport.errors import HTTPError, redis_unavailable, status_for
-from parkway.transport.api.health import healthz, readyz
 from parkway.transport.lifecycle import LazyStart, Lifecycle
-from parkway.transport.api.metrics import MetricsServing, metrics_routes
 from parkway.transport.openapi import openapi_json
-from parkway.transport.api.requests import BodyReader
-from parkway.transport.api.chats import api_routes
-from parkway.transport.api.sessions import Authenticator, SessionAuthenticator
 from parkway.transport.settings import Settings, SettingsError, flag_and_variable
 from parkway.transport.tracing import flush_spans
 from parkway.widgets_api import describe_call, widget_routes
-from parkway.widgets_api.connect.oauth import (
+from parkway.widgets_api.connect import (
     DEMO_MOUNT,
     DemoDispatch,
     OAuthRuntime,
     OAuthSettings,
+    parse_provider_specs,
     start_oauth,
 )
-from parkway.widgets_api.connect.providers import parse_provider_specs
 
 __all__ = ["agent_id_for", "create_app"]
 

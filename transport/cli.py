@@ -276,12 +276,10 @@ def _replay(
 def _agent_reset(flags: dict[str, str | None]) -> int:
     """``parkway agent reset``: the agent file's version as the head again. The agent
     is found as the server finds it (same agent file, same Redis, same id)."""
-    from parkway.runner.agent.agentfile import load_agent_file, parse_agent_file
-    from parkway.runner.agent.revisions import AgentStore
-    from parkway.runner.store.client import connect
+    from parkway.runner.agent import AgentStore, load_agent_file, parse_agent_file
     from parkway.runner.demo import DEMO_AGENT
-    from parkway.runner.store.embedded import EmbeddedRedis
     from parkway.runner.errors import ParkwayError
+    from parkway.runner.store import EmbeddedRedis, connect
     from parkway.transport.app import agent_id_for
     from parkway.transport.settings import Settings, SettingsError
 
@@ -400,7 +398,7 @@ def _serve(
     """
     import uvicorn
 
-    from parkway.runner.ops.heap import settle_heap
+    from parkway.runner.ops import settle_heap
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -433,8 +431,11 @@ def _run_server(flags: dict[str, str | None]) -> int:
     from parkway.transport.logs import logging_config, resolve_format
     from parkway.transport.settings import Settings, SettingsError
     from parkway.transport.tracing import configure_tracing
-    from parkway.widgets_api.connect.oauth import check_providers
-    from parkway.widgets_api.connect.providers import ProviderConfigError, parse_provider_specs
+    from parkway.widgets_api.connect import (
+        ProviderConfigError,
+        check_providers,
+        parse_provider_specs,
+    )
 
     startup_errors = (SettingsError, ParkwayError, ProviderConfigError)
     try:

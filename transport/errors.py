@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from parkway.runner.errors import (
     AnswerMismatchError,
     ArtifactNotFoundError,
@@ -30,8 +32,9 @@ from parkway.runner.errors import (
     StateError,
     TemplateError,
 )
+from parkway.runner.validation import describe_first_error
 
-__all__ = ["HTTPError", "redis_unavailable", "status_for"]
+__all__ = ["HTTPError", "invalid_body", "redis_unavailable", "status_for"]
 
 
 class HTTPError(Exception):
@@ -87,3 +90,9 @@ def status_for(exc: ParkwayError) -> int:
     if isinstance(exc, ConflictError | StateError):
         return 409
     return 500
+
+
+def invalid_body(exc: ValidationError) -> HTTPError:
+    """A 422 naming the first problem of a body that failed its model. Field names come
+    from the body, so each is cut short: an unknown 1 MB key is not sent back."""
+    return HTTPError(422, "invalid_body", describe_first_error(exc, root="body"))

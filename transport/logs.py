@@ -36,7 +36,7 @@ from typing import IO, Any, Final, Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.runner.ops.logcontext import FIELDS, current
+from parkway.runner.ops import logcontext
 
 __all__ = [
     "AccessTiming",
@@ -152,9 +152,9 @@ def _message(record: logging.LogRecord) -> tuple[str, str | None]:
 
 
 def _context() -> dict[str, str]:
-    """The bound fields, in :data:`FIELDS` order."""
-    fields = current()
-    return {name: fields[name] for name in FIELDS if fields.get(name)}
+    """The bound fields, in :data:`~parkway.runner.ops.logcontext.FIELDS` order."""
+    fields = logcontext.current()
+    return {name: fields[name] for name in logcontext.FIELDS if fields.get(name)}
 
 
 class StampDuration(logging.Filter):

@@ -32,7 +32,6 @@ from typing import Any, NoReturn, Protocol
 import httpx2
 import pytest
 
-from parkway.transport.cassettes._replay_server import scratch_server
 from parkway.transport.cassettes import (
     RECORD_MODES,
     Cassette,
@@ -44,6 +43,7 @@ from parkway.transport.cassettes import (
     replay,
     replay_agent,
     save_cassette,
+    scratch_server,
 )
 
 __all__ = [

@@ -40,10 +40,10 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
-from parkway.runner.store.client import parse_redis_url
 from parkway.runner.errors import CallerError, TemplateError
-from parkway.runner.llm.spec import ModelSpec, parse_model_spec
-from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
+from parkway.runner.llm import ModelSpec, parse_model_spec
+from parkway.runner.store import parse_redis_url
+from parkway.widgets_api.connect import TokenCipher, TokenKeyError, generate_token_key
 
 __all__ = ["Settings", "SettingsError"]
 

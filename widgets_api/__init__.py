@@ -4,15 +4,20 @@ and the pages the browser sees.
 Imports ``runner``; never imported by it, and never imports ``transport``.
 """
 
-from starlette.routing import BaseRoute
-
-from parkway.widgets_api.connect import ConnectFlow, connect_routes, outcome_summary
-from parkway.widgets_api.connect.connections import Connection, ConnectionStore
+from parkway.widgets_api.connect import (
+    ConnectFlow,
+    Connection,
+    ConnectionStore,
+    Provider,
+    ProviderConfigError,
+    ProviderRegistry,
+    TokenCipher,
+    connect_routes,
+    outcome_summary,
+)
 from parkway.widgets_api.descriptors import describe_call
-from parkway.widgets_api.playground.overlay import OverlayMerge, entry_identity, merge_overlay
-from parkway.widgets_api.playground.page import page_routes
-from parkway.widgets_api.connect.providers import Provider, ProviderConfigError, ProviderRegistry
-from parkway.widgets_api.connect.cipher import TokenCipher
+from parkway.widgets_api.playground import OverlayMerge, entry_identity, merge_overlay, page_routes
+from parkway.widgets_api.routes import widget_routes
 
 __all__ = [
     "ConnectFlow",
@@ -31,9 +36,3 @@ __all__ = [
     "page_routes",
     "widget_routes",
 ]
-
-
-def widget_routes() -> list[BaseRoute]:
-    """Routes that ``transport`` mounts: the playground page at ``/`` and its files, and
-    the connect flow."""
-    return [*page_routes(), *connect_routes()]

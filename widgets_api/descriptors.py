@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from parkway.runner.codemode.runtime import CodeMode
+from parkway.runner.agent import REQUEST_CONNECTION
+from parkway.runner.codemode import CodeMode
 from parkway.runner.parking import ParkedCall
-from parkway.runner.agent.workflows import REQUEST_CONNECTION
 from parkway.widgets_api.highlight import highlight_lines
 
 __all__ = ["StartToken", "describe_call"]

@@ -11,7 +11,7 @@ keys have no common tag (it runs on one Redis node). Every key here has a TTL.
 
 from __future__ import annotations
 
-from parkway.runner.store.keys import check_chat_id
+from parkway.runner.store import check_chat_id
 
 __all__ = [
     "DEMO_OAUTH_PREFIX",

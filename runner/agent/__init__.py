@@ -1,1 +1,77 @@
-"""TODO"""
+"""The agent: its template, where it comes from, and the tools it names.
+
+- :mod:`~parkway.runner.agent.template`: :class:`AgentTemplate`, the validated template;
+- :mod:`~parkway.runner.agent.agentfile`: the agent file a server starts from;
+- :mod:`~parkway.runner.agent.revisions`: :class:`AgentStore`, the template's versions in Redis;
+- :mod:`~parkway.runner.agent.merge`: laying a partial template over a template;
+- :mod:`~parkway.runner.agent.commits`: the ``commit_config`` platform op;
+- :mod:`~parkway.runner.agent.platform_ops`: the registry of platform ops;
+- :mod:`~parkway.runner.agent.workflows`: the reserved workflows (``request_connection``);
+- :mod:`~parkway.runner.agent.tools`: server tools' execution and :class:`ToolContext`;
+- :mod:`~parkway.runner.agent.credentials`: how a tool uses a connection's token.
+
+It imports the store and the model layer, never the engine or code mode.
+"""
+
+from parkway.runner.agent.agentfile import (
+    AgentFile,
+    load_agent_file,
+    make_importable,
+    parse_agent_file,
+)
+from parkway.runner.agent.commits import COMMIT_CONFIG
+from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.agent.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
+from parkway.runner.agent.platform_ops import (
+    AUTHORING_SKILLS,
+    PLATFORM_OPS,
+    SANDBOX_PERMISSIONS,
+    PlatformOp,
+    register_platform_op,
+)
+from parkway.runner.agent.revisions import (
+    AgentStore,
+    Editors,
+    NotAnEditorError,
+    RevisionConflictError,
+    check_function_tools,
+    check_working_copy,
+)
+from parkway.runner.agent.template import AgentTemplate, ToolSpec, load_template, load_template_json
+from parkway.runner.agent.tools import ToolContext, ToolRun, execute_tool, input_problem
+from parkway.runner.agent.workflows import REQUEST_CONNECTION, RESERVED_WORKFLOWS
+
+__all__ = [
+    "AUTHORING_SKILLS",
+    "COMMIT_CONFIG",
+    "LIST_SECTIONS",
+    "PLATFORM_OPS",
+    "REQUEST_CONNECTION",
+    "RESERVED_WORKFLOWS",
+    "SANDBOX_PERMISSIONS",
+    "AgentFile",
+    "AgentStore",
+    "AgentTemplate",
+    "ConnectionUnavailableError",
+    "Credentials",
+    "Editors",
+    "NotAnEditorError",
+    "OverlayMerge",
+    "PlatformOp",
+    "RevisionConflictError",
+    "ToolContext",
+    "ToolRun",
+    "ToolSpec",
+    "check_function_tools",
+    "check_working_copy",
+    "entry_identity",
+    "execute_tool",
+    "input_problem",
+    "load_agent_file",
+    "load_template",
+    "load_template_json",
+    "make_importable",
+    "merge_overlay",
+    "parse_agent_file",
+    "register_platform_op",
+]

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parkway.runner.errors import TemplateError
-from parkway.runner.llm.catalog import build_model
-from parkway.runner.llm.spec import ModelSpec, parse_model_spec
-from parkway.runner.llm.model import Model
 from parkway.runner.agent.template import AgentTemplate, load_template
+from parkway.runner.errors import TemplateError
+from parkway.runner.llm import Model, ModelSpec, build_model, parse_model_spec
 
 __all__ = ["AgentFile", "load_agent_file", "make_importable", "parse_agent_file"]
 

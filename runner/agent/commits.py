@@ -2,9 +2,9 @@
 
 Approval-gated by default (policy ``ask``): the human sees the change before it lands.
 The input is a ``patch`` (a partial template, merged over the head revision with the
-same rules as the build-kit overlay, :mod:`parkway.runner.agent.merge`) and optional ``remove_tools``
-(tool identities such as ``name:get_weather``). The patch applies to the committed head,
-never to the run's template, so a run's build-kit overlay never reaches a commit. A
+same rules as the build-kit overlay, :mod:`parkway.runner.agent.merge`) and optional
+``remove_tools`` (tool identities such as ``name:get_weather``). The patch applies to the committed
+head, never to the run's template, so a run's build-kit overlay never reaches a commit. A
 successful commit publishes a ``committed-revision`` data part on the run's stream.
 
 :data:`COMMIT_CONFIG` is the op; the runner package registers it when it is imported
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from parkway.runner.errors import ParkwayError, ToolError
 from parkway.runner.agent.merge import entry_identity, merge_overlay
 from parkway.runner.agent.platform_ops import PlatformOp
 from parkway.runner.agent.tools import ToolContext
+from parkway.runner.errors import ParkwayError, ToolError
 
 __all__ = ["COMMITTED_REVISION", "COMMIT_CONFIG", "apply_patch", "commit_config"]
 

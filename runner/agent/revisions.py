@@ -29,13 +29,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.runner.store.scripts import AUDIT_FUNCTION
-from parkway.runner.store.audit import AUDIT_KEEP_S, AuditPage, CommitEntry, read_page
-from parkway.runner.canonical import canonical_json
-from parkway.runner.store.client import RedisClient, as_text
-from parkway.runner.errors import ConflictError, EditingDisabledError, TemplateError
-from parkway.runner.store.keys import AgentKeys
 from parkway.runner.agent.template import AgentTemplate, load_template
+from parkway.runner.canonical import canonical_json
+from parkway.runner.errors import ConflictError, EditingDisabledError, TemplateError
+from parkway.runner.store import (
+    AUDIT_FUNCTION,
+    AUDIT_KEEP_S,
+    AgentKeys,
+    AuditPage,
+    CommitEntry,
+    RedisClient,
+    as_text,
+    read_page,
+)
 
 __all__ = [
     "AgentDrift",

@@ -27,12 +27,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from parkway.runner.agent.platform_ops import PLATFORM_OPS
+from parkway.runner.agent.workflows import RESERVED_WORKFLOWS
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import NotPlainJSONError, TemplateError
-from parkway.runner.llm.spec import ModelSpec, parse_model_spec
-from parkway.runner.agent.platform_ops import PLATFORM_OPS
+from parkway.runner.llm import ModelSpec, parse_model_spec
 from parkway.runner.validation import describe_first_error
-from parkway.runner.agent.workflows import RESERVED_WORKFLOWS
 
 __all__ = ["AgentTemplate", "ToolSpec", "load_template", "load_template_json"]
 

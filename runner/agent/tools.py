@@ -17,13 +17,12 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.store.artifacts import ArtifactStore
-from parkway.runner.canonical import canonical_json
-from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
-from parkway.runner.errors import ToolError
+from parkway.runner.agent.revisions import AgentStore
 from parkway.runner.agent.template import AgentTemplate, ToolSpec
+from parkway.runner.canonical import canonical_json
+from parkway.runner.errors import ToolError
+from parkway.runner.store import ArtifactStore
 
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
@@ -57,12 +56,14 @@ class ToolContext:
       rather than this.
     - ``agents``: the agent's revisions (:class:`~parkway.runner.agent.revisions.AgentStore`),
       which the platform ops read and commit.
-    - ``template``: the template the run uses (:class:`~parkway.runner.agent.template.AgentTemplate`;
+    - ``template``: the template the run uses
+    (:class:`~parkway.runner.agent.template.AgentTemplate`;
       ``template.raw`` is its JSON): brokered tool calls look their tools up in it.
     - ``artifacts``: the chat's artifacts
       (:class:`~parkway.runner.store.artifacts.ArtifactStore`), used by the code ops.
-    - ``code``: the code sandbox (:class:`~parkway.runner.codemode.runtime.CodeMode`),
-      used by ``execute_code``.
+    - ``code``: the code sandbox (a :class:`~parkway.runner.codemode.runtime.CodeMode`,
+      typed ``object`` here because the agent layer sits below code mode), used by
+      ``execute_code``.
     - ``parts``: the data parts :meth:`publish` queued, in order; the runner puts
       them on the stream after the tool's output. Use :meth:`publish`, not this list.
     """
@@ -75,7 +76,7 @@ class ToolContext:
     agents: AgentStore | None = None
     template: AgentTemplate | None = None
     artifacts: ArtifactStore | None = None
-    code: CodeMode | None = None
+    code: object | None = None
     parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
@@ -85,8 +86,8 @@ class ToolContext:
     async def access_token(self, connection_id: str, *, scopes: Sequence[str] = ()) -> str:
         """The access token of the caller's connection ``connection_id`` (a
         ``request_connection`` result names it). Raises
-        :class:`parkway.runner.agent.credentials.ConnectionUnavailableError`, whose message tells the
-        model what to do; a tool normally lets it propagate."""
+        :class:`parkway.runner.agent.credentials.ConnectionUnavailableError`, whose message tells
+        the model what to do; a tool normally lets it propagate."""
         if self.credentials is None:
             raise ConnectionUnavailableError(
                 "this server has no connection store configured",

@@ -12,3 +12,21 @@ The sandbox itself (providers, the guest bootstrap and its ``pw`` helpers) is
 :mod:`parkway.runner.sandbox`. This package imports none of its modules itself, so that
 :mod:`parkway.runner.agent.tools` can name :class:`CodeMode` while the ops import the tools.
 """
+
+from parkway.runner.codemode.library import (
+    FUNCTION_NAME,
+    LIST_FUNCTIONS,
+    SAVE_FUNCTION,
+    FunctionLibrary,
+)
+from parkway.runner.codemode.op import EXECUTE_CODE
+from parkway.runner.codemode.runtime import CodeMode
+
+__all__ = [
+    "EXECUTE_CODE",
+    "FUNCTION_NAME",
+    "LIST_FUNCTIONS",
+    "SAVE_FUNCTION",
+    "CodeMode",
+    "FunctionLibrary",
+]

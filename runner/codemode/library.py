@@ -22,12 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.store.client import RedisClient, as_text
+from parkway.runner.agent import AgentStore, PlatformOp, ToolContext
 from parkway.runner.errors import ToolError
-from parkway.runner.store.keys import AgentKeys
-from parkway.runner.agent.platform_ops import PlatformOp
-from parkway.runner.agent.tools import ToolContext
+from parkway.runner.store import AgentKeys, RedisClient, as_text
 
 __all__ = [
     "LIST_FUNCTIONS",
@@ -37,7 +34,7 @@ __all__ = [
     "check_function",
 ]
 
-NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+FUNCTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 MAX_CODE_BYTES = 64 * 1024
 
 # KEYS: 1 functions, 2 function versions. ARGV: 1 name, 2 record JSON without a version.
@@ -80,7 +77,7 @@ class SavedFunction:
 def check_function(name: str, code: str) -> None:
     """Refuse a name that is no plain identifier, or code that does not parse or does
     not define ``name`` at its top level (``ValueError`` with the reason)."""
-    if not NAME.match(name) or keyword.iskeyword(name):
+    if not FUNCTION_NAME.match(name) or keyword.iskeyword(name):
         raise ValueError("a function name is a lower-case Python identifier of 1-64 characters")
     if len(code.encode()) > MAX_CODE_BYTES:
         raise ValueError(f"the code is over {MAX_CODE_BYTES // 1024} KiB")
@@ -217,7 +214,7 @@ SAVE_FUNCTION = PlatformOp(
     input_schema={
         "type": "object",
         "properties": {
-            "name": {"type": "string", "pattern": NAME.pattern},
+            "name": {"type": "string", "pattern": FUNCTION_NAME.pattern},
             "code": {"type": "string", "minLength": 1, "maxLength": MAX_CODE_BYTES},
             "description": {"type": "string", "maxLength": 500},
         },

@@ -20,16 +20,15 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from parkway.runner.store.artifacts import ARTIFACT_ID
+from parkway.runner.agent import PlatformOp, ToolContext, execute_tool, input_problem
 from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.library import FunctionLibrary
 from parkway.runner.codemode.prompt import DESCRIPTION
-from parkway.runner.codemode.runtime import Workspace, workspace
+from parkway.runner.codemode.runtime import CodeMode, Workspace, workspace
 from parkway.runner.errors import ToolError
-from parkway.runner.agent.platform_ops import PlatformOp
-from parkway.runner.sandbox.provider import BrokerError, Limits, RunRequest, RunResult
-from parkway.runner.ops.telemetry import SANDBOX_RUNS
-from parkway.runner.agent.tools import ToolContext, execute_tool, input_problem
+from parkway.runner.ops import SANDBOX_RUNS
+from parkway.runner.sandbox import BrokerError, Limits, RunRequest, RunResult
+from parkway.runner.store import ARTIFACT_ID
 
 __all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code"]
 
@@ -189,7 +188,7 @@ async def _model_result(ctx: ToolContext, result: RunResult) -> dict[str, Any]:
 
 
 async def execute_code(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    code_mode = ctx.code
+    code_mode = ctx.code if isinstance(ctx.code, CodeMode) else None
     if code_mode is None or not code_mode.available or code_mode.provider is None:
         reason = "code execution is not configured" if code_mode is None else code_mode.reason
         SANDBOX_RUNS.labels("unavailable").inc()

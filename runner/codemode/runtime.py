@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parkway.runner.sandbox.provider import Isolation, Limits, SandboxProvider, SandboxUnavailable
+from parkway.runner.sandbox import Isolation, Limits, SandboxProvider, SandboxUnavailable
 
 __all__ = ["HARD_LIMITS", "CodeMode", "Workspace", "remove_stale_workspaces", "workspace"]
 

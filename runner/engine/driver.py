@@ -14,24 +14,22 @@ import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from parkway.runner.store.artifacts import ArtifactStore
-from parkway.runner.errors import ModelError
-from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.agent import AgentTemplate
 from parkway.runner.engine.execution import (
     ToolExecutor,
     keep_large_answers,
     record_outcomes,
     record_tool_run,
 )
-from parkway.runner.llm.catalog import ModelCatalog
-from parkway.runner.llm.model import ModelToolCall, ToolDescription
 from parkway.runner.engine.run import RunnerConfig
 from parkway.runner.engine.step import end_failed, end_with_notice, finished, stream_step
-from parkway.runner.store.chats import ChatStore
 from parkway.runner.engine.supervisor import RunSupervisor
-from parkway.runner.ops.telemetry import ModelLabel, Stopwatch, count_parked, span, traceparent
-from parkway.runner.agent.template import AgentTemplate
 from parkway.runner.engine.triage import Triage, triage
+from parkway.runner.errors import ModelError
+from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.llm import ModelCatalog, ModelToolCall, ScriptedModel, ToolDescription
+from parkway.runner.ops import ModelLabel, Stopwatch, count_parked, span, traceparent
+from parkway.runner.store import ArtifactStore, ChatStore
 
 __all__ = ["StepDriver"]
 
@@ -105,7 +103,12 @@ class StepDriver:
             await end_failed(emit, state, None, exc, supervisor.commit)
             return
         spec = self.models.chosen(template.llm) or self.models.default_spec
-        label = ModelLabel.of(spec.name) if spec is not None else ModelLabel.of_model(model)
+        if spec is not None:
+            label = ModelLabel.of(spec.name)
+        elif isinstance(model, ScriptedModel):
+            label = ModelLabel.of("scripted")
+        else:
+            label = ModelLabel.of_model(model)
         invalid_steps = 0
         for _ in range(self.config.max_steps):
             step = await stream_step(emit, state, model, tools, supervisor.commit, label=label)

@@ -14,18 +14,21 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.store.artifacts import ArtifactStore
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.agent.credentials import Credentials
+from parkway.runner.agent import (
+    AgentStore,
+    AgentTemplate,
+    Credentials,
+    ToolContext,
+    ToolRun,
+    execute_tool,
+)
+from parkway.runner.codemode import CodeMode
+from parkway.runner.engine.run import Emit, RunState
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
-from parkway.runner.store.history import part_ids, result_entry
+from parkway.runner.ops import mark_failed, span
 from parkway.runner.outcomes import SUPERSEDED, model_result
 from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.run import Emit, RunState
-from parkway.runner.ops.telemetry import mark_failed, span
-from parkway.runner.agent.template import AgentTemplate
-from parkway.runner.agent.tools import ToolContext, ToolRun, execute_tool
+from parkway.runner.store import ArtifactStore, part_ids, result_entry
 
 __all__ = ["ToolExecutor", "keep_large_answers", "record_outcomes", "record_tool_run"]
 

@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from parkway.runner.agent import AgentTemplate
 from parkway.runner.events import Event
-from parkway.runner.store.history import ModelView
-from parkway.runner.store.keys import ChatKeys
 from parkway.runner.parking import ParkedCall
-from parkway.runner.agent.template import AgentTemplate
+from parkway.runner.store import ChatKeys, ModelView
 
 __all__ = ["Emit", "Run", "RunState", "RunnerConfig", "new_id"]
 

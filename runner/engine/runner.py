@@ -24,32 +24,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from parkway.runner.ops import logcontext
-from parkway.runner.agent.revisions import AgentStore
-from parkway.runner.store.artifacts import ArtifactStore
+from parkway.runner.agent import AgentStore, AgentTemplate, Credentials, load_template_json
 from parkway.runner.canonical import canonical_json
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.store.client import RedisClient
-from parkway.runner.agent.credentials import Credentials
+from parkway.runner.codemode import CodeMode
 from parkway.runner.engine.driver import StepDriver
-from parkway.runner.errors import (
-    ChatNotFoundError,
-    IncompatibleStateError,
-    ShuttingDownError,
-)
-from parkway.runner.eventlog.follow import follow
-from parkway.runner.events import Event
 from parkway.runner.engine.execution import (
     ToolExecutor,
 )
-from parkway.runner.store.history import is_retry, user_entry
-from parkway.runner.store.keys import chat_keys
-from parkway.runner.llm.catalog import ModelCatalog
-from parkway.runner.eventlog.watch import LogWatch
-from parkway.runner.llm.model import Model
-from parkway.runner.outcomes import SUPERSEDED
-from parkway.runner.parking import ParkedCall
-from parkway.runner.store.replies import TurnClaim
 from parkway.runner.engine.run import Run, RunnerConfig, RunState, new_id
 from parkway.runner.engine.settling import (
     Answer,
@@ -58,14 +39,32 @@ from parkway.runner.engine.settling import (
     SettleListener,
     SettleResult,
     Settling,
-)
-from parkway.runner.store.chats import SCHEMA_VERSION, ChatRecord, ChatStore, ResumeClaim
-from parkway.runner.engine.supervisor import RunSupervisor, RunWatch, Work
-from parkway.runner.ops.telemetry import (
-    context_of,
     count_settle,
 )
-from parkway.runner.agent.template import AgentTemplate, load_template_json
+from parkway.runner.engine.supervisor import RunSupervisor, RunWatch, Work
+from parkway.runner.errors import (
+    ChatNotFoundError,
+    IncompatibleStateError,
+    ShuttingDownError,
+)
+from parkway.runner.eventlog import LogWatch, follow
+from parkway.runner.events import Event
+from parkway.runner.llm import Model, ModelCatalog
+from parkway.runner.ops import context_of, logcontext
+from parkway.runner.outcomes import SUPERSEDED
+from parkway.runner.parking import ParkedCall
+from parkway.runner.store import (
+    SCHEMA_VERSION,
+    ArtifactStore,
+    ChatRecord,
+    ChatStore,
+    RedisClient,
+    ResumeClaim,
+    TurnClaim,
+    chat_keys,
+    is_retry,
+    user_entry,
+)
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
 

@@ -5,8 +5,8 @@ identical repeat is accepted, a different one is refused with the winner's outco
 Answers a client sends (the AI SDK resends its whole history) are matched to pending
 calls by toolCallId, then by parkedCallKey; anything else never reaches the model.
 
-:class:`Settling` is the component the :class:`~parkway.runner.engine.runner.Runner` settles through; it
-tells its owner when a settle leaves a chat with no call pending (``on_all_settled``).
+:class:`Settling` is the component the :class:`~parkway.runner.engine.runner.Runner` settles
+through; it tells its owner when a settle leaves a chat with no call pending (``on_all_settled``).
 :class:`AutoResume` is what the runner does then: an agent with the ``auto`` resume
 policy continues without waiting for a client's request.
 """
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parkway.runner.store.audit import AuditSource, settle_audit
 from parkway.runner.canonical import canonical_json, parked_call_key
+from parkway.runner.engine.run import Run
 from parkway.runner.errors import (
     AnswerMismatchError,
     CallNotFoundError,
@@ -33,12 +33,10 @@ from parkway.runner.errors import (
     SettleConflictError,
     ShuttingDownError,
 )
-from parkway.runner.store.keys import ChatKeys, chat_keys
+from parkway.runner.ops import CALLS_SETTLED, settle_span
 from parkway.runner.outcomes import normalize_outcome
 from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.run import Run
-from parkway.runner.store.chats import ChatStore
-from parkway.runner.ops.telemetry import settle_span
+from parkway.runner.store import AuditSource, ChatKeys, ChatStore, chat_keys, settle_audit
 
 __all__ = [
     "AllSettled",
@@ -50,6 +48,7 @@ __all__ = [
     "SettleResult",
     "Settled",
     "Settling",
+    "count_settle",
 ]
 
 log = logging.getLogger(__name__)
@@ -458,3 +457,13 @@ class AutoResume:
             return
         if run.task is not None:
             await run.task
+
+
+async def count_settle(settled: Settled) -> None:
+    """A settle listener: count a settle this worker won in ``parkway_calls_settled_total``,
+    by the source its audit entry names (the sweeper counts its timeouts itself)."""
+    outcome = settled.call.outcome or {}
+    name = outcome.get("outcome")
+    CALLS_SETTLED.labels(
+        settled.call.kind, name if isinstance(name, str) else "unknown", settled.source
+    ).inc()

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from parkway.runner.engine.run import Emit, RunState, new_id
 from parkway.runner.errors import ModelError
 from parkway.runner.events import (
     Event,
@@ -36,8 +37,7 @@ from parkway.runner.events import (
     ToolInputDelta,
     ToolInputStarted,
 )
-from parkway.runner.store.history import assistant_entry, call_entry, message_metadata
-from parkway.runner.llm.model import (
+from parkway.runner.llm import (
     Model,
     ModelEvent,
     ModelReasoningDelta,
@@ -49,9 +49,9 @@ from parkway.runner.llm.model import (
     ModelToolInputStart,
     ToolDescription,
 )
+from parkway.runner.ops import RESUME_SECONDS, ModelLabel, model_span, model_step_done
 from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.run import Emit, RunState, new_id
-from parkway.runner.ops.telemetry import RESUME_SECONDS, ModelLabel, model_span, model_step_done
+from parkway.runner.store import assistant_entry, call_entry, message_metadata
 
 __all__ = [
     "Commit",

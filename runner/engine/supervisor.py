@@ -13,7 +13,7 @@ the run's work executes (:meth:`RunSupervisor.supervise`):
   the model stream at once;
 - the run's log writer appends the events emitted between commits (a model's streamed
   text, say) to the chat's event log in batches, which every HTTP response and every
-  reconnecting browser follows (the reader is :func:`parkway.runner.eventlog.follow.follow`).
+  reconnecting browser follows (the reader is :func:`parkway.runner.eventlog.followers.follow`).
 
 A run that fails or is cancelled is ended here too: its chat is handed over, its
 followers told.
@@ -28,10 +28,9 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Literal
 
-from parkway.runner.ops import logcontext
-from parkway.runner.store.client import is_redis_outage
+from parkway.runner.engine.run import Run, RunnerConfig, RunState
 from parkway.runner.errors import ChatBusyError
-from parkway.runner.eventlog.follow import cancel_requested
+from parkway.runner.eventlog import LogWatch, cancel_requested
 from parkway.runner.events import (
     Event,
     MessageFinished,
@@ -40,19 +39,18 @@ from parkway.runner.events import (
     coalesce,
     events_to_json,
 )
-from parkway.runner.eventlog.watch import LogWatch
-from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.run import Run, RunnerConfig, RunState
-from parkway.runner.store.chats import ChatStore, LogBatch
-from parkway.runner.ops.telemetry import (
+from parkway.runner.ops import (
     EVENT_LOG_WRITE,
     REDIS_ERRORS,
     RUNS,
     RUNS_IN_PROGRESS,
     Stopwatch,
+    logcontext,
     mark_failed,
     span,
 )
+from parkway.runner.parking import ParkedCall
+from parkway.runner.store import ChatStore, LogBatch, is_redis_outage
 
 __all__ = ["RunSupervisor", "RunWatch", "Work"]
 

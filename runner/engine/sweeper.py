@@ -2,9 +2,9 @@
 
 Every parked call has a server-side deadline so that an agent never waits
 forever on a human who walked away. The commit that parks a call indexes its deadline
-in the global sorted set :data:`parkway.runner.store.keys.DEADLINES` (member ``"<chat> <toolCallId>"``,
-score = the deadline in epoch ms); any settle of the call drops the member. A sweeper
-runs in every worker, and a sweep:
+in the global sorted set :data:`parkway.runner.store.keys.DEADLINES` (member ``"<chat>
+<toolCallId>"``, score = the deadline in epoch ms); any settle of the call drops the member. A
+sweeper runs in every worker, and a sweep:
 
 1. reads the members whose deadline is at or before now, earliest first, at most
    ``batch`` of them (one ``ZRANGEBYSCORE ... LIMIT``);
@@ -35,11 +35,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from parkway.runner.canonical import canonical_json
-from parkway.runner.store.client import is_redis_outage
-from parkway.runner.errors import CallerError
-from parkway.runner.store.keys import ChatKeys, chat_keys, parse_deadline_member
 from parkway.runner.engine.runner import Runner
-from parkway.runner.ops.telemetry import CALLS_SETTLED, CALLS_WAITING, REDIS_ERRORS, SWEEPER_LAG
+from parkway.runner.errors import CallerError
+from parkway.runner.ops import CALLS_SETTLED, CALLS_WAITING, REDIS_ERRORS, SWEEPER_LAG
+from parkway.runner.store import ChatKeys, chat_keys, is_redis_outage, parse_deadline_member
 
 __all__ = ["TIMEOUT_OUTCOME", "SweepReport", "Sweeper", "TimeoutHook"]
 
@@ -80,8 +79,8 @@ class SweepReport:
 class Sweeper:
     """Times out the expired parked calls of every chat, on behalf of one worker.
 
-    Built from a :class:`~parkway.runner.engine.runner.Runner`: it uses the runner's store (so the same
-    Redis client and chat TTL) and, unless ``clock`` is given, the runner's clock
+    Built from a :class:`~parkway.runner.engine.runner.Runner`: it uses the runner's store (so the
+    same Redis client and chat TTL) and, unless ``clock`` is given, the runner's clock
     (seconds since the epoch; tests inject a fake one and drive :meth:`sweep_once`).
     ``batch`` bounds the members one sweep handles, so one sweep's round trip stays
     small however many calls expire at once; :meth:`run` takes the next batch at once.

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from parkway.runner.agent import AgentTemplate, input_problem
 from parkway.runner.canonical import parked_call_key
+from parkway.runner.engine.run import RunnerConfig, new_id
 from parkway.runner.errors import NotPlainJSONError
 from parkway.runner.events import (
     ApprovalRequested,
@@ -21,12 +23,9 @@ from parkway.runner.events import (
     ToolCallIssued,
     ToolInputRejected,
 )
-from parkway.runner.store.history import result_entry
-from parkway.runner.llm.model import ModelToolCall
+from parkway.runner.llm import ModelToolCall
 from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.run import RunnerConfig, new_id
-from parkway.runner.agent.template import AgentTemplate
-from parkway.runner.agent.tools import input_problem
+from parkway.runner.store import result_entry
 
 __all__ = ["Triage", "triage"]
 

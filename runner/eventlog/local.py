@@ -5,7 +5,7 @@ A run's appends are adjacent in its chat's log: only the lease holder appends, a
 once lost is never regained, and a run's appends go one at a time. So the batches a run
 logged here, in order, from its first, are exactly the log's entries from ``run_start``
 on, for as long as each of its appends is known to have landed. :class:`LocalLog` keeps
-that sequence per chat (the current run's), and :func:`parkway.runner.eventlog.follow.follow`
+that sequence per chat (the current run's), and :func:`parkway.runner.eventlog.followers.follow`
 takes entries from it when it follows that very run, reading Redis only for what the
 sequence cannot vouch for: a run of another worker, a sequence broken by an append
 whose outcome is unknown (it is dropped then), or one evicted to keep the memory bound.

@@ -1,7 +1,7 @@
 """One pub/sub connection per worker that wakes the followers of every chat it serves.
 
-A follower (:func:`parkway.runner.eventlog.follow.follow`) never blocks a Redis connection: it reads
-the chat's event log with a plain, non-blocking range read, then waits on an
+A follower (:func:`parkway.runner.eventlog.followers.follow`) never blocks a Redis connection: it
+reads the chat's event log with a plain, non-blocking range read, then waits on an
 :class:`asyncio.Event` that this watch sets when the log grows. Every append to a log
 publishes on the chat's wake-up channel (``ChatKeys.wake``, in the APPEND script), and
 the watch holds one subscription per chat that has followers here, on one connection.
@@ -32,9 +32,8 @@ from typing import Any, TypeVar
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from parkway.runner.store.client import RedisClient, as_text
-from parkway.runner.store.keys import LOGWATCH_CHANNEL
 from parkway.runner.eventlog.local import LocalLog
+from parkway.runner.store import LOGWATCH_CHANNEL, RedisClient, as_text
 
 __all__ = ["LogWatch"]
 

@@ -9,16 +9,56 @@
 """
 
 from parkway.runner.llm.catalog import ModelCatalog, build_model
+from parkway.runner.llm.model import (
+    AssistantTurn,
+    Model,
+    ModelEvent,
+    ModelMessage,
+    ModelReasoningDelta,
+    ModelRequest,
+    ModelStepEnd,
+    ModelTextDelta,
+    ModelToolCall,
+    ModelToolInputDelta,
+    ModelToolInputStart,
+    ModelUsage,
+    ToolDescription,
+    ToolResult,
+    UserTurn,
+)
 from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy
+from parkway.runner.llm.scripted import END_OF_SCRIPT, ScriptedModel
 from parkway.runner.llm.spec import PROVIDERS, ModelSpec, missing_environment, parse_model_spec
+from parkway.runner.llm.tape import ModelTape, TapeMode, TapeStep, event_from_json
 
 __all__ = [
+    "END_OF_SCRIPT",
     "PROVIDERS",
+    "AssistantTurn",
+    "Model",
     "ModelCatalog",
+    "ModelEvent",
+    "ModelMessage",
+    "ModelReasoningDelta",
+    "ModelRequest",
     "ModelSpec",
+    "ModelStepEnd",
+    "ModelTape",
+    "ModelTextDelta",
     "ModelTimeouts",
+    "ModelToolCall",
+    "ModelToolInputDelta",
+    "ModelToolInputStart",
+    "ModelUsage",
     "RetryPolicy",
+    "ScriptedModel",
+    "TapeMode",
+    "TapeStep",
+    "ToolDescription",
+    "ToolResult",
+    "UserTurn",
     "build_model",
+    "event_from_json",
     "missing_environment",
     "parse_model_spec",
 ]

@@ -52,8 +52,6 @@ from pydantic_ai.settings import ModelSettings
 
 from parkway.runner.errors import ModelError
 from parkway.runner.llm.convert import request_parameters, step_end, to_messages, tool_calls
-from parkway.runner.llm.policy import RetryPolicy, Sleep
-from parkway.runner.llm.spec import ModelSpec
 from parkway.runner.llm.model import (
     ModelEvent,
     ModelReasoningDelta,
@@ -62,6 +60,8 @@ from parkway.runner.llm.model import (
     ModelToolInputDelta,
     ModelToolInputStart,
 )
+from parkway.runner.llm.policy import RetryPolicy, Sleep
+from parkway.runner.llm.spec import ModelSpec
 
 __all__ = ["ProviderModel"]
 

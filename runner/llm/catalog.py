@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from parkway.runner.errors import ModelError, TemplateError
+from parkway.runner.llm.model import Model
 from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy, Sleep
+from parkway.runner.llm.scripted import ScriptedModel
 from parkway.runner.llm.spec import ModelSpec, missing_environment
 from parkway.runner.llm.tape import ModelTape
-from parkway.runner.llm.model import Model
-from parkway.runner.llm.scripted import ScriptedModel
 
 __all__ = ["ModelCatalog", "build_model"]
 

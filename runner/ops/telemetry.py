@@ -41,13 +41,10 @@ from opentelemetry.trace import (
 )
 from prometheus_client import Counter, Gauge, Histogram
 
-from parkway.runner.llm.scripted import ScriptedModel
-
 if TYPE_CHECKING:
     from parkway.runner.errors import ModelError
-    from parkway.runner.llm.model import ModelStepEnd
+    from parkway.runner.llm import ModelStepEnd
     from parkway.runner.parking import ParkedCall
-    from parkway.runner.engine.settling import Settled
 
 __all__ = [
     "CALLS_PARKED",
@@ -67,7 +64,6 @@ __all__ = [
     "Stopwatch",
     "context_of",
     "count_parked",
-    "count_settle",
     "mark_failed",
     "model_span",
     "model_step_done",
@@ -271,8 +267,9 @@ class ModelLabel:
 
     @classmethod
     def of_model(cls, model: object) -> ModelLabel:
-        """A model given as an object (the agent file's scripted model, a test's own)."""
-        name = "scripted" if isinstance(model, ScriptedModel) else type(model).__name__.lower()
+        """A model given as an object, named by its class (a test's own model; the
+        engine names the scripted model ``scripted`` with :meth:`of`)."""
+        name = type(model).__name__.lower()
         return cls(name, name)
 
 
@@ -331,16 +328,6 @@ def settle_span(call: ParkedCall, source: str) -> Iterator[Span]:
     }
     with span("parkway.settle", parent=parent_from(call.trace), attributes=attributes) as current:
         yield current
-
-
-async def count_settle(settled: Settled) -> None:
-    """A settle listener (runner/engine/settling.py): count a settle this worker won, by the
-    source its audit entry names (the sweeper counts its timeouts itself)."""
-    outcome = settled.call.outcome or {}
-    name = outcome.get("outcome")
-    CALLS_SETTLED.labels(
-        settled.call.kind, name if isinstance(name, str) else "unknown", settled.source
-    ).inc()
 
 
 class Stopwatch:

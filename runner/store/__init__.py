@@ -1,1 +1,115 @@
-"""TODO"""
+"""The Redis store: every key, script and record the runner keeps, and the clients that reach it.
+
+- :mod:`~parkway.runner.store.chats`: :class:`ChatStore`, a chat's state (meta, history,
+  parked calls, the event log's writes) through atomic Lua scripts;
+- :mod:`~parkway.runner.store.scripts`: those scripts, one place for every Lua source;
+- :mod:`~parkway.runner.store.replies`: what the scripts hand back, decoded;
+- :mod:`~parkway.runner.store.keys`: every key name, its type, contents and lifetime;
+- :mod:`~parkway.runner.store.client`: Redis clients (URL parsing, retries, outages);
+- :mod:`~parkway.runner.store.embedded`: the embedded Redis of a local server;
+- :mod:`~parkway.runner.store.history`: the chat history's entries;
+- :mod:`~parkway.runner.store.histcache`: each chat's history as this worker last decoded it;
+- :mod:`~parkway.runner.store.deadlines`: the deadline index the sweeper reads;
+- :mod:`~parkway.runner.store.audit`: the audit trails (settles, commits, connections);
+- :mod:`~parkway.runner.store.artifacts`: large tool results kept as a chat's artifacts.
+
+It imports the runner's vocabulary (errors, parked calls) and the model's message types,
+never the engine, the agent or the event log's followers.
+"""
+
+from parkway.runner.store.artifacts import ARTIFACT_ID, Artifact, ArtifactStore
+from parkway.runner.store.audit import (
+    AUDIT_KEEP_S,
+    MAX_PAGE,
+    AuditPage,
+    AuditSource,
+    CommitEntry,
+    ConnectionEntry,
+    SettleEntry,
+    chat_audit,
+    read_page,
+    settle_audit,
+)
+from parkway.runner.store.chats import SCHEMA_VERSION, ChatRecord, ChatStore, LogBatch, ResumeClaim
+from parkway.runner.store.client import (
+    RedisClient,
+    as_text,
+    connect,
+    is_redis_outage,
+    parse_redis_url,
+)
+from parkway.runner.store.embedded import EmbeddedRedis
+from parkway.runner.store.history import (
+    UNKNOWN_RESULT,
+    ModelView,
+    assistant_entry,
+    call_entry,
+    is_retry,
+    message_metadata,
+    messages_metadata,
+    part_ids,
+    result_entry,
+    user_entry,
+)
+from parkway.runner.store.keys import (
+    CHAT_ID,
+    LOGWATCH_CHANNEL,
+    MAX_CALL_ID,
+    AgentKeys,
+    ChatKeys,
+    chat_keys,
+    check_call_id,
+    check_chat_id,
+    parse_deadline_member,
+)
+from parkway.runner.store.replies import TurnClaim
+from parkway.runner.store.scripts import AUDIT_APPEND, AUDIT_FUNCTION
+
+__all__ = [
+    "ARTIFACT_ID",
+    "AUDIT_APPEND",
+    "AUDIT_FUNCTION",
+    "AUDIT_KEEP_S",
+    "CHAT_ID",
+    "LOGWATCH_CHANNEL",
+    "MAX_CALL_ID",
+    "MAX_PAGE",
+    "SCHEMA_VERSION",
+    "UNKNOWN_RESULT",
+    "AgentKeys",
+    "Artifact",
+    "ArtifactStore",
+    "AuditPage",
+    "AuditSource",
+    "ChatKeys",
+    "ChatRecord",
+    "ChatStore",
+    "CommitEntry",
+    "ConnectionEntry",
+    "EmbeddedRedis",
+    "LogBatch",
+    "ModelView",
+    "RedisClient",
+    "ResumeClaim",
+    "SettleEntry",
+    "TurnClaim",
+    "as_text",
+    "assistant_entry",
+    "call_entry",
+    "chat_audit",
+    "chat_keys",
+    "check_call_id",
+    "check_chat_id",
+    "connect",
+    "is_redis_outage",
+    "is_retry",
+    "message_metadata",
+    "messages_metadata",
+    "parse_deadline_member",
+    "parse_redis_url",
+    "part_ids",
+    "read_page",
+    "result_entry",
+    "settle_audit",
+    "user_entry",
+]

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from parkway.runner.canonical import canonical_json
-from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.errors import ArtifactNotFoundError, ChatNotFoundError
+from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.keys import chat_keys
 
 __all__ = [

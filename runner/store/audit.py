@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from parkway.runner.canonical import canonical_json
-from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.errors import CallerError, NotPlainJSONError
-from parkway.runner.store.keys import ChatKeys
 from parkway.runner.parking import ParkedCall
+from parkway.runner.store.client import RedisClient, as_text
+from parkway.runner.store.keys import ChatKeys
 
 __all__ = [
     "AUDIT_KEEP_S",

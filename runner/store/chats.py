@@ -15,14 +15,14 @@ from typing import Any, Literal
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
-from parkway.runner.store import scripts as _scripts
+from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
+from parkway.runner.store import scripts
 from parkway.runner.store.audit import AUDIT_KEEP_S, SettleAudit, answer_audit
 from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.deadlines import DeadlineIndex
 from parkway.runner.store.histcache import HistoryCache
 from parkway.runner.store.history import dump_entry
 from parkway.runner.store.keys import DEADLINES, ChatKeys, deadline_member
-from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
 from parkway.runner.store.replies import (
     SCHEMA_VERSION,
     ChatRecord,
@@ -74,7 +74,7 @@ class ChatStore:
         self.redis = redis
         self.ttl_s = ttl_s
         self.audit_keep_s = audit_keep_s  # how long a chat's audit keeps an entry
-        # How long the event log of a chat whose last run ended is kept (_scripts.py,
+        # How long the event log of a chat whose last run ended is kept (scripts.py,
         # log_append): a follower still reading that run has this long to finish.
         self.log_keep_s = log_keep_s
         # On a Cluster the global deadline index lives in another slot than a chat, so
@@ -84,17 +84,17 @@ class ChatStore:
         # round trip).
         self.known_calls = CallCache()
         self.histories = HistoryCache()
-        self._claim_turn = redis.register_script(_scripts.CLAIM_TURN)
-        self._claim_resume = redis.register_script(_scripts.CLAIM_RESUME)
-        self._answer = redis.register_script(_scripts.ANSWER)
-        self._commit = redis.register_script(_scripts.COMMIT)
-        self._settle = redis.register_script(_scripts.SETTLE)
-        self._renew = redis.register_script(_scripts.RENEW)
-        self._append = redis.register_script(_scripts.APPEND)
-        self._stop = redis.register_script(_scripts.STOP)
-        self._release = redis.register_script(_scripts.RELEASE)
-        self._fail = redis.register_script(_scripts.FAIL)
-        self._pending = redis.register_script(_scripts.PENDING)
+        self._claim_turn = redis.register_script(scripts.CLAIM_TURN)
+        self._claim_resume = redis.register_script(scripts.CLAIM_RESUME)
+        self._answer = redis.register_script(scripts.ANSWER)
+        self._commit = redis.register_script(scripts.COMMIT)
+        self._settle = redis.register_script(scripts.SETTLE)
+        self._renew = redis.register_script(scripts.RENEW)
+        self._append = redis.register_script(scripts.APPEND)
+        self._stop = redis.register_script(scripts.STOP)
+        self._release = redis.register_script(scripts.RELEASE)
+        self._fail = redis.register_script(scripts.FAIL)
+        self._pending = redis.register_script(scripts.PENDING)
         # What the deadline sweeper reads and settles (runner/engine/sweeper.py).
         self.deadlines = DeadlineIndex(redis, self._settle, ttl_s=ttl_s, audit_keep_s=audit_keep_s)
 

@@ -17,8 +17,8 @@ nodes. The Sentinels themselves are reached without credentials unless the query
 connection options, read as ``Redis.from_url`` reads them (``?ssl_cert_reqs=none``).
 
 Parkway's data works on all three because every multi-key operation names keys of one
-chat, which share a hash tag (:mod:`parkway.runner.store.keys`): in a Cluster each such operation runs
-on one slot.
+chat, which share a hash tag (:mod:`parkway.runner.store.keys`): in a Cluster each such operation
+runs on one slot.
 
 The connection budget and faults (docs/operations.md, "Redis connections and outages"):
 

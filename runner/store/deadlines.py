@@ -3,10 +3,10 @@ many of them out in one round trip.
 
 Every pending call has a member in the global sorted set ``pw:deadlines`` (scored by
 its deadline, epoch ms; written with the step that parks it, see
-:meth:`parkway.runner.store.chats.ChatStore.commit`). The sweeper (:mod:`parkway.runner.engine.sweeper`)
-reads what is due and settles it with :data:`~parkway.runner.engine.sweeper.TIMEOUT_OUTCOME`
-through the same SETTLE script every other settler runs, so a timeout races a human's
-answer like any two settles do.
+:meth:`parkway.runner.store.chats.ChatStore.commit`). The sweeper
+(:mod:`parkway.runner.engine.sweeper`) reads what is due and settles it with
+:data:`~parkway.runner.engine.sweeper.TIMEOUT_OUTCOME` through the same SETTLE script every other
+settler runs, so a timeout races a human's answer like any two settles do.
 """
 
 from __future__ import annotations

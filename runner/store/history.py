@@ -31,8 +31,7 @@ from typing import Any
 import orjson
 
 from parkway.runner.canonical import has_long_digit_run
-from parkway.runner.store.client import as_text
-from parkway.runner.llm.model import (
+from parkway.runner.llm import (
     AssistantTurn,
     ModelMessage,
     ModelStepEnd,
@@ -41,6 +40,7 @@ from parkway.runner.llm.model import (
     ToolResult,
     UserTurn,
 )
+from parkway.runner.store.client import as_text
 
 __all__ = [
     "UNKNOWN_RESULT",

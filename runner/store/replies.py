@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parkway.runner.store.client import as_text
 from parkway.runner.errors import (
     ChatBusyError,
     ChatNotFoundError,
@@ -19,8 +18,9 @@ from parkway.runner.errors import (
     IncompatibleStateError,
     NothingToResumeError,
 )
-from parkway.runner.store.history import ModelView
 from parkway.runner.parking import ParkedCall, decode_call
+from parkway.runner.store.client import as_text
+from parkway.runner.store.history import ModelView
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -330,8 +330,8 @@ return claim()
 # batch that ends the run records how it finished, and when. Every append publishes on
 # the chat's wake-up channel, so followers on any worker read the log again
 # (runner/eventlog/watch.py); the message is the new entry's id (a worker whose own run
-# appended it has woken its followers already: runner/eventlog/local.py). The number of the run's last
-# batch and its entry id are kept in ``log_seq`` and ``log_last``: a batch whose number
+# appended it has woken its followers already: runner/eventlog/local.py). The number of the run's
+# last batch and its entry id are kept in ``log_seq`` and ``log_last``: a batch whose number
 # is not above ``log_seq`` was appended (a replay) and answers that id, unwritten.
 # What the log keeps: the current (or last) run and the one before it (``prev_start``,
 # recorded by the claims). A run that ended is replayable from the history and only a

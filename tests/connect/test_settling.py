@@ -79,8 +79,8 @@ def sweep_later(rig: Rig, seconds: float = 3600) -> int:
     """Another worker's sweeper, its clock ``seconds`` ahead: times out what is due."""
 
     async def sweep(client: Redis) -> int:
-        from parkway.runner.llm.scripted import ScriptedModel
         from parkway.runner.agent.template import load_template
+        from parkway.runner.llm.scripted import ScriptedModel
         from tests.connect_rig import CONNECT_AGENT
 
         runner = Runner(client, ScriptedModel([]), load_template(CONNECT_AGENT["template"]))

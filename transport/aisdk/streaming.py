@@ -23,10 +23,10 @@ from typing import Any, Final
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parkway.runner.store.client import is_redis_outage
+from parkway.runner.engine import Run, Runner
 from parkway.runner.events import Event
-from parkway.runner.engine.runner import Run, Runner
 from parkway.runner.parking import ParkedCall
+from parkway.runner.store import is_redis_outage
 from parkway.transport.aisdk.chunks import ErrorChunk
 from parkway.transport.aisdk.encoder import encode_event
 from parkway.widgets_api.descriptors import describe_call
@@ -52,7 +52,7 @@ DONE: Final = "[DONE]"
 # encoder (and the log follower behind it) waits, as it would for each send.
 AHEAD = 256
 # The chunks a run's terminal events (MessageFinished, RunFailed) encode to: nothing
-# follows them in a followed run (see :func:`parkway.runner.eventlog.follow.follow`).
+# follows them in a followed run (see :func:`parkway.runner.eventlog.followers.follow`).
 _LAST_OF_A_RUN = frozenset({"finish", "error"})
 
 Chunks = AsyncGenerator[dict[str, Any], None]

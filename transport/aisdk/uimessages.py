@@ -33,12 +33,10 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from parkway.runner.store.history import UNKNOWN_RESULT, messages_metadata, part_ids
-from parkway.runner.engine.runner import Answer
+from parkway.runner.engine import Answer
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store.chats import ChatRecord
-from parkway.transport.errors import HTTPError
-from parkway.transport.api.requests import invalid_body
+from parkway.runner.store import UNKNOWN_RESULT, ChatRecord, messages_metadata, part_ids
+from parkway.transport.errors import HTTPError, invalid_body
 
 __all__ = ["ChatPost", "chat_messages", "parse_chat_post"]
 
@@ -166,7 +164,7 @@ class _UIMessage(BaseModel):
         return _PARTS.validate_python(self.parts)
 
 
-class _ChatBody(BaseModel):
+class ChatBody(BaseModel):
     # The AI SDK adds the transport's ``body`` keys at the top level, so extra keys are
     # allowed here (and ignored).
     model_config = ConfigDict(extra="allow", alias_generator=to_camel)
@@ -234,7 +232,7 @@ def _answers(message: _UIMessage) -> list[Answer]:
 def parse_chat_post(body: Any) -> ChatPost:
     """Validate the body's shape and pull out the new user message and the answers."""
     try:
-        parsed = _ChatBody.model_validate(body)
+        parsed = ChatBody.model_validate(body)
     except ValidationError as exc:
         raise invalid_body(exc) from None
     last = parsed.messages[-1]

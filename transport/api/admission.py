@@ -22,8 +22,8 @@ from typing import Literal
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.transport.errors import HTTPError
 from parkway.transport.api.metrics import ADMISSION_REFUSED, STREAMS_LIVE
+from parkway.transport.errors import HTTPError
 
 __all__ = ["Admission", "AdmittedStream", "Release"]
 

@@ -14,8 +14,8 @@ and requests carrying the operator's ``editor_token`` in ``X-Parkway-Editor-Toke
 local playground (the embedded Redis, bound to loopback, no public URL, nobody named)
 every session is an editor. Anyone else runs working copies in their own chats only,
 and those may not reach further on the server than the committed agent
-(:func:`parkway.runner.agent.revisions.check_working_copy`); their build kit leaves out what they could
-not use. ``GET /api/agent`` says ``mayCommit``, and ``drift`` when the head differs from
+(:func:`parkway.runner.agent.revisions.check_working_copy`); their build kit leaves out what they
+could not use. ``GET /api/agent`` says ``mayCommit``, and ``drift`` when the head differs from
 the agent file.
 """
 
@@ -32,21 +32,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from parkway.runner.agent.revisions import (
+from parkway.runner.agent import (
     AgentStore,
+    AgentTemplate,
     Editors,
     NotAnEditorError,
     RevisionConflictError,
     check_function_tools,
     check_working_copy,
+    load_template,
 )
 from parkway.runner.errors import TemplateError
-from parkway.runner.agent.template import AgentTemplate, load_template
 from parkway.transport.api.audit import AgentAudit, page_query, page_response
-from parkway.transport.errors import HTTPError
-from parkway.transport.api.requests import invalid_body, principal_of, read_json
+from parkway.transport.api.requests import principal_of, read_json
+from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
-from parkway.widgets_api.playground.overlay import build_kit_overlay
+from parkway.widgets_api.playground import build_kit_overlay
 
 __all__ = [
     "EDITOR_TOKEN_HEADER",
@@ -138,7 +139,7 @@ def _build_kit(editor: bool) -> dict[str, Any]:
     return kit
 
 
-class _CommitBody(BaseModel):
+class CommitBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     template: dict[str, Any]
     expectedVersion: int = Field(ge=1)
@@ -186,7 +187,7 @@ async def commit_agent(request: Request) -> Response:
             "working copy in your own chats"
         )
     try:
-        body = _CommitBody.model_validate(await read_json(request))
+        body = CommitBody.model_validate(await read_json(request))
     except ValidationError as exc:
         raise invalid_body(exc) from None
     try:

@@ -19,18 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from parkway.runner.store.audit import (
+from parkway.runner.errors import ChatNotFoundError
+from parkway.runner.store import (
     MAX_PAGE,
     AuditPage,
     CommitEntry,
     ConnectionEntry,
     SettleEntry,
     chat_audit,
+    chat_keys,
 )
-from parkway.runner.errors import ChatNotFoundError
-from parkway.runner.store.keys import chat_keys
-from parkway.transport.errors import HTTPError
 from parkway.transport.api.requests import chat_id_of, principal_of, runner_of
+from parkway.transport.errors import HTTPError
 
 __all__ = [
     "AgentAudit",

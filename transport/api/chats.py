@@ -16,30 +16,34 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parkway.runner.canonical import parked_call_key
+from parkway.runner.engine import AnswerReport, Run, Runner
 from parkway.runner.errors import NothingToResumeError, NotPlainJSONError
-from parkway.runner.eventlog.follow import INTERRUPTED
-from parkway.runner.store.keys import MAX_CALL_ID, chat_keys, check_call_id, check_chat_id
-from parkway.runner.engine.runner import AnswerReport, Run, Runner
+from parkway.runner.eventlog import INTERRUPTED
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store.chats import ChatRecord
-from parkway.transport.openapi._shapes import SessionRequest
+from parkway.runner.store import MAX_CALL_ID, ChatRecord, chat_keys, check_call_id, check_chat_id
+from parkway.transport.aisdk import (
+    ChatPost,
+    Describer,
+    ErrorChunk,
+    chat_messages,
+    follow_response,
+    parse_chat_post,
+    replay_message,
+    replay_response,
+    stream_response,
+)
 from parkway.transport.api.admission import Admission, AdmittedStream
 from parkway.transport.api.agent import is_editor, working_template
 from parkway.transport.api.audit import get_chat_audit, get_connection_audit
-from parkway.transport.aisdk.chunks import ErrorChunk
-from parkway.transport.errors import HTTPError
-from parkway.transport.aisdk.rebuild import replay_message
 from parkway.transport.api.requests import (
     chat_id_of,
-    invalid_body,
     principal_of,
     read_json,
     runner_of,
 )
 from parkway.transport.api.sessions import SessionAuthenticator
+from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
-from parkway.transport.aisdk.streaming import Describer, follow_response, replay_response, stream_response
-from parkway.transport.aisdk.uimessages import ChatPost, chat_messages, parse_chat_post
 
 __all__ = ["api_routes"]
 
@@ -315,7 +319,13 @@ async def get_call(request: Request) -> Response:
     return JSONResponse(_call_view(chat_id, call, _describer(request)))
 
 
-class _SettleBody(BaseModel):
+class SessionRequest(BaseModel):
+    """No body, or an empty JSON object (``POST /api/sessions`` validates with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SettleBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcome: str
     output: Any = None
@@ -332,7 +342,7 @@ async def settle_call(request: Request) -> Response:
     call_id = _call_id(request)
     raw = await read_json(request)
     try:
-        _SettleBody.model_validate(raw)
+        SettleBody.model_validate(raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None
     result = await runner_of(request).settle(chat_id, principal, call_id, raw, by="client")

@@ -16,13 +16,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from parkway.runner.codemode.library import NAME, FunctionLibrary
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.sandbox.bwrap import BwrapProvider
-from parkway.runner.sandbox.local import UnconfinedProvider
-from parkway.runner.sandbox.provider import Limits, SandboxProvider
-from parkway.transport.errors import HTTPError
+from parkway.runner.codemode import FUNCTION_NAME, CodeMode, FunctionLibrary
+from parkway.runner.sandbox import BwrapProvider, Limits, SandboxProvider, UnconfinedProvider
 from parkway.transport.api.requests import chat_id_of, principal_of, runner_of
+from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
 __all__ = ["code_mode_from", "code_routes"]
@@ -93,7 +90,7 @@ async def list_library(request: Request) -> Response:
 async def get_library_function(request: Request) -> Response:
     principal_of(request)
     name = str(request.path_params["name"])
-    if not NAME.match(name):
+    if not FUNCTION_NAME.match(name):
         raise HTTPError(404, "function_not_found", "the library has no such function")
     versions = await _library(request).versions(name)
     if not versions:

@@ -32,12 +32,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from parkway.runner.codemode.runtime import CodeMode
-from parkway.runner.engine.runner import Runner
-from parkway.runner.llm.scripted import ScriptedModel
-from parkway.runner.agent.template import AgentTemplate
+from parkway.runner.agent import AgentTemplate
+from parkway.runner.codemode import CodeMode
+from parkway.runner.engine import Runner
+from parkway.runner.llm import ScriptedModel
 from parkway.transport.settings import Settings
-from parkway.widgets_api.connect.providers import ProviderConfigError, parse_provider_specs
+from parkway.widgets_api.connect import ProviderConfigError, parse_provider_specs
 
 __all__ = ["READYZ_REDIS_TIMEOUT_S", "healthz", "readyz"]
 

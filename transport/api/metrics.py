@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from parkway.runner.store.client import RedisClient
+from parkway.runner.store import RedisClient
 
 __all__ = [
     "ADMISSION_REFUSED",

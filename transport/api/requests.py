@@ -32,21 +32,18 @@ from itertools import accumulate
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from parkway.runner.canonical import has_long_digit_run
-from parkway.runner.store.keys import check_chat_id
-from parkway.runner.ops.logcontext import bind
-from parkway.runner.engine.runner import Runner
-from parkway.runner.validation import describe_first_error
+from parkway.runner.engine import Runner
+from parkway.runner.ops import logcontext
+from parkway.runner.store import check_chat_id
 from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
 __all__ = [
     "BodyReader",
     "chat_id_of",
-    "invalid_body",
     "parse_json",
     "principal_of",
     "read_json",
@@ -102,7 +99,7 @@ def principal_of(request: Request) -> str:
             "no valid session: POST /api/sessions first, then send "
             "the cookie or 'Authorization: Bearer <token>'",
         )
-    bind(principal=str(principal))
+    logcontext.bind(principal=str(principal))
     return str(principal)
 
 
@@ -273,9 +270,3 @@ async def read_json(request: Request, *, limit: int | None = None) -> Any:
     """The request's JSON body, read by the app's :class:`BodyReader`."""
     reader: BodyReader = request.app.state.reader
     return await reader.json(request, limit=limit)
-
-
-def invalid_body(exc: ValidationError) -> HTTPError:
-    """A 422 naming the first problem of a body that failed its model. Field names come
-    from the body, so each is cut short: an unknown 1 MB key is not sent back."""
-    return HTTPError(422, "invalid_body", describe_first_error(exc, root="body"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parkway.runner.agent.agentfile import make_importable, parse_agent_file
+from parkway.runner.agent import make_importable, parse_agent_file
 from parkway.runner.errors import ParkwayError
 from parkway.transport.cassettes._format import Cassette, agent_digest
 from parkway.transport.cassettes._replay_server import CassetteError

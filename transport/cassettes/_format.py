@@ -26,9 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import ParkwayError
-from parkway.runner.store.keys import CHAT_ID
-from parkway.runner.llm.spec import parse_model_spec
-from parkway.runner.llm.tape import TapeStep, event_from_json
+from parkway.runner.llm import TapeStep, event_from_json, parse_model_spec
+from parkway.runner.store import CHAT_ID
 from parkway.runner.validation import describe_first_error
 from parkway.transport.cassettes._replay_server import CassetteError
 from parkway.transport.sse import sse_chunks

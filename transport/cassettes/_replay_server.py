@@ -30,9 +30,9 @@ from urllib.parse import urlsplit
 from redis import Redis
 from redis.exceptions import RedisError
 
-from parkway.runner.store.embedded import EmbeddedRedis
 from parkway.runner.errors import ParkwayError
 from parkway.runner.sandbox import remove_stale_guests
+from parkway.runner.store import EmbeddedRedis
 
 __all__ = [
     "CassetteError",

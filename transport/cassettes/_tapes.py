@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from parkway.runner.errors import ParkwayError
-from parkway.runner.llm.tape import ModelTape, TapeMode, TapeStep
+from parkway.runner.llm import ModelTape, TapeMode, TapeStep
 from parkway.transport.cassettes._format import Cassette, ModelStepRecord
 
 __all__ = [

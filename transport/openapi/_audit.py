@@ -5,9 +5,9 @@ written."""
 
 from __future__ import annotations
 
-from parkway.runner.store.audit import MAX_PAGE
+from parkway.runner.store import MAX_PAGE
+from parkway.transport.api import AgentAudit, ChatAudit, ConnectionAudit
 from parkway.transport.openapi._build import Json, Operation, Param
-from parkway.transport.api.audit import AgentAudit, ChatAudit, ConnectionAudit
 
 __all__ = ["AUDIT_OPERATIONS"]
 

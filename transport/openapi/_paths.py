@@ -15,6 +15,7 @@ wherever the route parses it: ``body`` models are the routes' own).
 
 from __future__ import annotations
 
+from parkway.transport.api import CommitBody, SessionRequest, SettleBody
 from parkway.transport.openapi._audit import AUDIT_OPERATIONS
 from parkway.transport.openapi._build import (
     Content,
@@ -36,13 +37,10 @@ from parkway.transport.openapi._shapes import (
     LibraryList,
     Readiness,
     SessionIssued,
-    SessionRequest,
     SettleResult,
     Stopping,
 )
 from parkway.transport.openapi._widgets import WIDGET_OPERATIONS
-from parkway.transport.api.agent import _CommitBody
-from parkway.transport.api.chats import _SettleBody
 from parkway.transport.settings import Settings
 
 __all__ = ["OPERATIONS"]
@@ -126,7 +124,7 @@ _CHATS = [
             409: "already_settled: another outcome was recorded first (error.outcome holds it)",
             422: "invalid_outcome or not_plain_json",
         },
-        body=_SettleBody,
+        body=SettleBody,
         description="outcome is output, error, declined or cancelled for a client tool; "
         "approved (with input, when edits are allowed) or denied (with a reason) for an "
         "approval.",
@@ -223,7 +221,7 @@ _AGENT = [
             "(error.currentVersion)",
             422: "invalid_template",
         },
-        body=_CommitBody,
+        body=CommitBody,
         editor_token=True,
     ),
     Operation(

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from parkway.transport.aisdk.uimessages import _ChatBody
+from parkway.transport.aisdk import ChatBody
 
 __all__ = [
     "AgentView",
@@ -34,7 +34,6 @@ __all__ = [
     "OAuthError",
     "Readiness",
     "SessionIssued",
-    "SessionRequest",
     "SettleResult",
     "Stopping",
     "UseConnectionRequest",
@@ -94,7 +93,7 @@ class JsonObject(BaseModel):
 # -- bodies that no route parses with a model -------------------------------------------
 
 
-class ChatRequest(_ChatBody):
+class ChatRequest(ChatBody):
     """What an AI SDK ``useChat`` client posts: the chat id and its whole history. The
     server reads only the new user message (the last message, when it is the user's) and
     the answers in the last assistant message's tool parts; other keys (the transport's
@@ -107,10 +106,6 @@ class ChatRequest(_ChatBody):
         "only (only where agent editing is on; 403 agent_editing_off otherwise); null: "
         "the committed agent",
     )
-
-
-class SessionRequest(_Out):
-    """No body, or an empty JSON object (``POST /api/sessions`` validates with it)."""
 
 
 class UseConnectionRequest(_Out):

@@ -25,7 +25,7 @@ from parkway.transport.openapi._shapes import (
     UseConnectionResult,
 )
 from parkway.transport.settings import Settings
-from parkway.widgets_api.connect.oauth import DEMO_MOUNT
+from parkway.widgets_api.connect import DEMO_MOUNT
 
 __all__ = ["WIDGET_OPERATIONS"]
 

@@ -35,20 +35,51 @@ The package, one module per concern:
 - :mod:`parkway.widgets_api.connect.pages`: the callback's result page and the error pages.
 """
 
+from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError, generate_token_key
+from parkway.widgets_api.connect.connections import Connection, ConnectionStore
 from parkway.widgets_api.connect.flow import ConnectFlow
+from parkway.widgets_api.connect.oauth import (
+    DEMO_MOUNT,
+    DemoDispatch,
+    OAuthRuntime,
+    OAuthSettings,
+    check_providers,
+    start_oauth,
+)
 from parkway.widgets_api.connect.pages import MESSAGE_TYPE, connect_page, result_page
+from parkway.widgets_api.connect.providers import (
+    Provider,
+    ProviderConfigError,
+    ProviderRegistry,
+    parse_provider_specs,
+)
 from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
 from parkway.widgets_api.connect.routes import connect_routes
 from parkway.widgets_api.connect.start_tokens import StartTokens
 
 __all__ = [
+    "DEMO_MOUNT",
     "MESSAGE_TYPE",
     "ConnectFlow",
+    "Connection",
+    "ConnectionStore",
+    "DemoDispatch",
     "FlowRecord",
     "FlowStore",
+    "OAuthRuntime",
+    "OAuthSettings",
+    "Provider",
+    "ProviderConfigError",
+    "ProviderRegistry",
     "StartTokens",
+    "TokenCipher",
+    "TokenKeyError",
+    "check_providers",
     "connect_page",
     "connect_routes",
+    "generate_token_key",
     "outcome_summary",
+    "parse_provider_specs",
     "result_page",
+    "start_oauth",
 ]

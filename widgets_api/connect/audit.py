@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parkway.runner.store.audit import AuditSource
+from parkway.runner.store import AuditSource
 
 __all__ = ["AuditNote", "audit_args"]
 

@@ -36,14 +36,20 @@ from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from redis.exceptions import LockNotOwnedError
 
-from parkway.runner.store.scripts import AUDIT_APPEND
-from parkway.runner.store.audit import AUDIT_KEEP_S, AuditPage, ConnectionEntry, read_page
-from parkway.runner.store.client import RedisClient, as_text
-from parkway.runner.agent.credentials import ConnectionUnavailableError
+from parkway.runner.agent import ConnectionUnavailableError
+from parkway.runner.store import (
+    AUDIT_APPEND,
+    AUDIT_KEEP_S,
+    AuditPage,
+    ConnectionEntry,
+    RedisClient,
+    as_text,
+    read_page,
+)
 from parkway.widgets_api.connect.audit import AuditNote, audit_args
-from parkway.widgets_api.keys import ConnectionKeys
-from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
 from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError
+from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
+from parkway.widgets_api.keys import ConnectionKeys
 
 __all__ = ["AuditNote", "Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
 

@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.widgets_api.connect.records import FlowRecord
 from parkway.widgets_api.connect.connections import (
     ConnectionStore,
     TokenExchangeError,
@@ -19,6 +18,7 @@ from parkway.widgets_api.connect.connections import (
     oauth_client,
 )
 from parkway.widgets_api.connect.providers import Provider
+from parkway.widgets_api.connect.records import FlowRecord
 
 __all__ = ["Exchange"]
 

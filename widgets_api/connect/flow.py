@@ -19,31 +19,29 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from parkway.runner.ops import logcontext
-from parkway.runner.store.audit import AuditSource
-from parkway.runner.store.client import RedisClient
+from parkway.runner.agent import REQUEST_CONNECTION
+from parkway.runner.engine import Runner, Settled, SettleResult
 from parkway.runner.errors import (
     CallerError,
     CallNotFoundError,
     ChatNotFoundError,
     SettleConflictError,
 )
-from parkway.runner.engine.runner import Runner
+from parkway.runner.ops import logcontext
 from parkway.runner.parking import ParkedCall
-from parkway.runner.engine.settling import Settled, SettleResult
-from parkway.runner.agent.workflows import REQUEST_CONNECTION
+from parkway.runner.store import AuditSource, RedisClient
 from parkway.widgets_api.connect._http import json_error, read_use_body
-from parkway.widgets_api.connect.exchange import Exchange
-from parkway.widgets_api.connect.pages import connect_page, result_page
-from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
-from parkway.widgets_api.connect.start_tokens import StartTokens
 from parkway.widgets_api.connect.connections import (
     AuditNote,
     ConnectionStore,
     TokenExchangeError,
     oauth_client,
 )
+from parkway.widgets_api.connect.exchange import Exchange
+from parkway.widgets_api.connect.pages import connect_page, result_page
 from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
+from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
+from parkway.widgets_api.connect.start_tokens import StartTokens
 
 __all__ = ["ConnectFlow"]
 

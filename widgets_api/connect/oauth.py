@@ -2,8 +2,8 @@
 the token cipher, the connection store and the connect flow.
 
 ``transport``'s lifespan calls :func:`start_oauth` once Redis and the runner exist; the
-runner gets the connection store as its :class:`parkway.runner.agent.credentials.Credentials`, and the
-flow's settle listener.
+runner gets the connection store as its :class:`parkway.runner.agent.credentials.Credentials`, and
+the flow's settle listener.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
-from parkway.runner.store.client import RedisClient
-from parkway.runner.engine.runner import Runner
-from parkway.widgets_api.connect import ConnectFlow
+from parkway.runner.engine import Runner
+from parkway.runner.store import RedisClient
+from parkway.widgets_api.connect.cipher import TokenCipher
 from parkway.widgets_api.connect.connections import ConnectionStore
-from parkway.widgets_api.demo_provider import DemoProvider
+from parkway.widgets_api.connect.flow import ConnectFlow
 from parkway.widgets_api.connect.providers import (
     ProviderConfigError,
     ProviderRegistry,
@@ -33,7 +33,7 @@ from parkway.widgets_api.connect.providers import (
     build_provider,
     load_providers,
 )
-from parkway.widgets_api.connect.cipher import TokenCipher
+from parkway.widgets_api.demo_provider import DemoProvider
 
 __all__ = [
     "DEMO_MOUNT",

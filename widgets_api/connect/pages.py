@@ -19,8 +19,8 @@ from typing import Any
 
 from starlette.responses import HTMLResponse
 
-from parkway.widgets_api.connect.records import FlowRecord
 from parkway.widgets_api.connect.providers import Provider
+from parkway.widgets_api.connect.records import FlowRecord
 
 __all__ = ["MESSAGE_TYPE", "connect_page", "result_page"]
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from parkway.runner.store.client import RedisClient, as_text
+from parkway.runner.store import RedisClient, as_text
 from parkway.widgets_api.keys import flow_key, flow_pointer_key
 
 __all__ = ["FlowRecord", "FlowStore", "outcome_summary"]

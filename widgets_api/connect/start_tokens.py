@@ -31,9 +31,9 @@ import secrets
 import time
 from collections.abc import Callable
 
-from parkway.runner.store.client import RedisClient
-from parkway.widgets_api.keys import start_token_key
+from parkway.runner.store import RedisClient
 from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError
+from parkway.widgets_api.keys import start_token_key
 
 __all__ = ["StartTokens"]
 

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from parkway.widgets_api.demo_provider.pages import Consent, Refusal, consent_page
 from parkway.widgets_api.demo_provider.records import (
     AUTH_METHODS,
     AUTHORIZE_PARAMS,
@@ -36,7 +37,6 @@ from parkway.widgets_api.demo_provider.records import (
     Client,
     Token,
 )
-from parkway.widgets_api.demo_provider.pages import Consent, Refusal, consent_page
 from parkway.widgets_api.demo_provider.server import (
     Bearer,
     HttpInput,

@@ -14,9 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from parkway.runner.agent.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
-from parkway.runner.agent.platform_ops import AUTHORING_SKILLS, PLATFORM_OPS, SANDBOX_PERMISSIONS
-from parkway.runner.agent.workflows import RESERVED_WORKFLOWS
+from parkway.runner.agent import (
+    AUTHORING_SKILLS,
+    LIST_SECTIONS,
+    PLATFORM_OPS,
+    RESERVED_WORKFLOWS,
+    SANDBOX_PERMISSIONS,
+    OverlayMerge,
+    entry_identity,
+    merge_overlay,
+)
 
 __all__ = [
     "LIST_SECTIONS",

@@ -1,9 +1,9 @@
 """Following a chat's event log: the runs' events as any worker reads them.
 
 Every run appends its events to the chat's Redis Stream, in batches (the writer is the
-run's :class:`~parkway.runner.engine.supervisor.RunSupervisor`). :func:`follow` reads one run's events
-from its first entry, woken by the worker's :class:`~parkway.runner.eventlog.watch.LogWatch` when new
-ones arrive, until the run finishes — from any worker, also after the worker that
+run's :class:`~parkway.runner.engine.supervisor.RunSupervisor`). :func:`follow` reads one run's
+events from its first entry, woken by the worker's :class:`~parkway.runner.eventlog.watch.LogWatch`
+when new ones arrive, until the run finishes — from any worker, also after the worker that
 produced them died:
 
 - a run whose worker died leaves its lease to lapse: the follower ends with a
@@ -25,6 +25,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 
+from parkway.runner.eventlog.local import id_before
+from parkway.runner.eventlog.watch import LogWatch
 from parkway.runner.events import (
     TERMINAL_KINDS,
     Event,
@@ -33,10 +35,7 @@ from parkway.runner.events import (
     RunFailed,
     events_from_json,
 )
-from parkway.runner.store.keys import ChatKeys
-from parkway.runner.eventlog.local import id_before
-from parkway.runner.eventlog.watch import LogWatch
-from parkway.runner.store.chats import ChatStore
+from parkway.runner.store import ChatKeys, ChatStore
 
 __all__ = ["FELL_BEHIND", "INTERRUPTED", "cancel_requested", "follow", "id_before"]
 

@@ -1,0 +1,16 @@
+"""The routes ``transport`` mounts for widgets_api: the playground and the connect flow."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from parkway.widgets_api.connect import connect_routes
+from parkway.widgets_api.playground import page_routes
+
+__all__ = ["widget_routes"]
+
+
+def widget_routes() -> list[BaseRoute]:
+    """Routes that ``transport`` mounts: the playground page at ``/`` and its files, and
+    the connect flow."""
+    return [*page_routes(), *connect_routes()]
