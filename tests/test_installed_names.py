@@ -134,5 +134,5 @@ def test_the_suite_cannot_import_a_bare_folder_name(name: str) -> None:
 
 def test_the_page_reads_its_files_from_the_installed_package() -> None:
     """The installed package holds the page (the 500 came from looking elsewhere)."""
-    static = resources.files("parkway.widgets_api").joinpath("static", "playground.html")
+    static = resources.files("parkway.widgets_api.playground").joinpath("static", "playground.html")
     assert static.is_file()

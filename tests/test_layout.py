@@ -393,6 +393,10 @@ def test_the_wheel_installs_one_parkway_namespace_and_no_warnings(
         "parkway/transport/cli.py",
         "parkway/widgets_api/connect/flow.py",
         "parkway/widgets_api/playground/static/playground.html",
+        # PEP 561: downstream type checkers read Parkway's annotations
+        "parkway/runner/py.typed",
+        "parkway/transport/py.typed",
+        "parkway/widgets_api/py.typed",
     ):
         assert expected in names, expected
     assert not [name for name in names if "/bench/" in name or "/tests/" in name]

@@ -15,12 +15,9 @@ import sys
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner import (
-    Sweeper,
-    SweepReport,
-    _scripts,
-)
+from parkway.runner import Sweeper, SweepReport
 from parkway.runner.engine.sweeper import TIMEOUT_OUTCOME
+from parkway.runner.store import scripts
 from parkway.runner.store.keys import DEADLINES, chat_keys
 from tests.runner_rig import RoundTrips
 from tests.support import (
@@ -152,7 +149,7 @@ async def test_a_sweep_costs_what_expired_not_what_is_parked(
     await park_many(quick, [f"soon{i}" for i in range(5)])
     assert await redis.zcard(DEADLINES) == 2_050
     sweeper = Sweeper(quick)
-    await redis.script_load(_scripts.SETTLE)  # counted: no NOSCRIPT retry on first use
+    await redis.script_load(scripts.SETTLE)  # counted: no NOSCRIPT retry on first use
     trips = RoundTrips(monkeypatch)
     clock.now += 29
     assert await sweeper.sweep_once() == SweepReport()

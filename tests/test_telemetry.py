@@ -19,9 +19,10 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from parkway.runner import Runner, logcontext, parse_agent_file, telemetry
+from parkway.runner import Runner, parse_agent_file
 from parkway.runner.engine.sweeper import Sweeper
 from parkway.runner.events import CallParked, RunFailed
+from parkway.runner.ops import logcontext, telemetry
 from tests.llm_double import ProviderDouble, Turn
 from tests.model_rig import MODELS, WIRES
 from tests.support import (

@@ -9,8 +9,9 @@ function library (docs/code-mode.md).
 - :mod:`parkway.runner.codemode.prompt`: the tool's description for the model.
 
 The sandbox itself (providers, the guest bootstrap and its ``pw`` helpers) is
-:mod:`parkway.runner.sandbox`. This package imports none of its modules itself, so that
-:mod:`parkway.runner.agent.tools` can name :class:`CodeMode` while the ops import the tools.
+:mod:`parkway.runner.sandbox`. Code mode sits above the agent (its ops are platform ops
+and use the tools' broker); the agent's :class:`~parkway.runner.agent.tools.ToolContext`
+carries it as an object the ``execute_code`` op checks, so the agent never imports it.
 """
 
 from parkway.runner.codemode.library import (

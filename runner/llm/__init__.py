@@ -1,5 +1,12 @@
-"""Real models: named providers over pydantic-ai's model layer (see docs/models.md).
+"""Models: the interface the engine asks of a model, the scripted model, and real
+providers over pydantic-ai's model layer (see docs/models.md).
 
+- :mod:`parkway.runner.llm.model`: the model interface (:class:`Model`, its requests,
+  messages and streamed events);
+- :mod:`parkway.runner.llm.scripted`: :class:`ScriptedModel`, the agent file's scripted
+  turns (the demo, tests, replays);
+- :mod:`parkway.runner.llm.tape`: model tapes, a real model's steps recorded in a
+  cassette and served back;
 - :mod:`parkway.runner.llm.spec`: model names, settings, and what each provider needs;
 - :mod:`parkway.runner.llm.catalog`: building models and choosing the model of a run;
 - :mod:`parkway.runner.llm.policy`: retry and timeout policies;

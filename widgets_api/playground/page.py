@@ -104,7 +104,7 @@ def _read(name: str) -> bytes | None:
     """The bytes of an allow-listed static file (cached: the files ship with the
     package and do not change while the server runs)."""
     # By the installed name: a bare "widgets_api" resolves only inside a checkout.
-    item = resources.files("parkway.widgets_api").joinpath("static", name)
+    item = resources.files("parkway.widgets_api.playground").joinpath("static", name)
     if not item.is_file():
         return None
     return item.read_bytes()
