@@ -10,9 +10,9 @@ DEV_STAMP := $(VENV)/.installed-dev
 # (ours: runner/ installs as parkway.runner) that a folder named like the package could
 # shadow it; no folder is named `parkway`, so that one warning is silenced, no other.
 PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet --disable-pip-version-check
-NODE_DIR := tests/aisdk
+NODE_DIR := tests/helpers/aisdk
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
-OIDC_DIR := tests/oidc
+OIDC_DIR := tests/helpers/oidc
 OIDC_STAMP := $(OIDC_DIR)/node_modules/.installed-stamp
 PORT ?= 8000
 # `make run MODEL=anthropic:claude-sonnet-4-6` serves the demo on a real model (the key

@@ -11,7 +11,7 @@ a browser agrees with ours: numbers are IEEE doubles printed as ECMAScript print
 (``1.0`` is ``1``, ``-0`` is ``0``, ``1e21`` is ``1e+21``, ``1e-7`` stays ``1e-7``),
 strings escape only ``"``, ``\\`` and control characters, and object keys sort by their
 UTF-16 code units. ``widgets_api/playground/static/canonical.js`` is the playground's copy;
-``tests/vectors/jcs.json`` holds both to the same cases.
+``tests/helpers/vectors/jcs.json`` holds both to the same cases.
 
 Integers: JSON numbers are doubles, so an integer beyond ±(2**53 - 1) is printed as the
 double it becomes (``9007199254740993`` as ``9007199254740992``), which is what a

@@ -6,7 +6,7 @@ them into protocol chunks; nothing here knows about SSE or the AI SDK.
 A chat's event log stores them in batches (:func:`events_to_json`), each event a JSON
 object of its fields in declaration order, ``kind`` last (first for ``call-parked``, whose
 ``call`` is the parked call's record as a JSON string, see :func:`encode_call`). Logs
-outlive a deploy, so that form is fixed: tests/test_events.py reads a batch written by
+outlive a deploy, so that form is fixed: tests/runner/test_events.py reads a batch written by
 an earlier version and writes it back byte for byte. (Only the spelling of a small
 float inside a tool's input or output can differ from what Python's json module wrote,
 never its value: between 1e-9 and 1e-4, ``1e-7`` where it was ``1e-07``.)

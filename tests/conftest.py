@@ -13,15 +13,15 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.store.embedded import EmbeddedRedis
-from tests.bare_names import refuse_bare_imports
-from tests.llm_double import ProviderDouble
-from tests.model_rig import agent, provider_env
-from tests.support import ServerThread
-from tests.topologies import assert_keyspace_clean
-from tests.user_install import UserInstall, install_for_user
+from tests.helpers.bare_names import refuse_bare_imports
+from tests.helpers.llm_double import ProviderDouble
+from tests.helpers.model_rig import agent, provider_env
+from tests.helpers.support import ServerThread
+from tests.helpers.topologies import assert_keyspace_clean
+from tests.helpers.user_install import UserInstall, install_for_user
 
 # The repository root is on sys.path for the tests.* helpers; Parkway's own modules must
-# import by their installed names all the same (tests/bare_names.py, pyproject.toml).
+# import by their installed names all the same (tests/helpers/bare_names.py, pyproject.toml).
 refuse_bare_imports()
 
 
@@ -47,14 +47,14 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
     await client.flushdb()
     try:
         yield client
-        # Every key a test leaves must expire on its own (tests/topologies.py says how).
+        # Every key a test leaves must expire on its own (tests/helpers/topologies.py says how).
         await assert_keyspace_clean([client], client)
     finally:
         await client.flushdb()
         await client.aclose()
 
 
-# -- real models: the provider double and servers pointed at it (tests/model_rig.py) ----
+# -- real models: the provider double and servers pointed at it (tests/helpers/model_rig.py)
 
 
 @pytest.fixture
@@ -88,13 +88,13 @@ def browser(redis: Redis) -> Iterator[Any]:
     """One chromium per test (the playground's browser tests). It depends on ``redis``
     so that it closes before the ``redis`` fixture's async teardown (sync Playwright
     holds the thread's loop)."""
-    from tests.browser import chromium  # Playwright only where a browser is asked for
+    from tests.helpers.browser import chromium  # Playwright only where a browser is asked for
 
     with chromium() as launched:
         yield launched
 
 
-# -- Parkway as users install it (tests/user_install.py) --------------------------------
+# -- Parkway as users install it (tests/helpers/user_install.py) -----------------------
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ the whole history with the tool part's output (what ``addToolOutput`` and
 ``sendAutomaticallyWhen`` do); the next turn parks an approval, answered the same way
 (``addToolApprovalResponse``); a reload asks for the stream and the chat view; the third
 turn's connection request is declined through the settle endpoint and the chat resumed.
-The test suite records with this script too (tests/test_cassettes.py).
+The test suite records with this script too (tests/transport/cassettes/test_cassettes.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ overlay; the playground merges it into a throwaway copy of the template on each 
 shows an override hint wherever the overlay replaced a value the user set themselves
 (docs/architecture.md, "Agent revisions and the build kit"). The playground is vanilla
 JS, so the same rules live twice, here and in ``widgets_api/playground/static/overlay.js``, pinned
-by ``tests/vectors/overlay_merge.json``.
+by ``tests/helpers/vectors/overlay_merge.json``.
 
 Rules:
 

@@ -3,7 +3,7 @@
 This text decides whether a model uses the tool well, so it is reviewed like code: it
 says when to reach for the tool (and when not), what the program can use, how data goes
 in and out, and the limits, in the order a model needs them. docs/code-mode.md explains
-each promise; tests/test_code_mode.py checks that the names it mentions exist.
+each promise; tests/runner/test_code_mode.py checks that the names it mentions exist.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 class AgentKeys:
     """The keys of one agent's revisions, under the tag ``{agent:<id>}``. No TTL: an
     agent's revisions are its configuration, owned by the operator; nothing in Parkway
-    deletes them (tests/topologies.py exempts them from the TTL check)."""
+    deletes them (tests/helpers/topologies.py exempts them from the TTL check)."""
 
     __slots__ = ("audit", "function_versions", "functions", "head", "revisions")
 

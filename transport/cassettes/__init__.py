@@ -72,7 +72,12 @@ from parkway.transport.cassettes._replay_server import (
     ServerProcess,
     scratch_server,
 )
-from parkway.transport.cassettes._server_recorder import CassetteRecording, recording_writer
+from parkway.transport.cassettes._server_recorder import (
+    CassetteRecording,
+    CassetteWriter,
+    is_recorded,
+    recording_writer,
+)
 from parkway.transport.cassettes._tapes import (
     RECORD_MODES,
     ModelFinding,
@@ -86,6 +91,7 @@ __all__ = [
     "Cassette",
     "CassetteError",
     "CassetteRecording",
+    "CassetteWriter",
     "Difference",
     "Exchange",
     "IdTable",
@@ -101,6 +107,7 @@ __all__ = [
     "cassette_json",
     "check_replayable",
     "compare_response",
+    "is_recorded",
     "load_cassette",
     "load_tape",
     "parse_cassette",

@@ -3,9 +3,9 @@
 
 The routes of ``transport`` are here; those ``widgets_api`` serves (connect flow, pages,
 the demo provider) are in :mod:`parkway.transport.openapi._widgets`. Adding a route means
-adding its entry to one of them, next to its neighbours: tests/test_openapi.py
+adding its entry to one of them, next to its neighbours: tests/transport/test_openapi.py
 fails for a route the app serves that has no entry (and for an entry no route serves),
-and tests/test_fuzz.py fuzzes every entry, with bodies drawn from its ``body`` model.
+and tests/transport/test_fuzz.py fuzzes every entry, with bodies drawn from its ``body`` model.
 An entry names what is particular to its route; :mod:`parkway.transport.openapi._build`
 adds the errors every route of its kind answers (500, 503 with ``redis``, 401 with
 ``auth``, 403 for state-changing methods, the body reader's 400/408/413 and 422 with a

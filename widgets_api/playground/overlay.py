@@ -6,7 +6,7 @@ workflow as an embed (``request_connection``), the authoring skills, and elevate
 sandbox permissions. It is built from the registries, so a new op or workflow appears in
 the kit without touching this module. The runner never applies it; the playground
 merges it (:func:`merge_overlay`, the rules in :mod:`parkway.runner.agent.merge`, pinned by
-``tests/vectors/overlay_merge.json`` for the page's ``static/overlay.js``) into a
+``tests/helpers/vectors/overlay_merge.json`` for the page's ``static/overlay.js``) into a
 throwaway copy of the template for each run while its kit toggle is on, never on commit.
 """
 

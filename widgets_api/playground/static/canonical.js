@@ -1,7 +1,7 @@
 // Parkway canonical JSON (RFC 8785, JCS) and the parkedCallKey, for the playground.
 //
 // The same text runner/canonical.py makes, so a key or canonical form computed here
-// agrees with the server's; tests/vectors/jcs.json holds both to the same cases.
+// agrees with the server's; tests/helpers/vectors/jcs.json holds both to the same cases.
 // JSON.stringify already prints numbers (ECMAScript's shortest round-trip form: 1.0 is
 // 1, -0 is 0, 1e21 is 1e+21) and strings (only '"', '\' and control characters escaped)
 // the way JCS wants; what it leaves to us is sorting object keys by UTF-16 code units,
@@ -13,7 +13,8 @@
 // holes, symbol keys), numbers that are not finite (JSON.parse reads 1e400 as Infinity),
 // strings with a lone surrogate, and nesting deeper than 64 levels (a cycle among them).
 //
-// An ES module with no imports, so Node can load it as it is (tests/jcs_vectors.mjs).
+// An ES module with no imports, so Node can load it as it is
+// (tests/helpers/vectors/jcs_vectors.mjs).
 
 const MAX_DEPTH = 64;
 // With the u flag a surrogate pair is one code point, so this finds only lone halves.

@@ -2,7 +2,7 @@
  * Parkway build-kit overlay merge, for the playground.
  *
  * The same rules as widgets_api/playground/overlay.py (its docstring is the full statement), pinned by
- * tests/vectors/overlay_merge.json, which both implementations must pass. In short:
+ * tests/helpers/vectors/overlay_merge.json, which both implementations must pass. In short:
  * list sections (top-level tools, skills, mcps) merge by entry identity, replacing a match
  * in place or appending; every other key deep-merges objects with the overlay winning at
  * the leaf (arrays and null are leaves); key order is the template's keys, then the

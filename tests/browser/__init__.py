@@ -1,0 +1,1 @@
+"""The playground page in a real browser: Debian chromium driven by Playwright."""

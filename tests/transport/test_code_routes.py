@@ -1,0 +1,135 @@
+"""Code Mode over HTTP against a real uvicorn: artifact downloads for the chat's owner
+only, the agent library's routes, the sandbox's status on /healthz, and the review
+widget's descriptor (highlighted, escaped code; the isolation in force)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from parkway.runner.canonical import canonical_json
+from parkway.runner.demo import get_sales
+from tests.helpers.support import Api, ServerThread, agent_doc, call, server_thread, text
+
+SALES_TOOL = {"type": "function", "name": "get_sales", "ref": "parkway.runner.demo:get_sales"}
+CODE_TOOL = {"type": "platform", "op": "execute_code"}
+PROGRAM = 'print("<script>alert(1)</script>")\nresult(len(args))\n'
+
+
+@pytest.fixture
+def server(redis_url: str, redis: Redis) -> Iterator[ServerThread]:
+    del redis  # a clean database, and the keyspace check afterwards
+    doc = agent_doc(
+        [
+            [call("get_sales", {"month": "2026-10"})],
+            [call("execute_code", {"code": PROGRAM, "args": [1, 2], "limits": {"memory_mb": 128}})],
+            [text("done")],
+        ],
+        tools=[SALES_TOOL, CODE_TOOL, {"type": "platform", "op": "list_functions"}],
+    )
+    doc["template"]["sandbox"] = {"permissions": {"max_runtime_s": 30}}
+    with server_thread(redis_url, doc) as running:
+        yield running
+
+
+def parts(chunks: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [c for c in chunks if c["type"] == kind]
+
+
+async def test_artifacts_download_for_the_owner_only(server: ServerThread) -> None:
+    alice, mallory = await Api(server.base_url).login(), await Api(server.base_url).login()
+    try:
+        chunks = await alice.say("sales", "summarise October")
+        [output] = parts(chunks, "tool-output-available")
+        reference = output["output"]
+        artifact_id = reference["artifact_id"]
+        listed = (await alice.http.get("/api/chats/sales/artifacts")).json()["artifacts"]
+        assert [(a["artifact_id"], a["source"], a["bytes"]) for a in listed] == [
+            (artifact_id, "get_sales", reference["bytes"])
+        ]
+        got = await alice.http.get(f"/api/chats/sales/artifacts/{artifact_id}")
+        assert got.status_code == 200
+        assert got.content == canonical_json(get_sales({"month": "2026-10"})).encode()
+        assert got.headers["content-type"].startswith("application/json")
+        assert got.headers["content-disposition"] == f'attachment; filename="{artifact_id}.json"'
+        assert got.headers["x-content-type-options"] == "nosniff"
+        # another principal, an unknown id, a malformed id: all missing, none leaks
+        for client, path in (
+            (mallory, f"/api/chats/sales/artifacts/{artifact_id}"),
+            (mallory, "/api/chats/sales/artifacts"),
+            (alice, "/api/chats/sales/artifacts/art_AAAAAAAAAAAAAAAA"),
+            (alice, "/api/chats/sales/artifacts/..%2Fmeta"),
+        ):
+            response = await client.http.get(path)
+            assert response.status_code == 404, (path, response.text)
+            # (a path that is not an artifact id matches no route: plain not_found)
+            assert response.json()["error"]["code"] in {
+                "chat_not_found",
+                "artifact_not_found",
+                "not_found",
+            }
+        anonymous = httpx.get(f"{server.base_url}/api/chats/sales/artifacts/{artifact_id}")
+        assert anonymous.status_code == 401
+    finally:
+        await alice.aclose()
+        await mallory.aclose()
+
+
+async def test_the_code_review_widget_carries_escaped_highlighted_code_and_the_isolation(
+    server: ServerThread,
+) -> None:
+    """The approval of execute_code is drawn by kind ``code``: the program as
+    highlighted lines whose text is escaped (it is inserted as HTML), the sandbox's
+    status, and where the chat's artifacts are listed; the chat's state says the same."""
+    api = await Api(server.base_url).login()
+    try:
+        chunks = await api.say("review", "go")
+        [widget] = [c["data"] for c in parts(chunks, "data-parkway-widget")]
+        assert widget["kind"] == "code" and widget["tool"] == "execute_code"
+        assert widget["allowEdits"] is True and widget["callKind"] == "approval"
+        lines = widget["codeLines"]
+        assert len(lines) == 2
+        assert "&lt;script&gt;" in lines[0] and "<script>" not in lines[0]
+        assert '<span class="tok-nb">print</span>' in lines[0]
+        assert widget["artifactsUrl"] == "/api/chats/review/artifacts"
+        assert set(widget["sandbox"]) >= {"available", "isolation", "limits"}
+        # the run's own limits: the template's runtime, the call's lower memory
+        limits = widget["sandbox"]["limits"]
+        assert (limits["wall_s"], limits["memory_bytes"]) == (30, 128 * 2**20)
+        # and the server's own, which the card compares them with
+        assert widget["sandbox"]["serverLimits"]["wall_s"] == 10
+        assert "render" not in widget
+        [stored] = (await api.state("review"))["calls"]
+        assert stored["widget"] == widget
+    finally:
+        await api.aclose()
+
+
+async def test_healthz_reports_the_sandbox(server: ServerThread) -> None:
+    body = httpx.get(f"{server.base_url}/healthz").json()
+    sandbox = body["sandbox"]
+    assert sandbox["provider"] == "bwrap"
+    assert set(sandbox) >= {"available", "confined", "isolation", "reason", "limits"}
+    if sandbox["available"]:
+        assert sandbox["confined"] and "net" in " ".join(sandbox["isolation"]["layers"])
+    else:
+        assert sandbox["reason"]
+
+
+async def test_the_library_routes_list_versions_and_refuse_unknown_names(
+    server: ServerThread, redis: Redis
+) -> None:
+    del redis
+    api = await Api(server.base_url).login()
+    try:
+        assert (await api.http.get("/api/agent/library")).json() == {"functions": []}
+        for path in ("/api/agent/library/nope", "/api/agent/library/Bad%20Name"):
+            response = await api.http.get(path)
+            assert response.status_code == 404
+            assert response.json()["error"]["code"] == "function_not_found"
+    finally:
+        await api.aclose()
