@@ -54,6 +54,7 @@ from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.connection import connect
 from parkway.runner.events import CallParked, Event
 from parkway.runner.heap import settle_heap
+from parkway.runner.keys import chat_keys
 from parkway.runner.loop import Runner
 from parkway.runner.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
 from parkway.runner.parking import ParkedCall
@@ -181,7 +182,7 @@ async def _rounds(
             if i >= 2:
                 cpu.add(spent)
                 wall.add(elapsed)
-            batches = int(await redis.xlen(f"pw:{{{chat}}}:events"))
+            batches = int(await redis.xlen(chat_keys(chat).events))
             await drop_chats(redis, chat)
     finally:
         await runner.aclose()
