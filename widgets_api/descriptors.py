@@ -6,10 +6,16 @@ not in the tool call's input: the kind of widget, the tool, the deadline, the ap
 and the URL to watch the call's status on the server. A connect widget's ``startUrl``
 carries a fresh one-time start token each time it is described (a reloaded page gets a
 new one; see :mod:`parkway.widgets_api.connect.start_tokens`).
+
+A code review's program is drawn highlighted, which is nearly all the work of describing
+it; the highlighted lines are kept a while (:class:`CodeLines`), since every follower of
+the run that parked the call and every ``GET`` of its call or chat describes it again.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +25,7 @@ from parkway.runner.codemode import CodeMode
 from parkway.runner.parking import ParkedCall
 from parkway.widgets_api.highlight import highlight_lines
 
-__all__ = ["StartToken", "describe_call"]
+__all__ = ["CodeLines", "StartToken", "describe_call"]
 
 # The platform op by which an agent changes its own template (runner/agent/commits.py): its
 # approval is drawn as a diff of the template, so its widget kind is ``agent_change``.
@@ -33,6 +39,57 @@ _LIBRARY_TOOL = "save_function"
 
 # (provider, chat id, call id) -> a one-time token for the connect widget's start link
 StartToken = Callable[[str, str, str], str]
+
+
+class CodeLines:
+    """The highlighted lines of the programs of code reviews described lately, least
+    recently used first, within ``max_entries`` programs and ``max_chars`` characters.
+
+    Highlighting a page of code (pygments) takes milliseconds, and the same call is
+    described again for every follower of its run and every ``GET`` of the call or its
+    chat. What is kept is only the highlighting, a function of the program's text alone,
+    under the call's identity (chat id, call id) and the SHA-256 of the very text shown:
+    a hit is what highlighting that text now would give, whoever asks, so nothing kept
+    can be stale (a call id reused with other code is another key) or another
+    principal's (the routes check who may read the chat before describing its calls,
+    and the key's chat keeps one chat's reviews from answering, or timing, another's).
+    The rest of a descriptor is built per request, as it must be: a connect widget's
+    one-time start token is minted for each descriptor, the sandbox's status and the
+    limits a run would get are the server's as they are now, the URLs carry the prefix
+    of the app that asks. The call's status and outcome are not in a descriptor at all
+    (the routes add them from the stored call), so a settle changes nothing kept here.
+    """
+
+    def __init__(self, *, max_entries: int = 256, max_chars: int = 8 * 2**20) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self.chars = 0
+        self._kept: OrderedDict[tuple[str, str, bytes], tuple[tuple[str, ...], int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def lines(self, chat_id: str, call_id: str, code: str) -> list[str]:
+        """``code`` highlighted (:func:`highlight_lines`), as a list of the caller's own."""
+        digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).digest()
+        key = (chat_id, call_id, digest)
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+            return list(found[0])
+        lines = highlight_lines(code)
+        size = sum(map(len, lines))
+        if size <= self.max_chars // 4:  # a program that big is highlighted each time
+            self._kept[key] = (tuple(lines), size)
+            self.chars += size
+            while len(self._kept) > self.max_entries or self.chars > self.max_chars:
+                _, (_, dropped) = self._kept.popitem(last=False)
+                self.chars -= dropped
+        return lines
+
+
+# One per process: what it keeps depends on no server's settings (see CodeLines).
+_CODE_LINES = CodeLines()
 
 
 def describe_call(
@@ -109,7 +166,9 @@ def _describe_code(
 ) -> None:
     tool_input: Mapping[str, Any] = call.input if isinstance(call.input, dict) else {}
     source = tool_input.get("code")
-    descriptor["codeLines"] = highlight_lines(source) if isinstance(source, str) else []
+    descriptor["codeLines"] = (
+        _CODE_LINES.lines(chat_id, call.tool_call_id, source) if isinstance(source, str) else []
+    )
     if descriptor["kind"] == "code":
         if code is None:
             descriptor["sandbox"] = {"available": False, "reason": "not configured"}

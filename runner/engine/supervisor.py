@@ -239,9 +239,11 @@ class RunSupervisor:
             for event in then:
                 finish = _finish_of(event) or finish
             log = None
+            logged: list[Event] = []
             if batch:
                 state.log_batches += 1
-                log = LogBatch(events_to_json(coalesce(batch)), state.log_batches, finish)
+                logged = coalesce(batch)
+                log = LogBatch(events_to_json(logged), state.log_batches, finish)
             state.commits += 1
             try:
                 entry_id = await self.store.commit(
@@ -270,7 +272,7 @@ class RunSupervisor:
                 self._put_back(pending, pending_finish)
                 raise ChatBusyError("this run lost the chat's lease to another worker")
             if entry_id and log is not None:
-                self._logged(entry_id, log.batch, last=bool(log.finish))
+                self._logged(entry_id, log.batch, logged, last=bool(log.finish))
             elif log is not None:
                 self._unsure()  # a replay whose entry Redis no longer names
         state.entries.extend(state.unsaved)
@@ -373,18 +375,18 @@ class RunSupervisor:
             async with self._log_lock:
                 batch, finish = self._take_batch()
                 if batch:
-                    entry_id, text = await self._append(batch, finish)
-                    self._logged(entry_id, text, last=bool(finish))
+                    entry_id, text, logged = await self._append(batch, finish)
+                    self._logged(entry_id, text, logged, last=bool(finish))
             if self._closed and not self._batch:
                 if not self.run.log_start.done():
                     self.run.log_start.set_exception(ChatBusyError("no event log"))
                 return
 
-    def _logged(self, entry_id: str, batch: str, *, last: bool) -> None:
-        """A batch (JSON) went to the log as ``entry_id`` ('' if it could not be written,
-        or may have been): the run's first resolves ``run.log_start``; followers on this
-        worker take it from memory (runner/eventlog/local.py) while every entry of the run so
-        far is known to be there."""
+    def _logged(self, entry_id: str, batch: str, events: list[Event], *, last: bool) -> None:
+        """A batch (JSON, made of ``events``) went to the log as ``entry_id`` ('' if it
+        could not be written, or may have been): the run's first resolves
+        ``run.log_start``; followers on this worker take it from memory
+        (runner/eventlog/local.py) while every entry of the run so far is known to be there."""
         log_start = self.run.log_start
         if not entry_id:
             self._unsure()
@@ -396,7 +398,9 @@ class RunSupervisor:
         if self.logwatch is not None and log_start.exception() is None:
             start = log_start.result()
             channel = self.state.keys.wake
-            self.logwatch.local_append(channel, entry_id, batch, start=start, last=last)
+            self.logwatch.local_append(
+                channel, entry_id, batch, start=start, last=last, events=events
+            )
 
     def _log_over(self) -> None:
         """The run logs nothing more (runner/eventlog/local.py)."""
@@ -410,13 +414,14 @@ class RunSupervisor:
         if self.logwatch is not None:
             self.logwatch.local.broken(self.state.keys.wake)
 
-    async def _append(self, batch: list[Event], finish: str) -> tuple[str, str]:
-        """Append one batch; the entry's id ('' if it could not be written) and the
-        batch's JSON."""
+    async def _append(self, batch: list[Event], finish: str) -> tuple[str, str, list[Event]]:
+        """Append one batch; the entry's id ('' if it could not be written), the batch's
+        JSON and the events it was made of (``batch``, deltas joined)."""
         state = self.state
         state.log_batches += 1
         watch = Stopwatch()
-        text = events_to_json(coalesce(batch))
+        logged = coalesce(batch)
+        text = events_to_json(logged)
         try:
             entry_id = await self.store.append_events(
                 state.keys,
@@ -430,9 +435,9 @@ class RunSupervisor:
             if is_redis_outage(exc):
                 REDIS_ERRORS.labels("event_log").inc()
             log.exception("could not append events of chat %s", state.chat_id)
-            return "", text
+            return "", text, logged
         EVENT_LOG_WRITE.observe(watch.seconds())
-        return entry_id, text
+        return entry_id, text, logged
 
 
 # How a run that ended with a finish reason counts in ``parkway_runs_total``.

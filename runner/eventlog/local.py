@@ -13,11 +13,23 @@ whose outcome is unknown (it is dropped then), or one evicted to keep the memory
 Every append still goes to Redis and still publishes its wake-up; the message carries
 the entry's id, so the log watch does not wake followers for an entry they can take
 from here (:meth:`LocalLog.knows`).
+
+A batch is kept as the events the run logged, handed to followers as they are, when
+each of them holds only strings (text, reasoning and tool-input deltas, starts and ends:
+most of a run's batches). Frozen and made of strings, such an event cannot change, and
+the log writes and reads it back as an equal one, so a follower here yields exactly
+what a follower reading Redis yields, without the trip through JSON. A batch with any
+other value in it (a tool's input or output, a data part, the message's metadata, a
+parked call) is kept as the JSON the log holds and decoded on the first follower's
+read: those are dicts and lists the run's code may still hold and change after they
+were logged (a tool that edits its input or a dict it returned, a data part published
+again), and a follower must yield what the log holds, not what the value became.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from parkway.runner.events import Event, events_from_json
@@ -32,29 +44,36 @@ MAX_CHATS = 2048
 
 @dataclass
 class _Sequence:
-    """One run's entries, from its first: ids, batch JSON, and the decoded batches
-    (decoded once, on the first follower's read)."""
+    """One run's entries, from its first: ids and batches, each batch the run's own
+    events or, until a follower reads it, its JSON (see the module docstring)."""
 
     start: str
     ids: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    decoded: list[list[Event] | None] = field(default_factory=list)
+    batches: list[list[Event] | str] = field(default_factory=list)
     position: dict[str, int] = field(default_factory=dict)
-    size: int = 0
+    size: int = 0  # what the batches weigh as logged (their JSON), whatever is kept
     ended: bool = False  # its last entry (the one that ends the run) is in
 
-    def add(self, entry_id: str, text: str) -> None:
+    def add(self, entry_id: str, text: str, events: Sequence[Event] | None) -> None:
         self.position[entry_id] = len(self.ids)
         self.ids.append(entry_id)
-        self.texts.append(text)
-        self.decoded.append(None)
+        if events is not None and all(map(_unchanging, events)):
+            self.batches.append(list(events))
+        else:
+            self.batches.append(text)
         self.size += len(text) + 64
 
     def batch(self, index: int) -> list[Event]:
-        events = self.decoded[index]
-        if events is None:
-            events = self.decoded[index] = events_from_json(self.texts[index])
-        return events
+        kept = self.batches[index]
+        if isinstance(kept, str):
+            kept = self.batches[index] = events_from_json(kept)
+        return kept
+
+
+def _unchanging(event: Event) -> bool:
+    """Whether ``event`` holds nothing but strings (and None): it cannot change, and the
+    log reads it back equal (an exact ``str``: a subclass would come back a plain one)."""
+    return all(type(value) is str or value is None for value in vars(event).values())
 
 
 class LocalLog:
@@ -67,13 +86,20 @@ class LocalLog:
         self._bytes = 0
 
     def appended(
-        self, channel: str, entry_id: str, text: str, *, start: str, last: bool = False
+        self,
+        channel: str,
+        entry_id: str,
+        text: str,
+        *,
+        start: str,
+        last: bool = False,
+        events: Sequence[Event] | None = None,
     ) -> None:
         """A run of this worker, whose first entry is ``start``, appended ``text`` as
         ``entry_id`` (``start`` itself for its first; ``last``: the entry that ends the
-        run). A later entry joins the run's sequence only if the sequence holds every
-        entry of the run before it; one already there (a replayed append) is not added
-        twice."""
+        run); ``events``, when given, are the events ``text`` was made of, in its order.
+        A later entry joins the run's sequence only if the sequence holds every entry of
+        the run before it; one already there (a replayed append) is not added twice."""
         if entry_id == start:
             self._drop(channel)
             sequence = _Sequence(start)
@@ -85,7 +111,7 @@ class LocalLog:
             sequence = found
             self._runs.move_to_end(channel)
         before = sequence.size
-        sequence.add(entry_id, text)
+        sequence.add(entry_id, text, events)
         sequence.ended = sequence.ended or last
         self._bytes += sequence.size - before
         if sequence.size > self.max_bytes // 4:  # a run that big is read from Redis

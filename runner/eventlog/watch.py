@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from parkway.runner.eventlog.local import LocalLog
+from parkway.runner.events import Event
 from parkway.runner.store import LOGWATCH_CHANNEL, RedisClient, as_text
 
 __all__ = ["LogWatch"]
@@ -108,12 +109,19 @@ class LogWatch:
             return await read()
 
     def local_append(
-        self, channel: str, entry_id: str, text: str, *, start: str, last: bool
+        self,
+        channel: str,
+        entry_id: str,
+        text: str,
+        *,
+        start: str,
+        last: bool,
+        events: Sequence[Event] | None = None,
     ) -> None:
         """A run of this worker (first entry ``start``) appended ``entry_id`` to the chat
-        of ``channel`` (``last``: its end): keep it for followers here
-        (:class:`LocalLog`), wake them now."""
-        self.local.appended(channel, entry_id, text, start=start, last=last)
+        of ``channel`` (``last``: its end), ``text`` made of ``events``: keep it for
+        followers here (:class:`LocalLog`), wake them now."""
+        self.local.appended(channel, entry_id, text, start=start, last=last, events=events)
         self._wake(channel)
 
     @contextlib.asynccontextmanager

@@ -4,14 +4,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, ScriptedModel, chat_keys, parse_agent_file
 from parkway.runner.eventlog.local import LocalLog, id_before
-from parkway.runner.events import Event, MessageStarted, TextDelta, events_to_json
+from parkway.runner.events import (
+    CallParked,
+    Event,
+    MessageStarted,
+    TextDelta,
+    ToolSucceeded,
+    events_from_json,
+    events_to_json,
+)
 from parkway.runner.llm.model import ModelEvent, ModelRequest
 from tests.helpers.support import agent_doc, call, text
 
@@ -107,6 +117,58 @@ async def test_a_follower_reads_redis_once_the_sequence_kept_here_breaks(redis: 
     await there.aclose()
 
 
+async def test_a_follower_here_takes_the_run_s_own_events_instead_of_decoding_them(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker that ran the run already holds the events it logged: its followers
+    take those very objects for each batch of nothing but strings (the streamed text,
+    the starts and ends), with no JSON decoded, and decode only the batches carrying a
+    value the run's code may still change (a tool's input, the parked call, the
+    message's metadata), once for all of them, as before."""
+    decoded: list[str] = []
+
+    def counted(text: str | bytes) -> list[Event]:
+        decoded.append(str(text))
+        return events_from_json(text)
+
+    # (the module that defines LocalLog decodes what it keeps)
+    monkeypatch.setattr(sys.modules[LocalLog.__module__], "events_from_json", counted)
+    here, there = _runner(redis), _runner(redis)
+    handed: set[int] = set()  # the events the run's writer handed over with its appends
+    keep = here.logwatch.local.appended
+
+    def appended(*args: Any, events: Sequence[Event] | None = None, **kwargs: Any) -> None:
+        handed.update(id(event) for event in events or ())
+        keep(*args, events=events, **kwargs)
+
+    monkeypatch.setattr(here.logwatch.local, "appended", appended)
+    run = await here.start_turn("lo", "alice", "hi")
+    start = await run.log_start
+    live = [asyncio.create_task(_collect(here.follow("lo", start))) for _ in range(3)]
+    assert run.task is not None
+    await run.task
+    followed = [await task for task in live]
+    read_there = await _collect(there.follow("lo", start))
+    assert all(events == read_there for events in followed)
+    for events in followed:
+        deltas = [event for event in events if isinstance(event, TextDelta)]
+        assert deltas and all(id(event) in handed for event in deltas)
+        parked = [event for event in events if isinstance(event, CallParked)]
+        assert parked and not any(id(event) in handed for event in parked)
+    entries = await here.store.read_events(chat_keys("lo"), "0-0", block_ms=None)
+    carrying = [
+        text
+        for _, text in entries
+        if not all(
+            type(v) is str or v is None for e in events_from_json(text) for v in vars(e).values()
+        )
+    ]
+    assert 0 < len(carrying) < len(entries)  # the others were not decoded at all
+    assert sorted(decoded) == sorted(carrying)  # these once, for all three followers
+    await here.aclose()
+    await there.aclose()
+
+
 async def _collect(events: AsyncIterator[Event]) -> list[Event]:
     return [event async for event in events]
 
@@ -163,3 +225,48 @@ def test_a_new_run_replaces_the_chat_s_sequence_and_memory_stays_bounded() -> No
         roomy.appended(f"f{n}", "5-1", _batch("z" * 900), start="5-0")
     kept_runs = [n for n in range(5) if roomy.after(f"f{n}", "5-0", "5-0") is not None]
     assert kept_runs == [1, 2, 3, 4]
+
+
+def test_a_batch_holding_a_value_its_run_may_change_is_kept_as_logged() -> None:
+    """A tool's output is a dict the tool's code may still hold and change after it was
+    logged: a follower here yields what the log holds, as one on another worker does,
+    not the dict as it became. A batch of strings is handed over as it is, and the
+    caller's own list is not the one kept."""
+    output: dict[str, Any] = {"rows": [1, 2]}
+    changing: list[Event] = [ToolSucceeded("c1", output)]
+    words: list[Event] = [TextDelta("t", "a"), TextDelta("t", "b")]
+
+    class Name(str):
+        """A str subclass: the log reads it back as a plain str."""
+
+    named: list[Event] = [TextDelta(Name("t"), "c")]
+    kept = LocalLog()
+    for entry_id, events in (("5-0", changing), ("5-1", words), ("5-2", named)):
+        kept.appended("c", entry_id, events_to_json(events), start="5-0", events=events)
+    output["rows"].append(3)
+    words.clear()
+    got = kept.after("c", "5-0", id_before("5-0"))
+    assert got is not None
+    [(_, first), (_, second), (_, third)] = got
+    assert first == [ToolSucceeded("c1", {"rows": [1, 2]})]
+    assert second == [TextDelta("t", "a"), TextDelta("t", "b")]
+    assert type(third[0].text_id) is str and not isinstance(third[0].text_id, Name)
+
+
+def test_the_memory_bound_counts_what_the_batches_weigh_as_logged() -> None:
+    """Kept as objects or as JSON, a batch counts its JSON's size against the bound, so
+    the budget evicts the same runs either way."""
+    for with_events in (False, True):
+        roomy = LocalLog(max_bytes=8192)
+        for n in range(5):
+            for entry_id, word in (("5-0", "y"), ("5-1", "z")):
+                events: list[Event] = [TextDelta("t", word * 900)]
+                roomy.appended(
+                    f"f{n}",
+                    entry_id,
+                    events_to_json(events),
+                    start="5-0",
+                    events=events if with_events else None,
+                )
+        kept_runs = [n for n in range(5) if roomy.after(f"f{n}", "5-0", "5-0") is not None]
+        assert kept_runs == [1, 2, 3, 4]

@@ -109,6 +109,36 @@ async def test_the_code_review_widget_carries_escaped_highlighted_code_and_the_i
         await api.aclose()
 
 
+async def test_a_code_review_fetched_again_is_the_same_widget_and_its_state_is_current(
+    server: ServerThread,
+) -> None:
+    """The review's highlighting is kept between requests (widgets_api/descriptors.py):
+    every GET of the call or its chat shows the widget the stream showed, a settle shows
+    at once in the call's status and outcome, and a principal who may not read the chat
+    gets nothing of it."""
+    alice, mallory = await Api(server.base_url).login(), await Api(server.base_url).login()
+    try:
+        chunks = await alice.say("again", "go")
+        [widget] = [c["data"] for c in parts(chunks, "data-parkway-widget")]
+        path = f"/api/chats/again/calls/{widget['toolCallId']}"
+        for _ in range(2):
+            pending = (await alice.http.get(path)).json()
+            assert pending["status"] == "pending" and pending["widget"] == widget
+            [stored] = (await alice.state("again"))["calls"]
+            assert stored["widget"] == widget
+        for client, where in ((mallory, path), (mallory, "/api/chats/again")):
+            response = await client.http.get(where)
+            assert response.status_code == 404 and "codeLines" not in response.text
+        settled = await alice.settle("again", widget["toolCallId"], {"outcome": "denied"})
+        assert settled.status_code == 200, settled.text
+        after = (await alice.http.get(path)).json()
+        assert after["status"] == "settled" and after["outcome"]["outcome"] == "denied"
+        assert after["widget"] == widget
+    finally:
+        await alice.aclose()
+        await mallory.aclose()
+
+
 async def test_healthz_reports_the_sandbox(server: ServerThread) -> None:
     body = httpx.get(f"{server.base_url}/healthz").json()
     sandbox = body["sandbox"]
