@@ -69,8 +69,10 @@ fmt: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The main tables (docs/benchmarks.md), then one run or one parked call seen many times.
 bench: venv
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.fanout
 
 # 10,000 SSE followers and 300 concurrent turns on one worker (docs/benchmarks.md, Load).
 load: venv
