@@ -1,5 +1,5 @@
 """Every route of the app, one :class:`Operation` per route and method: the table
-``/openapi.json`` is built from (transport/openapi/__init__.py).
+``/openapi.json`` is built from (transport/openapi/_document.py).
 
 The routes of ``transport`` are here; those ``widgets_api`` serves (connect flow, pages,
 the demo provider) are in :mod:`parkway.transport.openapi._widgets`. Adding a route means

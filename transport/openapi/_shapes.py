@@ -1,6 +1,6 @@
 """The shapes of what Parkway's routes answer (and of the two bodies no route parses
 with a model of its own), as pydantic models: ``/openapi.json`` takes their JSON Schemas
-(transport/openapi/__init__.py), and tests/transport/test_openapi.py holds real answers against
+(transport/openapi/_document.py), and tests/transport/test_openapi.py holds real answers against
 them.
 
 The routes build these answers as plain dicts; these models only describe them. Every
