@@ -317,6 +317,8 @@ class Settings(BaseSettings):
     jwt_jwks_timeout_s: Timeout = 5.0
     # the least time between two fetches of the JWKS (an unknown kid asks for one)
     jwt_jwks_refetch_s: float = Field(30.0, ge=0, le=3600)
+    # a cookie the host application sets holding the user's JWT (the playground page)
+    jwt_cookie: str | None = None
     # header: a header a trusted reverse proxy sets, from the proxies' addresses only
     auth_header: str | None = None
     auth_roles_header: str | None = None

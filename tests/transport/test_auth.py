@@ -248,6 +248,25 @@ async def test_a_bad_token_answers_401_json_and_never_reaches_a_chat(
     assert await redis.dbsize() == before
 
 
+async def test_a_cookie_the_host_sets_carries_the_token_for_the_playground_page(
+    redis: Redis, redis_url: str, jwks: JwksServer
+) -> None:
+    """With ``jwt_cookie`` named, a browser request without an Authorization header is
+    read from the host's cookie (the playground page holds no token of its own); the
+    same checks apply, and without the setting the cookie is ignored."""
+    jwks.publish(RSA)
+    for cookie, expected in (("host_jwt", 200), (None, 401)):
+        server = jwt_server(redis_url, jwks.url, jwt_cookie=cookie)
+        try:
+            async with client(server.base_url) as http:
+                http.cookies.set("host_jwt", sign(RSA))
+                assert (await http.get("/api/agent")).status_code == expected
+                http.cookies.set("host_jwt", sign(RSA, exp=int(time.time()) - 3600))
+                assert (await http.get("/api/agent")).status_code == 401
+        finally:
+            server.stop()
+
+
 async def test_a_rotated_key_is_accepted_once_the_jwks_publishes_it(
     jwt_base: str, jwks: JwksServer
 ) -> None:

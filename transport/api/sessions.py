@@ -134,6 +134,7 @@ def authenticator_from(settings: Settings) -> Authenticator:
             leeway_s=settings.jwt_leeway_s,
             principal_claim=settings.jwt_principal_claim,
             roles_claim=settings.jwt_roles_claim,
+            cookie=settings.jwt_cookie,
         )
     if mode == "header":
         assert settings.auth_header is not None

@@ -12,6 +12,12 @@ A token is accepted only when all of these hold (docs/security.md, "Identities")
   present and not past, and ``nbf`` (if any) not ahead, each within ``jwt_leeway_s``;
 - the principal claim (``sub`` by default) is a non-empty string.
 
+Browsers: a host application that mounts Parkway may set a cookie holding the user's JWT
+(``jwt_cookie`` names it); a request without an Authorization header is then read from
+it, so the playground page works with the host's sign-in (docs/embedding.md). Cookies
+ride along on cross-site requests, so state-changing ones are subject to the app's
+Origin check, as session cookies are.
+
 The keys come from one configured public key (PEM text or a file holding it) or from a
 JWKS URL. A JWKS is fetched with a bounded timeout and kept for ``jwt_jwks_ttl_s``; a
 token naming a ``kid`` the cached set lacks (the issuer rotated its keys) asks for a new
@@ -158,11 +164,16 @@ class KeySource:
         return keys
 
 
-def _bearer(conn: HTTPConnection) -> str | None:
+def _token_of(conn: HTTPConnection, cookie: str | None) -> str | None:
+    """The bearer token; without an Authorization header, the host's cookie (if one is
+    configured: how the playground page, which holds no token, uses the host's sign-in)."""
     header = conn.headers.get("authorization", "")
-    if header[:7].lower() != "bearer ":
+    if header[:7].lower() == "bearer ":
+        token = header[7:].strip()
+    elif not header and cookie is not None:
+        token = conn.cookies.get(cookie, "").strip()
+    else:
         return None
-    token = header[7:].strip()
     return token if 0 < len(token) <= _MAX_TOKEN else None
 
 
@@ -188,9 +199,11 @@ class JwtAuthenticator:
         leeway_s: int = 30,
         principal_claim: str = "sub",
         roles_claim: str = "roles",
+        cookie: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.keys = keys
+        self.cookie = cookie
         self.algorithms = frozenset(algorithms)
         self.principal_claim = principal_claim
         self.roles_claim = roles_claim
@@ -212,13 +225,13 @@ class JwtAuthenticator:
     async def prepare(self, conn: HTTPConnection) -> None:
         """Fetch the keys a bearer token's ``kid`` needs, if due (awaited before the
         route, so :meth:`authenticate` never does I/O)."""
-        token = _bearer(conn)
+        token = _token_of(conn, self.cookie)
         header = None if token is None else self._allowed_header(token)
         if header is not None:
             await self.keys.ensure(header.get("kid"))
 
     def authenticate(self, conn: HTTPConnection) -> Identity | None:
-        token = _bearer(conn)
+        token = _token_of(conn, self.cookie)
         header = None if token is None else self._allowed_header(token)
         if token is None or header is None:
             return None
