@@ -7,6 +7,7 @@ real uvicorn servers on loopback, a real Redis, ``parkway serve`` as a process.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -30,6 +31,8 @@ from redis.asyncio import Redis
 from parkway.transport import SettingsError, create_app
 from parkway.transport.auth import KeySource
 from parkway.transport.settings import Settings
+from tests.helpers.oauth_support import needs_node, obtain_token, registration
+from tests.helpers.oidc_peer import oidc_peer
 from tests.helpers.support import (
     ROOT,
     TEST_SECRET,
@@ -446,3 +449,33 @@ def test_an_unknown_parkway_variable_stops_serve_with_one_line_naming_the_fix(
     with pytest.raises(SettingsError, match=r"PARKWAY_JWT_ISUER .*PARKWAY_JWT_ISSUER"):
         Settings.from_sources(environ={"PARKWAY_JWT_ISUER": "x"})
     assert Settings.from_sources(environ={"PARKWAY_TEST_REDIS_URL": "x", "parkway_auht": "x"})
+
+
+# -- a real OpenID provider ------------------------------------------------------------
+
+
+@needs_node
+async def test_an_id_token_from_a_real_openid_provider_verifies_through_its_jwks(
+    redis: Redis, redis_url: str
+) -> None:
+    """Beyond keys made here: an ID token issued by the loopback OpenID provider (node
+    oidc-provider, authorization code + PKCE) verifies against the JWKS its discovery
+    document names, and its subject owns the chat it starts."""
+    reg = registration()
+    with oidc_peer([reg]) as peer:
+        tokens = await asyncio.to_thread(obtain_token, peer, reg, scope="openid", login="alice")
+        async with httpx.AsyncClient(timeout=30) as http:
+            found = await http.get(f"{peer.issuer}/.well-known/openid-configuration")
+        with server_thread(
+            redis_url,
+            agent_doc(TURNS),
+            auth="jwt",
+            jwt_jwks_url=found.json()["jwks_uri"],
+            jwt_issuer=peer.issuer,
+            jwt_audience=reg["client_id"],
+        ) as server:
+            async with client(server.base_url, tokens["id_token"]) as alice:
+                assert (await chat(alice, "oidc-1")).status_code == 200
+                assert (await alice.get("/api/chats/oidc-1")).status_code == 200
+            async with client(server.base_url, tokens["id_token"][:-4] + "AAAA") as forged:
+                assert (await forged.get("/api/chats/oidc-1")).status_code == 401
