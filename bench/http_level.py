@@ -106,7 +106,13 @@ class _Server:
 
     def spawn(self) -> None:
         """Start the server process (see :meth:`wait_until_healthy`)."""
-        env = {**os.environ, "PARKWAY_SECRET_KEY": secrets.token_urlsafe(48)}
+        env = {
+            **os.environ,
+            "PARKWAY_SECRET_KEY": secrets.token_urlsafe(48),
+            # a loopback benchmark server: anonymous sessions, minted without a pace limit
+            "PARKWAY_AUTH": "anonymous",
+            "PARKWAY_SESSIONS_PER_MINUTE": "0",
+        }
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [
                 sys.executable, "-m", "bench.serve",

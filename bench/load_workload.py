@@ -52,10 +52,16 @@ class LoadConfig:
 
 def worker_env() -> dict[str, str]:
     """The settings every benchmark worker gets: the session key an external Redis
-    requires, and the demo OAuth provider off (it would need ``PARKWAY_TOKEN_KEY``). It
-    gets no other ``PARKWAY_*`` variable from the caller's shell (see
-    :class:`bench.load_server.Worker`)."""
-    return {"PARKWAY_SECRET_KEY": secrets.token_urlsafe(48), "PARKWAY_DEMO_OAUTH": "0"}
+    requires, anonymous sessions (chosen: an external Redis is no local playground)
+    minted without a pace limit (the workload mints one per simulated user), and the
+    demo OAuth provider off (it would need ``PARKWAY_TOKEN_KEY``). It gets no other
+    ``PARKWAY_*`` variable from the caller's shell (see :class:`bench.load_server.Worker`)."""
+    return {
+        "PARKWAY_SECRET_KEY": secrets.token_urlsafe(48),
+        "PARKWAY_AUTH": "anonymous",
+        "PARKWAY_SESSIONS_PER_MINUTE": "0",
+        "PARKWAY_DEMO_OAUTH": "0",
+    }
 
 
 def chat_body(chat_id: str, text: str) -> bytes:

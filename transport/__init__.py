@@ -3,6 +3,7 @@
 from parkway.transport.aisdk import WIDGET_PART, Chunk, encode_event
 from parkway.transport.api import Authenticator, SessionAuthenticator
 from parkway.transport.app import create_app
+from parkway.transport.auth import Identity
 from parkway.transport.errors import HTTPError
 from parkway.transport.lifecycle import parkway_lifespan
 from parkway.transport.settings import Settings, SettingsError
@@ -12,6 +13,7 @@ __all__ = [
     "Authenticator",
     "Chunk",
     "HTTPError",
+    "Identity",
     "SessionAuthenticator",
     "Settings",
     "SettingsError",

@@ -45,8 +45,10 @@ from parkway.transport.api import (
     BodyReader,
     MetricsServing,
     SessionAuthenticator,
+    SessionThrottle,
     agent_routes,
     api_routes,
+    authenticator_from,
     code_mode_from,
     code_routes,
     editors_of,
@@ -54,6 +56,12 @@ from parkway.transport.api import (
     metrics_routes,
     readyz,
     warn_of_drift,
+)
+from parkway.transport.auth import (
+    HeaderAuthenticator,
+    JwtAuthenticator,
+    PrepareIdentity,
+    TrustedProxies,
 )
 from parkway.transport.cassettes import (
     CassetteRecording,
@@ -194,6 +202,15 @@ class RedactCallbackQuery(logging.Filter):
 
 
 _ACCESS_FILTER = RedactCallbackQuery()
+
+
+def _unauthenticated_hint(authenticator: Authenticator) -> str | None:
+    """What a 401 tells the client to do, when it is not "get a session"."""
+    if isinstance(authenticator, JwtAuthenticator):
+        return "no valid bearer token: send 'Authorization: Bearer <JWT>' from your sign-in"
+    if isinstance(authenticator, HeaderAuthenticator):
+        return "no identity: requests must come through the authenticating proxy"
+    return None
 
 
 def agent_id_for(settings: Settings, agent: AgentFile) -> str:
@@ -441,7 +458,8 @@ def create_app(
     authenticator: Authenticator | None = None,
 ) -> Starlette:
     """Build the Parkway app. ``agent`` overrides ``settings.agent_file`` (and the demo);
-    ``authenticator`` replaces the default signed-session authenticator."""
+    ``authenticator`` replaces the one the ``auth`` setting chooses
+    (docs/security.md, "Identities")."""
     settings = settings or Settings()
     # parkway serve --record (transport/cassettes/_server_recorder.py): checked before anything
     writer = recording_writer(settings, agent is not None) if settings.record else None
@@ -454,8 +472,19 @@ def create_app(
             if settings.agent_file is not None
             else parse_agent_file(DEMO_AGENT)
         )
+    # Anonymous sessions outside a local playground are minted at a bounded pace per
+    # client address (transport/api/throttle.py).
+    throttle = None
     if authenticator is None:
-        authenticator = SessionAuthenticator(settings.resolve_secret().get_secret_value())
+        authenticator = authenticator_from(settings)
+        if (
+            isinstance(authenticator, SessionAuthenticator)
+            and not settings.local
+            and settings.sessions_per_minute > 0
+        ):
+            throttle = SessionThrottle(
+                burst=settings.session_burst, per_minute=settings.sessions_per_minute
+            )
     agent_id = agent_id_for(settings, agent)
     # A recording keeps each provider model step for the cassette (runner/llm/tape.py).
     tape = ModelTape((), "all") if writer is not None else None
@@ -494,6 +523,8 @@ def create_app(
             # a mounted app whose lifespan nobody ran starts on its first request
             Middleware(LazyStart, lifecycle=lifecycle),
             Middleware(OriginGuard, settings=settings),
+            # an authenticator's I/O (a JWKS fetch) happens here, before the route
+            Middleware(PrepareIdentity, authenticator=authenticator),
         ],
         exception_handlers={
             ParkwayError: _parkway_error,
@@ -519,6 +550,9 @@ def create_app(
     )
     app.state.reader = BodyReader.from_settings(settings)  # every route's body reader
     app.state.authenticator = authenticator
+    app.state.session_throttle = throttle
+    app.state.proxies = TrustedProxies(settings.trusted_proxies)
+    app.state.unauthenticated_hint = _unauthenticated_hint(authenticator)
     app.state.describe = describe_call
     app.state.connect = None
     app.state.cassette_writer = writer

@@ -189,6 +189,12 @@ def _serve_options(serve: argparse.ArgumentParser, *, agent_required: bool = Fal
     )
     # -- agent editors (end) --
     serve.add_argument(
+        "--auth",
+        choices=["anonymous", "jwt", "header"],
+        help="how requests name their user: anonymous sessions (the default on a local "
+        "playground only), bearer JWTs, or a trusted proxy's header. See docs/security.md",
+    )
+    serve.add_argument(
         "--record-mode",
         choices=["once", "all"],
         help="with a cassette to record: once (default) refuses an existing cassette, all "
@@ -373,6 +379,10 @@ def _uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         loop=event_loop(),
         # The app's lifespan runs around uvicorn (see _serve), not inside it.
         lifespan="off",
+        # The peer address stays the connection's own: Parkway decides which proxies it
+        # believes (trusted_proxies, transport/auth/proxy.py), not uvicorn's default
+        # trust in 127.0.0.1's X-Forwarded-For.
+        proxy_headers=False,
     )
 
 

@@ -14,6 +14,8 @@ is given (``os.environ`` by default).
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +31,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -68,10 +71,32 @@ _FLAGS = {
     "tracing": "--tracing",
     "record": "--record",
     "record_mode": "--record-mode",
+    "auth": "--auth",
 }
 # Settings whose value an error message never repeats: secrets, a Redis URL (it may
 # carry a password) and provider JSON (it may carry client secrets).
 _NOT_ECHOED = {"secret_key", "token_key", "editor_token", "redis_url", "oauth_providers"}
+
+
+# ``PARKWAY_*`` variables that are not settings, and that :meth:`Settings.from_sources`
+# therefore lets through; every other unknown ``PARKWAY_*`` variable is a typo and stops
+# startup. All of them steer the test suite (tests/README.md), never the server.
+NON_SETTING_VARIABLES = frozenset(
+    {
+        "PARKWAY_TEST_REDIS_URL",  # the Redis the tests use instead of an embedded one
+        "PARKWAY_REQUIRE_BROWSER",  # browser tests fail, not skip, without chromium
+        "PARKWAY_REQUIRE_SANDBOX",  # sandbox tests fail, not skip, without bubblewrap
+        "PARKWAY_SCREENSHOTS",  # where browser tests save their screenshots
+        "PARKWAY_SANDBOX_TEST_SECRET",  # a value the sandbox escape tests must not see
+    }
+)
+
+# The signature algorithms a JWT may use: asymmetric ones only. HMAC ("HS256" ...) would
+# let anyone holding the verification key (public, with a JWKS) mint tokens, and
+# "none" is no signature at all (docs/security.md, "Identities").
+JWT_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "Ed25519"}
+)
 
 
 class SettingsError(ValueError):
@@ -111,6 +136,35 @@ def _switch(value: Any) -> Any:
     raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
 
 
+def _unknown_variables(environ: Mapping[str, str]) -> str | None:
+    """One line naming the first ``PARKWAY_*`` variable that is no setting (nor in
+    :data:`NON_SETTING_VARIABLES`), with the closest setting's variable, or None.
+    Without it a typo (``PARKWAY_AUHT=jwt``) would start a server that silently ignores
+    what the operator asked for."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    for variable in sorted(environ):
+        if (
+            not variable.startswith(ENV_PREFIX)
+            or variable != variable.upper()  # lower-case names are never read
+            or variable in known
+            or variable in NON_SETTING_VARIABLES
+        ):
+            continue
+        close = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"{variable} is not a Parkway setting{hint}; see docs/operations.md"
+    return None
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _token_key(value: SecretStr) -> SecretStr:
     try:
         TokenCipher.from_setting(value.get_secret_value())
@@ -126,6 +180,7 @@ Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_separated)]
 Timeout = Annotated[float, Field(gt=0, le=120)]
 LongWait = Annotated[float, Field(gt=0, le=3600)]
 Count = Annotated[int, Field(ge=1)]
+AuthMode = Literal["anonymous", "jwt", "header"]
 
 
 class _Environ(EnvSettingsSource):
@@ -243,6 +298,31 @@ class Settings(BaseSettings):
     # written to, and whether an existing one is refused (once) or replaced (all)
     record: Path | None = None
     record_mode: Literal["once", "all"] = "once"
+    # -- identities (docs/security.md, "Identities"): how a request names its principal.
+    # None means anonymous on a local playground and a startup error anywhere else.
+    auth: AuthMode | None = None
+    # anonymous: sessions minted per client address, a token bucket (0: no limit)
+    session_burst: Count = 20
+    sessions_per_minute: int = Field(20, ge=0, le=100_000)
+    # jwt: bearer JWTs checked against a JWKS URL or one public key (PEM or a path)
+    jwt_jwks_url: str | None = None
+    jwt_public_key: str | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_algorithms: Names = ("RS256", "ES256", "Ed25519")
+    jwt_leeway_s: int = Field(30, ge=0, le=300)
+    jwt_principal_claim: str = Field("sub", min_length=1)
+    jwt_roles_claim: str = Field("roles", min_length=1)
+    jwt_jwks_ttl_s: Count = 300
+    jwt_jwks_timeout_s: Timeout = 5.0
+    # the least time between two fetches of the JWKS (an unknown kid asks for one)
+    jwt_jwks_refetch_s: float = Field(30.0, ge=0, le=3600)
+    # a cookie the host application sets holding the user's JWT (the playground page)
+    jwt_cookie: str | None = None
+    # header: a header a trusted reverse proxy sets, from the proxies' addresses only
+    auth_header: str | None = None
+    auth_roles_header: str | None = None
+    trusted_proxies: Names = ()
 
     def __init__(self, **values: Any) -> None:
         """Settings from keyword values only (no environment: see :meth:`from_sources`);
@@ -274,6 +354,9 @@ class Settings(BaseSettings):
             env = _Environ(cls, os.environ if environ is None else environ)()
         except SourceError as exc:
             raise SettingsError(str(exc)) from None
+        unknown = _unknown_variables(os.environ if environ is None else environ)
+        if unknown is not None:
+            raise SettingsError(unknown)
         given = {k: v for k, v in (flags or {}).items() if v is not None}
         return cls(**{**env, **given})
 
@@ -316,6 +399,63 @@ class Settings(BaseSettings):
                 "must outlive the chat"
             )
         return keep
+
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _asymmetric_algorithms(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        chosen = tuple(name.strip() for name in names if name.strip())
+        refused = [name for name in chosen if name not in JWT_ALGORITHMS]
+        if refused or not chosen:
+            raise ValueError(
+                f"{', '.join(refused) or 'nothing'} is not allowed: choose among "
+                f"{', '.join(sorted(JWT_ALGORITHMS))} (never none, never HMAC)"
+            )
+        return chosen
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        chosen = tuple(name.strip() for name in names if name.strip())
+        for name in chosen:
+            try:
+                ipaddress.ip_network(name, strict=False)
+            except ValueError:
+                raise ValueError(f"{name!r} is not an IP address or CIDR block") from None
+        return chosen
+
+    @field_validator("jwt_jwks_url")
+    @classmethod
+    def _jwks_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in {"http", "https"} or not parts.netloc:
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return url
+
+    @model_validator(mode="after")
+    def _auth_complete(self) -> Settings:
+        """What each ``auth`` mode needs, named setting by setting."""
+        missing = []
+        if self.auth == "jwt":
+            if (self.jwt_jwks_url is None) == (self.jwt_public_key is None):
+                missing.append(
+                    "give exactly one of jwt_jwks_url (PARKWAY_JWT_JWKS_URL) and "
+                    "jwt_public_key (PARKWAY_JWT_PUBLIC_KEY)"
+                )
+            for name in ("jwt_issuer", "jwt_audience"):
+                if not getattr(self, name):
+                    missing.append(f"{name} ({flag_and_variable(name)}) is required")
+        elif self.auth == "header":
+            if not self.auth_header:
+                missing.append("auth_header (PARKWAY_AUTH_HEADER) is required")
+            if not self.trusted_proxies:
+                missing.append(
+                    "trusted_proxies (PARKWAY_TRUSTED_PROXIES) is required: the header "
+                    "is believed from those addresses only"
+                )
+        if missing:
+            raise ValueError(f"auth={self.auth}: {'; '.join(missing)}")
+        return self
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -366,6 +506,26 @@ class Settings(BaseSettings):
         if self.agent_editing is not None:
             return self.agent_editing
         return self.embedded and self.record is None
+
+    @property
+    def local(self) -> bool:
+        """A local playground: the embedded Redis, a loopback bind, no ``public_url``
+        (which says browsers come from elsewhere)."""
+        return self.embedded and _loopback(self.host) and self.public_url is None
+
+    def resolve_auth(self) -> AuthMode:
+        """The identity mode: the configured one; ``anonymous`` on a local playground
+        only. Anywhere else anyone who reaches the server could mint sessions, so the
+        operator must say that is what they want."""
+        if self.auth is not None:
+            return self.auth
+        if self.local:
+            return "anonymous"
+        raise SettingsError(
+            "auth (--auth, PARKWAY_AUTH) is required when the server is not a local "
+            "playground (an external Redis, a non-loopback host or a public_url): choose "
+            "jwt, header, or anonymous (anyone who reaches the server gets a session)"
+        )
 
     @property
     def embedded(self) -> bool:

@@ -43,7 +43,12 @@ class Recording:
         self.out, self.err = folder / "stdout.txt", folder / "stderr.txt"
         environ = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
         path = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
-        environ.update(PARKWAY_SECRET_KEY=TEST_SECRET, PYTHONPATH=path, **(env or {}))
+        environ.update(
+            PARKWAY_SECRET_KEY=TEST_SECRET,
+            PARKWAY_AUTH="anonymous",  # with --redis-url: no local playground
+            PYTHONPATH=path,
+            **(env or {}),
+        )
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, *python, "-m", "parkway.transport.cli", *args,

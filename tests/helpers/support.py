@@ -222,6 +222,9 @@ class ServerThread:
         # ... where every session is an editor (a shared Redis is no local playground,
         # so they are named: "*").
         settings.setdefault("editors", ("*",))
+        # ... and anonymous sessions, chosen explicitly (a shared Redis is no local
+        # playground, where anonymous is the default).
+        settings.setdefault("auth", "anonymous")
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=SecretStr(TEST_SECRET),
@@ -276,6 +279,7 @@ class ParkwayProcess:
         env = {
             **os.environ,
             "PARKWAY_SECRET_KEY": TEST_SECRET,
+            "PARKWAY_AUTH": "anonymous",  # a shared Redis is no local playground
             "PYTHONPATH": str(ROOT),
             **self.extra_env,
         }

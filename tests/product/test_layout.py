@@ -47,6 +47,7 @@ LAYERS: dict[str, list[set[str]]] = {
     "transport": [
         {"errors", "settings", "sse", "logs", "lifecycle", "serving", "tracing"},
         {"aisdk"},
+        {"auth"},
         {"api"},
         {"openapi"},
         {"cassettes"},

@@ -212,7 +212,7 @@ def test_an_external_redis_without_a_secret_key_is_refused_at_startup(tmp_path: 
     Redis; the error says which variable to set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
     result = subprocess.run(
-        [sys.executable, "-m", "parkway.transport.cli", "serve", "--redis-url", "redis://127.0.0.1:1/0"],
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--redis-url", "redis://127.0.0.1:1/0"],
         cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 2

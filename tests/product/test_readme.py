@@ -35,7 +35,7 @@ def port(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
     server = subprocess.Popen(
-        [sys.executable, "-m", "parkway.transport.cli", "serve", "--port", str(port),
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--port", str(port),
          "--redis-url", redis_url, "--log-level", "warning"],
         cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT), "PARKWAY_SECRET_KEY": TEST_SECRET},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

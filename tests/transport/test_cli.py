@@ -37,7 +37,7 @@ def test_an_unreachable_redis_stops_serve_with_one_line_and_exit_2(tmp_path: Pat
     setting; a Redis URL nothing answers on is one, found only when the server connects.
     Nothing may claim to be serving."""
     result = _parkway(
-        "serve", "--redis-url", "redis://127.0.0.1:1/0", "--port", "0",
+        "serve", "--auth", "anonymous", "--redis-url", "redis://127.0.0.1:1/0", "--port", "0",
         "--data-dir", str(tmp_path), PARKWAY_SECRET_KEY=TEST_SECRET,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
@@ -150,7 +150,7 @@ def reporting(app, config, sock, announce, farewell):
         os.kill(os.getpid(), signal.SIGINT)
     serve(app, config, sock, announced, farewell)
 cli._serve = reporting
-sys.exit(cli.main(["serve", "--redis-url", sys.argv[1], "--port", "0", "--log-level", "warning"]))
+sys.exit(cli.main(["serve", "--auth", "anonymous", "--redis-url", sys.argv[1], "--port", "0", "--log-level", "warning"]))
 """
 
 

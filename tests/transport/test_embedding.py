@@ -69,6 +69,7 @@ def environ(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> int:
     for name, value in {
         "PARKWAY_REDIS_URL": redis_url,
         "PARKWAY_SECRET_KEY": TEST_SECRET,
+        "PARKWAY_AUTH": "anonymous",  # an external Redis is no local playground
         "PARKWAY_PORT": str(port),
         "PARKWAY_DEMO_OAUTH": "true",
         "PARKWAY_TOKEN_KEY": TOKEN_KEY,

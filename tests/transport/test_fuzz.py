@@ -256,6 +256,7 @@ async def start(redis_url: str) -> Harness:
         Settings(
             redis_url=redis_url,
             secret_key=SecretStr(TEST_SECRET),
+            auth="anonymous",
             max_body_bytes=MAX_BODY,
             max_json_depth=MAX_DEPTH,
             demo_oauth=True,

@@ -40,7 +40,9 @@ def checked(response: httpx.Response) -> dict[str, Any]:
 async def serving(redis_url: str, agent: dict[str, Any], **settings: Any) -> AsyncIterator[Any]:
     """The app, started (its lifespan), and an in-process client of it."""
     app = create_app(
-        Settings(redis_url=redis_url, secret_key=SecretStr(TEST_SECRET), **settings),
+        Settings(
+            redis_url=redis_url, secret_key=SecretStr(TEST_SECRET), auth="anonymous", **settings
+        ),
         agent=parse_agent_file(agent),
     )
     async with app.router.lifespan_context(app):

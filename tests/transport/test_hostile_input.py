@@ -58,6 +58,7 @@ LONE = '"\\ud800"'
 
 def _settings(**extra: Any) -> dict[str, Any]:
     return {
+        "auth": "anonymous",
         "demo_oauth": True,
         "token_key": SecretStr(TOKEN_KEY),
         "editor_token": SecretStr(EDITOR_TOKEN),
@@ -549,7 +550,7 @@ def test_parkway_serve_runs_uvicorn_with_the_header_timeout(
     monkeypatch.setenv("PARKWAY_SECRET_KEY", TEST_SECRET)
     monkeypatch.setenv("PARKWAY_HEADER_READ_TIMEOUT_S", "3.5")
     monkeypatch.setenv("PARKWAY_DEMO_OAUTH", "0")
-    assert cli.main(["serve", "--redis-url", redis_url, "--port", "0"]) == 0
+    assert cli.main(["serve", "--auth", "anonymous", "--redis-url", redis_url, "--port", "0"]) == 0
     protocol = seen["config"].http
     assert issubclass(protocol, PROTOCOLS["httptools"])
     assert protocol.header_read_timeout_s == 3.5

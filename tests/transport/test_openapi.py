@@ -62,7 +62,9 @@ def documented_routes(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def settings_for(redis_url: str, **extra: Any) -> Settings:
-    return Settings(redis_url=redis_url, secret_key=SecretStr(TEST_SECRET), **extra)
+    return Settings(
+        redis_url=redis_url, secret_key=SecretStr(TEST_SECRET), auth="anonymous", **extra
+    )
 
 
 # -- the document ------------------------------------------------------------------------

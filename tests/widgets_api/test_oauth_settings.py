@@ -26,6 +26,7 @@ def test_external_redis_with_providers_requires_a_token_key(tmp_path: Path) -> N
         environ={
             "PARKWAY_REDIS_URL": "redis://127.0.0.1:1/0",
             "PARKWAY_SECRET_KEY": "s" * 40,
+            "PARKWAY_AUTH": "anonymous",
             "PARKWAY_OAUTH_PROVIDERS": PROVIDERS_JSON,
             "PARKWAY_DATA_DIR": str(tmp_path),
         }

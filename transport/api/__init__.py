@@ -8,6 +8,7 @@
 - :mod:`~parkway.transport.api.metrics`: serving ``/metrics``;
 - :mod:`~parkway.transport.api.requests`: principal, chat id and body of a request;
 - :mod:`~parkway.transport.api.sessions`: principals and sessions (the authenticators);
+- :mod:`~parkway.transport.api.throttle`: how fast a client address may mint sessions;
 - :mod:`~parkway.transport.api.admission`: how many runs and streams a worker takes.
 """
 
@@ -19,7 +20,8 @@ from parkway.transport.api.code import code_mode_from, code_routes
 from parkway.transport.api.health import healthz, readyz
 from parkway.transport.api.metrics import MetricsServing, metrics_routes
 from parkway.transport.api.requests import BodyReader
-from parkway.transport.api.sessions import Authenticator, SessionAuthenticator
+from parkway.transport.api.sessions import Authenticator, SessionAuthenticator, authenticator_from
+from parkway.transport.api.throttle import SessionThrottle
 
 __all__ = [
     "Admission",
@@ -32,9 +34,11 @@ __all__ = [
     "MetricsServing",
     "SessionAuthenticator",
     "SessionRequest",
+    "SessionThrottle",
     "SettleBody",
     "agent_routes",
     "api_routes",
+    "authenticator_from",
     "code_mode_from",
     "code_routes",
     "editors_of",

@@ -44,7 +44,7 @@ from parkway.runner.agent import (
 )
 from parkway.runner.errors import TemplateError
 from parkway.transport.api.audit import AgentAudit, page_query, page_response
-from parkway.transport.api.requests import principal_of, read_json
+from parkway.transport.api.requests import principal_of, read_json, roles_of
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 from parkway.widgets_api.playground import build_kit_overlay
@@ -96,11 +96,12 @@ def editors_of(settings: Settings) -> Editors:
 
 def is_editor(request: Request, principal: str) -> bool:
     """Whether this request may commit the agent: editing is on, and its principal is an
-    editor or it carries the editor token."""
+    editor (named by ``editors``, or granted the ``editor`` role by its authenticator) or
+    it carries the editor token."""
     store: AgentStore | None = getattr(request.app.state, "agents", None)
     if store is None or not store.editable:
         return False
-    if store.editors.includes(principal):
+    if store.editors.includes(principal) or "editor" in roles_of(request):
         return True
     settings: Settings = request.app.state.settings
     given = request.headers.get(EDITOR_TOKEN_HEADER)

@@ -7,6 +7,7 @@ the encoder; SSE framing happens in :mod:`parkway.transport.aisdk.streaming` alo
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ from parkway.transport.api.requests import (
     runner_of,
 )
 from parkway.transport.api.sessions import SessionAuthenticator
+from parkway.transport.api.throttle import SessionThrottle
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 
@@ -369,7 +371,22 @@ async def create_session(request: Request) -> Response:
     authenticator = request.app.state.authenticator
     settings: Settings = request.app.state.settings
     if not isinstance(authenticator, SessionAuthenticator):
-        raise HTTPError(404, "not_found", "this server does not issue sessions")
+        raise HTTPError(
+            404,
+            "not_found",
+            "this server does not issue sessions: it authenticates requests another way "
+            "(auth setting: a bearer JWT or a proxy's header; docs/security.md)",
+        )
+    throttle: SessionThrottle | None = request.app.state.session_throttle
+    if throttle is not None:
+        wait = throttle.take(request.app.state.proxies.client_of(request))
+        if wait > 0:
+            raise HTTPError(
+                429,
+                "too_many_sessions",
+                "too many sessions from this address; try again later",
+                headers={"retry-after": str(max(1, math.ceil(wait)))},
+            )
     if request.headers.get("content-length") not in (None, "0"):
         try:
             SessionRequest.model_validate(await read_json(request))

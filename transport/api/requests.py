@@ -38,6 +38,7 @@ from parkway.runner.canonical import has_long_digit_run
 from parkway.runner.engine import Runner
 from parkway.runner.ops import logcontext
 from parkway.runner.store import check_chat_id
+from parkway.transport.auth import identity_of
 from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
@@ -47,6 +48,7 @@ __all__ = [
     "parse_json",
     "principal_of",
     "read_json",
+    "roles_of",
     "runner_of",
 ]
 
@@ -89,18 +91,36 @@ def chat_id_of(request: Request, name: str = "chat_id") -> str:
 
 
 def principal_of(request: Request) -> str:
-    """The request's principal, or 401. It is bound to the log context (as a hash), so
-    the request's log lines, its access line and the runs it starts name it."""
-    principal = request.app.state.authenticator.authenticate(request)
-    if principal is None:
+    """The request's principal, or 401. Its roles go to ``request.state.roles`` (see
+    :func:`roles_of`). It is bound to the log context (as a hash), so the request's log
+    lines, its access line and the runs it starts name it."""
+    identity = identity_of(request.app.state.authenticator.authenticate(request))
+    if identity is None:
+        hint = getattr(request.app.state, "unauthenticated_hint", None)
         raise HTTPError(
             401,
             "unauthenticated",
-            "no valid session: POST /api/sessions first, then send "
+            hint
+            or "no valid session: POST /api/sessions first, then send "
             "the cookie or 'Authorization: Bearer <token>'",
         )
-    logcontext.bind(principal=str(principal))
-    return str(principal)
+    request.state.principal = identity.principal
+    request.state.roles = identity.roles
+    logcontext.bind(principal=identity.principal)
+    return identity.principal
+
+
+def roles_of(request: Request) -> frozenset[str]:
+    """The request's roles: its authenticator's, and ``editor`` for a principal the
+    ``editors`` setting names (``*`` names everyone). 401 without an identity."""
+    if getattr(request.state, "roles", None) is None:  # not resolved yet
+        principal_of(request)
+    principal: str = request.state.principal
+    roles: frozenset[str] = request.state.roles
+    editors: tuple[str, ...] = request.app.state.settings.editors
+    if principal in editors or "*" in editors:
+        roles |= {"editor"}
+    return roles
 
 
 def _invalid_json(reason: str) -> HTTPError:

@@ -32,7 +32,17 @@ from typing import Protocol
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import HTTPConnection
 
-__all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator"]
+from parkway.transport.auth import (
+    HeaderAuthenticator,
+    Identity,
+    JwtAuthenticator,
+    KeySource,
+    TrustedProxies,
+    load_public_key,
+)
+from parkway.transport.settings import Settings, SettingsError
+
+__all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator", "authenticator_from"]
 
 #: The unscoped name (older servers set it; still read) and the scoped names' prefix.
 COOKIE_NAME = "parkway_session"
@@ -43,9 +53,12 @@ _TOKEN_SHAPE = re.compile(r"\.?[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
 class Authenticator(Protocol):
-    """Resolves a request to a principal id, or None when it carries no valid identity."""
+    """Resolves a request to a principal id (or an :class:`Identity`, which adds roles),
+    or None when it carries no valid identity. Called on the event loop: it must not
+    block (an authenticator that needs I/O does it beforehand, see
+    :mod:`parkway.transport.auth`)."""
 
-    def authenticate(self, conn: HTTPConnection) -> str | None: ...
+    def authenticate(self, conn: HTTPConnection) -> str | Identity | None: ...
 
 
 class SessionAuthenticator:
@@ -89,3 +102,45 @@ class SessionAuthenticator:
             return self.verify(header[7:].strip())
         cookie = conn.cookies.get(self.cookie_name) or conn.cookies.get(COOKIE_NAME)
         return self.verify(cookie) if cookie else None
+
+
+def authenticator_from(settings: Settings) -> Authenticator:
+    """The authenticator the ``auth`` setting chooses (:meth:`Settings.resolve_auth`:
+    anonymous sessions by default on a local playground only)."""
+    mode = settings.resolve_auth()
+    if mode == "jwt":
+        assert settings.jwt_issuer is not None  # (the settings' own check)
+        assert settings.jwt_audience is not None
+        if settings.jwt_public_key is not None:
+            try:
+                key = load_public_key(settings.jwt_public_key)
+            except (OSError, ValueError) as exc:
+                raise SettingsError(
+                    f"jwt_public_key (PARKWAY_JWT_PUBLIC_KEY): cannot read a key: {exc}"
+                ) from None
+            keys = KeySource(key=key)
+        else:
+            keys = KeySource(
+                jwks_url=settings.jwt_jwks_url,
+                ttl_s=settings.jwt_jwks_ttl_s,
+                timeout_s=settings.jwt_jwks_timeout_s,
+                refetch_s=settings.jwt_jwks_refetch_s,
+            )
+        return JwtAuthenticator(
+            keys,
+            issuer=settings.jwt_issuer,
+            audience=settings.jwt_audience,
+            algorithms=settings.jwt_algorithms,
+            leeway_s=settings.jwt_leeway_s,
+            principal_claim=settings.jwt_principal_claim,
+            roles_claim=settings.jwt_roles_claim,
+            cookie=settings.jwt_cookie,
+        )
+    if mode == "header":
+        assert settings.auth_header is not None
+        return HeaderAuthenticator(
+            settings.auth_header,
+            TrustedProxies(settings.trusted_proxies),
+            roles_header=settings.auth_roles_header,
+        )
+    return SessionAuthenticator(settings.resolve_secret().get_secret_value())

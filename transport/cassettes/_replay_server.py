@@ -110,6 +110,10 @@ class ServerProcess:
         paths = [*self.import_paths, os.getcwd(), env.get("PYTHONPATH")]
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         env["PARKWAY_SECRET_KEY"] = self.secret_key
+        # A private loopback server only the replay talks to: anonymous sessions, as many
+        # as the cassette's exchanges need (docs/security.md, "Identities").
+        env["PARKWAY_AUTH"] = "anonymous"
+        env["PARKWAY_SESSIONS_PER_MINUTE"] = "0"
         env.update(self.env)
         return env
 

@@ -193,6 +193,8 @@ _AGENT = [
             ),
             404: "not_found: this server's authenticator issues no sessions",
             422: "invalid_body: send an empty JSON object or no body",
+            429: "too_many_sessions: this address minted its allowance of sessions; "
+            "Retry-After says when to try again (auth=anonymous outside a local playground)",
         },
         body=SessionRequest,
         auth=False,

@@ -106,8 +106,11 @@ class ConnectFlow:
         return f"{self.base_url}{self.prefix}/connect/{provider.name}/callback"
 
     def _principal(self, request: Request) -> str | None:
-        principal = request.app.state.authenticator.authenticate(request)
-        if principal is None:
+        found = request.app.state.authenticator.authenticate(request)
+        # a principal string, or an identity carrying one (transport's Identity: this
+        # package does not import transport, so it is read by its attribute)
+        principal = getattr(found, "principal", found)
+        if not principal:
             return None
         logcontext.bind(principal=str(principal))  # the request's log lines name it (hashed)
         return str(principal)

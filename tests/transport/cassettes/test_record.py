@@ -122,7 +122,7 @@ async def test_serve_records_any_clients_chat_and_it_replays_cold(
     agent = _project(tmp_path)
     target = tmp_path / "cassettes" / "chat.cassette.json"
     server = Recording(
-        tmp_path, "serve", "--record", str(target), "--agent", str(agent),
+        tmp_path, "serve", "--auth", "anonymous", "--record", str(target), "--agent", str(agent),
         "--redis-url", redis_url, python=("-X", "importtime"),
     )  # fmt: skip
     recordings.append(server)
@@ -172,7 +172,7 @@ async def test_a_stream_passes_at_once_and_sigkill_leaves_a_valid_cassette(
     holding.mkdir()
     target = tmp_path / "chat.cassette.json"
     server = Recording(
-        tmp_path, "serve", "--record", str(target), "--agent", str(agent),
+        tmp_path, "serve", "--auth", "anonymous", "--record", str(target), "--agent", str(agent),
         "--redis-url", redis_url, env={"HOLD_DIR": str(holding)},
     )  # fmt: skip
     recordings.append(server)
@@ -220,7 +220,7 @@ def test_once_refuses_an_existing_cassette(tmp_path: Path) -> None:
     target = tmp_path / "chat.cassette.json"
     target.write_text("{}")
     result = subprocess.run(
-        [sys.executable, "-m", "parkway.transport.cli", "serve", "--record", str(target),
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--record", str(target),
          "--agent", str(agent)],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -73,7 +73,7 @@ def _record(project: Path, redis_url: str) -> None:
     run from the project root, as a user would."""
     port = free_port()
     server = subprocess.Popen(
-        [str(BIN / "parkway"), "serve", "--agent", "agents/agent.json", "--port", str(port),
+        [str(BIN / "parkway"), "serve", "--auth", "anonymous", "--agent", "agents/agent.json", "--port", str(port),
          "--redis-url", redis_url, "--log-level", "warning"],
         cwd=project, env=_env(PARKWAY_SECRET_KEY=TEST_SECRET), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
@@ -295,7 +295,7 @@ def test_serve_stopped_by_a_signal_leaves_no_copy_of_the_guest_files(
     temp.chmod(0o1777)
     short_tmp.chmod(0o711)
     server = subprocess.Popen(
-        [sys.executable, "-m", "parkway.transport.cli", "serve", "--port", str(free_port()),
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--port", str(free_port()),
          "--redis-url", redis_url, "--log-level", "warning"],
         cwd=short_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_env(TMPDIR=str(temp), PYTHONPATH=str(private_install),
