@@ -222,6 +222,9 @@ class ServerThread:
         # ... where every session is an editor (a shared Redis is no local playground,
         # so they are named: "*").
         settings.setdefault("editors", ("*",))
+        # ... and where the requester approves their own code, as on a local playground
+        # (tests of approvals by others set code_self_approval=None or False).
+        settings.setdefault("code_self_approval", True)
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=SecretStr(TEST_SECRET),
