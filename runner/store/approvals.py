@@ -20,6 +20,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from parkway.runner.errors import CallerError
 from parkway.runner.parking import ParkedCall, decode_call, may_answer
@@ -72,6 +73,11 @@ def _parse_cursor(cursor: str) -> tuple[int, str]:
         raise bad from None
 
 
+def _pairs(raw: Any) -> list[tuple[str, int]]:
+    """A ``WITHSCORES`` reply as (member, score) pairs."""
+    return [(as_text(pair[0]), int(pair[1])) for pair in raw]
+
+
 class ApprovalIndex:
     """``pw:approvals``, read for one approver at a time."""
 
@@ -122,18 +128,17 @@ class ApprovalIndex:
             raw = await self.redis.zrevrangebyscore(
                 APPROVALS, "+inf", "-inf", start=0, num=_BATCH, withscores=True
             )
-            return [(as_text(m), int(s)) for m, s in raw]
+            return _pairs(raw)
         score, member = after
         raw = await self.redis.zrevrangebyscore(
             APPROVALS, score, "-inf", start=0, num=_BATCH, withscores=True
         )
-        out = [(as_text(m), int(s)) for m, s in raw]
-        out = [(m, s) for m, s in out if s < score or m < member]
+        out = [(m, s) for m, s in _pairs(raw) if s < score or m < member]
         if not out and len(raw) == _BATCH:  # a whole batch at one score: step past it
             raw = await self.redis.zrevrangebyscore(
                 APPROVALS, f"({score}", "-inf", start=0, num=_BATCH, withscores=True
             )
-            out = [(as_text(m), int(s)) for m, s in raw]
+            out = _pairs(raw)
         return out
 
     async def _calls(self, batch: Sequence[tuple[str, int]]) -> list[ParkedCall | None]:

@@ -280,6 +280,9 @@ class ParkwayProcess:
             **os.environ,
             "PARKWAY_SECRET_KEY": TEST_SECRET,
             "PYTHONPATH": str(ROOT),
+            # the requester approves their own code, as on a local playground (as
+            # ServerThread's servers do)
+            "PARKWAY_CODE_SELF_APPROVAL": "1",
             **self.extra_env,
         }
         self.proc = subprocess.Popen(
