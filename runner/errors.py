@@ -8,6 +8,7 @@ The tree::
     │   ├── NotPlainJSONError         a value that must be plain JSON is not
     │   ├── InvalidOutcomeError       an outcome that the call's kind or schema does not allow
     │   ├── OutcomeNotAllowedError    an outcome this settler may not record (403)
+    │   ├── ApprovalByOthersError     the requester answers an approval someone else must (403)
     │   ├── EditingDisabledError      agent editing is off on this server (403)
     │   ├── ChatNotFoundError         no such chat, or not the caller's (callers cannot tell)
     │   ├── CallNotFoundError         no such parked call in the chat
@@ -45,6 +46,7 @@ from typing import Any
 
 __all__ = [
     "AnswerMismatchError",
+    "ApprovalByOthersError",
     "ArtifactNotFoundError",
     "CallNotFoundError",
     "CallerError",
@@ -92,6 +94,13 @@ class InvalidOutcomeError(CallerError):
 
 class OutcomeNotAllowedError(CallerError):
     code = "outcome_not_allowed"
+
+
+class ApprovalByOthersError(CallerError):
+    """The call is an approval its policy leaves to someone else (a role the caller
+    lacks, or no self-approval), and the caller requested it: refused, never matched."""
+
+    code = "approval_by_others"
 
 
 class EditingDisabledError(CallerError):

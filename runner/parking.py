@@ -23,17 +23,23 @@ from parkway.runner.errors import IncompatibleStateError
 from parkway.runner.validation import describe_first_error
 
 __all__ = [
+    "APPROVER_ROLE",
     "RECORD_VERSION",
     "CallCache",
     "CallKind",
     "ParkedCall",
     "decode_call",
     "encode_call",
+    "may_answer",
 ]
 
 RECORD_VERSION = 1
 
 CallKind = Literal["client", "approval"]
+
+# The role that answers an approval whose policy forbids self-approval without naming a
+# role: "someone other than the requester" must still be someone the operator trusts.
+APPROVER_ROLE = "approver"
 
 
 class _Record(BaseModel):
@@ -57,6 +63,9 @@ class _Record(BaseModel):
     edit_schema: dict[str, Any] | None = None
     auto_resume: bool = False
     trace: str | None = None
+    approvers: str | None = None
+    self_approval: bool = True
+    requester: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,23 @@ class ParkedCall:
     # The W3C traceparent of the run that parked the call, when tracing is on: the
     # resume and the settles of the call continue its trace (runner/ops/telemetry.py).
     trace: str | None = None
+    # An approval answered by someone other than the chat's owner (its policy, written
+    # at park): the role its answerer must hold, whether the requester may answer it
+    # too, and who requested it (the chat's owner). ``approvers`` is None for every
+    # other call: the chat's owner answers it, as always.
+    approvers: str | None = None
+    self_approval: bool = True
+    requester: str | None = None
     outcome: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> Literal["pending", "settled"]:
         return "pending" if self.outcome is None else "settled"
+
+    @property
+    def for_others(self) -> bool:
+        """Whether someone other than the chat's owner may (or must) answer it."""
+        return self.kind == "approval" and self.approvers is not None
 
     def with_outcome(self, outcome: Mapping[str, Any] | None) -> ParkedCall:
         return ParkedCall(**{**self.__dict__, "outcome": outcome})
@@ -123,6 +144,11 @@ def encode_call(call: ParkedCall) -> str:
         record["description"] = call.description
     if call.auto_resume:
         record["auto_resume"] = True
+    if call.approvers is not None:
+        record["approvers"] = call.approvers
+        record["requester"] = call.requester
+        if not call.self_approval:
+            record["self_approval"] = False
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -163,8 +189,30 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         edit_schema=rec.edit_schema,
         auto_resume=rec.auto_resume,
         trace=rec.trace,
+        approvers=rec.approvers,
+        self_approval=rec.self_approval,
+        requester=rec.requester,
         outcome=json.loads(outcome) if outcome is not None else None,
     )
+
+
+def may_answer(
+    call: ParkedCall, principal: str, roles: frozenset[str], owner: str
+) -> Literal["yes", "self", "no"]:
+    """Whether ``principal`` (holding ``roles``; ``owner`` owns the call's chat) may
+    answer ``call``: ``"yes"``; ``"self"`` when they requested an approval that someone
+    else must answer (a clear refusal: they can see the call, and must be told why
+    their answer is not taken); ``"no"`` when the call is none of theirs (it reads as
+    missing). Decided by the call's own record, which never changes, so any worker
+    decides the same."""
+    if not call.for_others:
+        return "yes" if principal == owner else "no"
+    requester = call.requester or owner
+    if call.approvers in roles:
+        if principal == requester and not call.self_approval:
+            return "self"
+        return "yes"
+    return "self" if principal == owner else "no"
 
 
 class CallCache:

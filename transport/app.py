@@ -48,6 +48,7 @@ from parkway.transport.api import (
     SessionThrottle,
     agent_routes,
     api_routes,
+    approval_routes,
     authenticator_from,
     code_mode_from,
     code_routes,
@@ -55,6 +56,7 @@ from parkway.transport.api import (
     healthz,
     metrics_routes,
     readyz,
+    separate_approvals,
     warn_of_drift,
 )
 from parkway.transport.auth import (
@@ -345,6 +347,9 @@ async def _start_serving(
             artifact_threshold_bytes=settings.artifact_threshold_bytes,
             log_keep_s=settings.log_keep_s,
             audit_keep_s=settings.audit_keep_s,
+            # code is approved by someone other than its requester, but where the one
+            # user is the operator (a local playground) or the operator says otherwise
+            separate_approvals=separate_approvals(settings),
             # half the pool for followers' reads, the rest kept for the runs
             follower_reads=max(1, settings.redis_max_connections // 2),
         ),
@@ -509,6 +514,7 @@ def create_app(
     app = Starlette(
         routes=[
             *api_routes(),
+            *approval_routes(),
             *agent_routes(),
             *code_routes(),
             Route("/healthz", healthz, methods=["GET"]),

@@ -195,6 +195,11 @@ def _serve_options(serve: argparse.ArgumentParser, *, agent_required: bool = Fal
         "playground only), bearer JWTs, or a trusted proxy's header. See docs/security.md",
     )
     serve.add_argument(
+        "--approvers",
+        help="principals holding the 'approver' role, comma-separated: they answer "
+        "approvals left to someone other than the requester (see docs/security.md)",
+    )
+    serve.add_argument(
         "--record-mode",
         choices=["once", "all"],
         help="with a cassette to record: once (default) refuses an existing cassette, all "

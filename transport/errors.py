@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from parkway.runner.errors import (
     AnswerMismatchError,
+    ApprovalByOthersError,
     ArtifactNotFoundError,
     CallerError,
     CallNotFoundError,
@@ -77,7 +78,7 @@ def redis_unavailable() -> HTTPError:
 def status_for(exc: ParkwayError) -> int:
     if isinstance(exc, ChatNotFoundError | CallNotFoundError | ArtifactNotFoundError):
         return 404
-    if isinstance(exc, OutcomeNotAllowedError | EditingDisabledError):
+    if isinstance(exc, OutcomeNotAllowedError | EditingDisabledError | ApprovalByOthersError):
         return 403
     if isinstance(exc, AnswerMismatchError):
         return 409

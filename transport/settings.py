@@ -66,6 +66,7 @@ _FLAGS = {
     "public_url": "--public-url",
     "oauth_providers": "--oauth-providers",
     "editors": "--editors",
+    "approvers": "--approvers",
     "metrics": "--metrics",
     "metrics_port": "--metrics-port",
     "tracing": "--tracing",
@@ -278,6 +279,11 @@ class Settings(BaseSettings):
     # -- agent editors: principals named by the operator, or holders of the editor token
     editors: Names = ()
     editor_token: SecretSetting | None = None
+    # -- approvals by someone other than the requester (docs/security.md): principals
+    # holding the "approver" role; whether execute_code and save_function may be approved
+    # by their requester (unset: only on a local playground)
+    approvers: Names = ()
+    code_self_approval: Switch | None = None
     # -- code mode (docs/code-mode.md): the sandbox of execute_code, artifacts
     sandbox: Literal["bwrap", "unconfined", "off"] = "bwrap"
     sandbox_bwrap: str = "bwrap"
@@ -384,7 +390,7 @@ class Settings(BaseSettings):
     def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_origin(origin) for origin in origins if origin.strip())
 
-    @field_validator("editors")
+    @field_validator("editors", "approvers")
     @classmethod
     def _editor_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(name.strip() for name in names if name.strip())

@@ -131,6 +131,11 @@ def describe_call(
     if call.kind == "approval":
         descriptor["approvalId"] = call.approval_id
         descriptor["allowEdits"] = call.allow_edits
+    if call.for_others:
+        # who answers it (docs/security.md, "Approvals by others"): a playground shows
+        # the requester "waiting for an approver" rather than buttons it would refuse
+        descriptor["approvers"] = call.approvers
+        descriptor["selfApproval"] = call.self_approval
     if kind == "connect" and call.tool_name == REQUEST_CONNECTION and isinstance(call.input, dict):
         provider = str(call.input.get("provider") or "")
         descriptor["provider"] = provider

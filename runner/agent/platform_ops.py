@@ -38,6 +38,10 @@ class PlatformOp:
     # What a parked call of the op carries from its template for its widget (the
     # template document -> the call's ``render``), e.g. execute_code's sandbox section.
     render: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    # Whether, where the runner separates approvals (RunnerConfig.separate_approvals: any
+    # server but a local playground), someone other than the requester approves it
+    # unless its template entry says ``"self_approval": true``: ops that run code.
+    others_approve: bool = False
 
 
 PLATFORM_OPS: dict[str, PlatformOp] = {}

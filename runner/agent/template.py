@@ -38,6 +38,8 @@ __all__ = ["AgentTemplate", "ToolSpec", "load_template", "load_template_json"]
 
 TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+# A role an approval may require (``"approvers": "approver"``): roles are plain names.
+ROLE_NAME = r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$"
 
 ToolKind = Literal["function", "client", "platform"]
 
@@ -58,6 +60,8 @@ class FunctionToolEntry(_Entry):
     description: str = ""
     input_schema: dict[str, Any] | None = None
     needs_approval: bool | str = False
+    approvers: str | None = Field(default=None, pattern=ROLE_NAME)
+    self_approval: bool | None = None
     allow_edits: bool = False
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     deadline_s: float | None = Field(default=None, gt=0)
@@ -77,6 +81,8 @@ class PlatformToolEntry(_Entry):
     type: Literal["platform"]
     op: str
     needs_approval: bool | str | None = None
+    approvers: str | None = Field(default=None, pattern=ROLE_NAME)
+    self_approval: bool | None = None
     deadline_s: float | None = Field(default=None, gt=0)
 
 
@@ -92,6 +98,12 @@ class ToolSpec:
     needs_approval: bool = False
     approval_policy: str | None = None
     denied_by_policy: bool = False
+    # Who answers its approval (runner/parking.py, may_answer): a role (``approvers``),
+    # and whether the requester may (``self_approval``; None = not said: the default,
+    # which ``others_approve`` turns off where the runner separates approvals).
+    approvers: str | None = None
+    self_approval: bool | None = None
+    others_approve: bool = False
     allow_edits: bool = False
     render: Mapping[str, Any] | None = None
     ref: str | None = None
@@ -181,6 +193,19 @@ def _approval(needs_approval: bool | str) -> tuple[bool, str | None, bool]:
     return bool(needs_approval), policy, False
 
 
+def _answerers(
+    asks: bool, approvers: str | None, self_approval: bool | None
+) -> tuple[str | None, bool | None]:
+    """A tool entry's ``approvers`` and ``self_approval``, which only a tool that asks
+    for approval may have (on any other they would silently mean nothing)."""
+    if not asks and (approvers is not None or self_approval is not None):
+        raise ValueError(
+            "approvers and self_approval apply only to a tool that needs approval "
+            "(needs_approval true or 'ask')"
+        )
+    return approvers, self_approval
+
+
 def _check_schema(schema: Mapping[str, Any], what: str) -> None:
     try:
         Draft202012Validator.check_schema(schema)
@@ -196,6 +221,7 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         schema = fn_entry.input_schema or getattr(func, "input_schema", None) or ANY_OBJECT
         _check_schema(schema, "input_schema")
         asks, policy, denied = _approval(fn_entry.needs_approval)
+        approvers, self_approval = _answerers(asks, fn_entry.approvers, fn_entry.self_approval)
         return ToolSpec(
             name=fn_entry.name,
             kind="function",
@@ -204,6 +230,8 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             needs_approval=asks,
             approval_policy=policy,
             denied_by_policy=denied,
+            approvers=approvers,
+            self_approval=self_approval,
             allow_edits=fn_entry.allow_edits,
             ref=fn_entry.ref,
             timeout_s=fn_entry.timeout_s,
@@ -236,6 +264,7 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             raise ValueError(f"unknown platform op {pl_entry.op!r} (known: {known})")
         approval = op.needs_approval if pl_entry.needs_approval is None else pl_entry.needs_approval
         asks, policy, denied = _approval(approval)
+        approvers, self_approval = _answerers(asks, pl_entry.approvers, pl_entry.self_approval)
         return ToolSpec(
             name=op.name,
             kind="platform",
@@ -244,6 +273,9 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             needs_approval=asks,
             approval_policy=policy,
             denied_by_policy=denied,
+            approvers=approvers,
+            self_approval=self_approval,
+            others_approve=op.others_approve,
             deadline_s=pl_entry.deadline_s,
             timeout_s=op.timeout_s,
             allow_edits=op.allow_edits,

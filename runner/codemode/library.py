@@ -223,6 +223,8 @@ SAVE_FUNCTION = PlatformOp(
     },
     func=save_function,
     needs_approval="ask",
+    # saved code runs in later execute_code calls: approved like code (platform_ops.py)
+    others_approve=True,
     allow_edits=True,
 )
 

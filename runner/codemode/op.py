@@ -235,6 +235,8 @@ EXECUTE_CODE = PlatformOp(
     needs_approval="ask",
     allow_edits=True,
     render=_template_sandbox,
+    # code written by a model: on a shared server, a second human approves it
+    others_approve=True,
     # the wall clock tops out at 60 s; the rest is the human-free part of the call
     timeout_s=90.0,
 )

@@ -149,7 +149,12 @@ class StepDriver:
         state, emit = supervisor.state, supervisor.emit
         watch = Stopwatch()
         sorted_calls = triage(
-            calls, state.template, self.config, message_id=state.message_id, now=self.clock()
+            calls,
+            state.template,
+            self.config,
+            message_id=state.message_id,
+            now=self.clock(),
+            requester=state.principal,
         )
         state.unsaved.extend(sorted_calls.refused)
         parked, to_run = sorted_calls.parked, sorted_calls.to_run

@@ -124,6 +124,11 @@ def record_outcomes(
     approved: list[tuple[ParkedCall, Any]] = []
     for call in calls:
         outcome = call.outcome or SUPERSEDED
+        decider = outcome.get("by")
+        if emit is not None and call.for_others and isinstance(decider, str):
+            # An approval someone else answered: the requester's stream says who.
+            data = {"toolCallId": call.tool_call_id, "outcome": outcome["outcome"], "by": decider}
+            emit(DataPublished("parkway-decision", data, part_id=call.tool_call_id))
         if call.kind == "approval" and outcome["outcome"] == "approved":
             approved.append((call, outcome.get("input", call.input)))
             continue

@@ -37,6 +37,10 @@ class RunnerConfig:
     approval_deadline_s: float = 15 * 60
     client_deadline_s: float = 15 * 60
     connection_deadline_s: float = 10 * 60
+    # Whether ops that run code (execute_code, save_function) are approved by someone
+    # other than the requester unless their entry allows self-approval: on any server but
+    # a local playground, whose one user is the operator (runner/engine/triage.py).
+    separate_approvals: bool = False
     follow_quiet_s: float = 5.0  # a follower's read and liveness check without wake-ups
     # How long the event log keeps a run that ended (it is replayable from the history;
     # a follower still reading it has this long): runner/store/scripts.py, log_append.

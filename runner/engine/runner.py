@@ -55,6 +55,7 @@ from parkway.runner.outcomes import SUPERSEDED
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import (
     SCHEMA_VERSION,
+    ApprovalPage,
     ArtifactStore,
     ChatRecord,
     ChatStore,
@@ -203,6 +204,7 @@ class Runner:
         user_message_id: str | None = None,
         template: AgentTemplate | None = None,
         answers: Sequence[Answer] = (),
+        roles: frozenset[str] = frozenset(),
     ) -> Run:
         """Start a new turn with a user message.
 
@@ -211,8 +213,8 @@ class Runner:
         already answered keep their outcome (an approved call runs before the turn).
         ``answers`` that come with the message (an AI SDK client resends its tool
         outputs with every message) settle what they answer before that, as
-        :meth:`answer` would; the claim itself says whether any call is pending, so
-        while none is they cost no round trip.
+        :meth:`answer` would (``roles``: the principal's); the claim itself says whether
+        any call is pending, so while none is they cost no round trip.
         """
         self._refuse_if_closing()
         keys = chat_keys(chat_id)
@@ -242,7 +244,7 @@ class Runner:
             if claim == "agent_moved":  # an editor committed since this worker read it
                 template, head = await self._head_template(fresh=True)
             else:  # calls are pending: the answers settle theirs first
-                await self.answer(chat_id, principal, answers)
+                await self.answer(chat_id, principal, answers, roles=roles)
                 answers_first = False
         state = RunState(
             keys=keys,
@@ -312,7 +314,12 @@ class Runner:
         )
 
     async def answer_and_resume(
-        self, chat_id: str, principal: str, answers: Sequence[Answer]
+        self,
+        chat_id: str,
+        principal: str,
+        answers: Sequence[Answer],
+        *,
+        roles: frozenset[str] = frozenset(),
     ) -> tuple[AnswerReport, Run | None]:
         """Settle the pending calls ``answers`` answer and, when none is left pending,
         resume the chat (the AI SDK path: a client sends tool outputs and reads the run's
@@ -352,7 +359,7 @@ class Runner:
                     claimed_at=claimed_at,
                 )
                 return AnswerReport(plan.call_ids, 0), run
-        report = await self.answer(chat_id, principal, answers)
+        report = await self.answer(chat_id, principal, answers, roles=roles)
         if report.pending:
             return report, None
         return report, await self.resume(chat_id, principal, skip_echo=frozenset(report.settled))
@@ -425,14 +432,26 @@ class Runner:
         outcome: Mapping[str, Any],
         *,
         by: Literal["client", "server"] = "client",
+        roles: frozenset[str] = frozenset(),
     ) -> SettleResult:
-        """Record the outcome of one parked call (:meth:`Settling.settle`)."""
+        """Record the outcome of one parked call (:meth:`Settling.settle`); ``roles``
+        are the principal's, as the transport resolved them (who may answer an approval
+        for someone else)."""
         with logcontext.bound(chat_id=chat_id, call_id=tool_call_id):
-            return await self.settling.settle(chat_id, principal, tool_call_id, outcome, by=by)
+            return await self.settling.settle(
+                chat_id, principal, tool_call_id, outcome, by=by, roles=roles
+            )
 
-    async def answer(self, chat_id: str, principal: str, answers: Sequence[Answer]) -> AnswerReport:
+    async def answer(
+        self,
+        chat_id: str,
+        principal: str,
+        answers: Sequence[Answer],
+        *,
+        roles: frozenset[str] = frozenset(),
+    ) -> AnswerReport:
         """Settle the pending calls that ``answers`` answer (:meth:`Settling.answer`)."""
-        return await self.settling.answer(chat_id, principal, answers)
+        return await self.settling.answer(chat_id, principal, answers, roles=roles)
 
     def resume_in_background(self, chat_id: str) -> None:
         """Resume a settled chat on this worker without a client request ("auto" resume
@@ -470,9 +489,31 @@ class Runner:
             raise ChatNotFoundError("no such chat")
         return await self.store.request_stop(keys)
 
-    async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
-        """One parked call with its outcome (for a widget watching its status)."""
-        return await self.settling.call(chat_id, principal, tool_call_id)
+    async def call(
+        self,
+        chat_id: str,
+        principal: str,
+        tool_call_id: str,
+        *,
+        roles: frozenset[str] = frozenset(),
+    ) -> ParkedCall:
+        """One parked call with its outcome (for a widget watching its status, or an
+        approver reading an approval it may answer)."""
+        return await self.settling.call(chat_id, principal, tool_call_id, roles=roles)
+
+    async def approvals(
+        self,
+        principal: str,
+        roles: frozenset[str],
+        *,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> ApprovalPage:
+        """The pending approvals, across chats, that ``principal`` (holding ``roles``)
+        may answer, newest first, a page after the cursor ``after``."""
+        return await self.store.approvals.page(
+            principal, roles, now=self.clock(), limit=limit, after=after
+        )
 
     async def chat(self, chat_id: str, principal: str) -> ChatRecord:
         """Everything stored for the chat. Another principal's chat reads as missing."""

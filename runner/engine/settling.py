@@ -24,6 +24,7 @@ from parkway.runner.canonical import canonical_json, parked_call_key
 from parkway.runner.engine.run import Run
 from parkway.runner.errors import (
     AnswerMismatchError,
+    ApprovalByOthersError,
     CallNotFoundError,
     ChatBusyError,
     ChatNotFoundError,
@@ -35,7 +36,7 @@ from parkway.runner.errors import (
 )
 from parkway.runner.ops import CALLS_SETTLED, settle_span
 from parkway.runner.outcomes import normalize_outcome
-from parkway.runner.parking import ParkedCall
+from parkway.runner.parking import ParkedCall, may_answer
 from parkway.runner.store import AuditSource, ChatKeys, ChatStore, chat_keys, settle_audit
 
 __all__ = [
@@ -151,12 +152,18 @@ class Settling:
         *,
         by: Literal["client", "server"] = "client",
         source: AuditSource | None = None,
+        roles: frozenset[str] = frozenset(),
     ) -> SettleResult:
         """Record the outcome of one parked call. The first writer wins; an identical
         repeat returns the same result, a different one raises
         :class:`SettleConflictError` carrying the winner's outcome. The winner's audit
         entry names ``principal`` and ``source`` (by default ``browser`` for a client's
         settle, ``server`` for the server's).
+
+        A client (``principal``, holding ``roles``) settles a call of its own chat, or
+        an approval whose policy lets it answer (:func:`may_answer`); such an approval's
+        requester is refused with :class:`ApprovalByOthersError`, and its outcome names
+        who decided (``by``).
 
         One round trip when this worker knows the call's record (it parked the call, or
         read it lately): the outcome is judged by the record, and SETTLE checks the
@@ -165,6 +172,13 @@ class Settling:
         keys = chat_keys(chat_id)
         source = source or ("browser" if by == "client" else "server")
         known = self.store.known_calls.recall(chat_id, tool_call_id)
+        if known is not None and known.for_others and by == "client":
+            # The record (immutable) names the requester, who owns the chat: it decides.
+            self._check_answerer(known, principal, roles, known.requester or "")
+            with settle_span(known, source):
+                return await self._settle_one(
+                    keys, known, outcome, by=by, who=principal, source=source, signer=principal
+                )
         if known is not None:
             try:
                 normalized = normalize_outcome(
@@ -184,19 +198,57 @@ class Settling:
                         who=principal,
                         source=source,
                     )
-        call = await self.call(chat_id, principal, tool_call_id)
+        call = await self.call(chat_id, principal, tool_call_id, roles=roles)
+        signer = None
+        if call.for_others and by == "client":
+            self._check_answerer(call, principal, roles, call.requester or "")
+            signer = principal
         with settle_span(call, source):
-            return await self._settle_one(keys, call, outcome, by=by, who=principal, source=source)
+            return await self._settle_one(
+                keys, call, outcome, by=by, who=principal, source=source, signer=signer
+            )
 
-    async def call(self, chat_id: str, principal: str, tool_call_id: str) -> ParkedCall:
-        """One parked call of ``principal``'s chat, with its outcome. Another principal's
-        chat reads as missing."""
+    async def call(
+        self,
+        chat_id: str,
+        principal: str,
+        tool_call_id: str,
+        *,
+        roles: frozenset[str] = frozenset(),
+    ) -> ParkedCall:
+        """One parked call of ``principal``'s chat, with its outcome; or an approval of
+        another chat that ``principal`` (holding ``roles``) may answer. Anything else
+        reads as missing."""
         owner, calls = await self.store.calls(chat_keys(chat_id), [tool_call_id])
-        if owner is None or owner != principal:
+        if owner is None:
+            raise ChatNotFoundError("no such chat")
+        if owner != principal and (
+            not calls or may_answer(calls[0], principal, roles, owner) != "yes"
+        ):
             raise ChatNotFoundError("no such chat")
         if not calls:
             raise CallNotFoundError(f"no parked call {tool_call_id!r} in this chat")
         return calls[0]
+
+    @staticmethod
+    def _check_answerer(
+        call: ParkedCall, principal: str, roles: frozenset[str], owner: str
+    ) -> None:
+        """Refuse a client that may not answer ``call``: its requester (403), anyone
+        else it is none of (the chat reads as missing)."""
+        verdict = may_answer(call, principal, roles, owner)
+        if verdict == "self":
+            who = (
+                "someone else"
+                if call.self_approval is False
+                else f"a principal with the role {call.approvers!r}"
+            )
+            raise ApprovalByOthersError(
+                f"call {call.tool_call_id!r} is an approval for {who} to answer; "
+                "its requester cannot answer it"
+            )
+        if verdict == "no":
+            raise ChatNotFoundError("no such chat")
 
     async def _settle_one(
         self,
@@ -207,14 +259,22 @@ class Settling:
         by: Literal["client", "server"],
         who: str,
         source: AuditSource,
+        signer: str | None = None,
     ) -> SettleResult:
+        """Settle ``call`` (read already, its owner or answerer checked). ``signer``: who
+        decides an approval answered for someone else; the outcome records it (``by``),
+        so every wire and the chat say who decided."""
         if call.outcome is not None:
             # Already settled: an identical repeat is fine; anything else conflicts.
-            if self._same(call, outcome, call.outcome):
+            if self._same(call, outcome, call.outcome, signer):
                 return SettleResult(call, fresh=False)
             raise SettleConflictError("the call is already settled", dict(call.outcome))
         normalized = normalize_outcome(call, outcome, by=by, max_bytes=self.max_output_bytes)
-        return await self._write(keys, call, outcome, normalized, "", by=by, who=who, source=source)
+        if signer is not None:
+            normalized["by"] = signer
+        return await self._write(
+            keys, call, outcome, normalized, "", by=by, who=who, source=source, signer=signer
+        )
 
     async def _write(
         self,
@@ -227,6 +287,7 @@ class Settling:
         by: Literal["client", "server"],
         who: str,
         source: AuditSource,
+        signer: str | None = None,
     ) -> SettleResult:
         """SETTLE ``normalized`` for ``call`` (in ``principal``'s chat, when given), and
         tell the listeners if this write won (its audit entry: ``who``, ``source``)."""
@@ -249,22 +310,30 @@ class Settling:
             return SettleResult(settled, fresh=True, pending=reply.pending)
         if reply.status in {"same", "conflict"}:
             existing = json.loads(reply.existing)
-            if reply.status == "same" or self._same(call, outcome, existing):
+            if reply.status == "same" or self._same(call, outcome, existing, signer):
                 return SettleResult(call.with_outcome(existing), fresh=False)
             raise SettleConflictError("the call is already settled", existing)
         if reply.status == "forbidden":
             raise ChatNotFoundError("no such chat")
         raise CallNotFoundError(f"no parked call {call.tool_call_id!r} in this chat")
 
-    def _same(self, call: ParkedCall, outcome: Mapping[str, Any], existing: Any) -> bool:
+    def _same(
+        self,
+        call: ParkedCall,
+        outcome: Mapping[str, Any],
+        existing: Any,
+        signer: str | None = None,
+    ) -> bool:
         """Whether ``outcome`` repeats the recorded ``existing`` one: identical as sent,
-        or once checked (as the server would record it)."""
+        or once checked (as the server would record it, signed by ``signer``)."""
         try:
             if canonical_json(dict(outcome)) == canonical_json(existing):
                 return True
             normalized = normalize_outcome(
                 call, outcome, by="server", max_bytes=self.max_output_bytes
             )
+            if signer is not None:
+                normalized["by"] = signer
             return canonical_json(normalized) == canonical_json(existing)
         except ParkwayError:
             return False
@@ -274,8 +343,14 @@ class Settling:
         chat_id: str,
         principal: str,
         answers: Sequence[Answer],
+        *,
+        roles: frozenset[str] = frozenset(),
     ) -> AnswerReport:
         """Settle the pending calls that ``answers`` answer; ignore the rest.
+
+        The answers come from the chat's owner (``principal``, holding ``roles``): one
+        that answers an approval its policy leaves to someone else is refused with
+        :class:`ApprovalByOthersError` before anything is settled.
 
         Matching: exact toolCallId first, then (for answers that allow it) parkedCallKey,
         first-in-first-out among identical pending calls. An answer that names a pending
@@ -292,10 +367,19 @@ class Settling:
         candidates = self._stand_ins(pending, answers)
         known = await self.store.existing_calls(keys, candidates) if candidates else set()
         matched = self._match(pending, answers, known)
+        for call, _ in matched:
+            if call.for_others:
+                self._check_answerer(call, principal, roles, owner)
         left: int | None = len(pending)
         for call, answer in matched:
             result = await self._settle_one(
-                keys, call, answer.outcome, by="client", who=principal, source="browser"
+                keys,
+                call,
+                answer.outcome,
+                by="client",
+                who=principal,
+                source="browser",
+                signer=principal if call.for_others else None,
             )
             left = result.pending  # SETTLE counts what is still pending; a repeat does not
         if left is None:
@@ -306,7 +390,8 @@ class Settling:
         """The answers matched against the chat's parked step as this worker parked it,
         and their outcomes judged, without reading anything; None when that is not
         possible (this worker did not park the step, an answer could stand in for
-        another call, or one is refused) and :meth:`answer` must decide instead."""
+        another call, one is refused, or one is an approval for someone else) and
+        :meth:`answer` must decide instead."""
         step = self.store.known_calls.step(chat_id)
         if step is None:
             return None
@@ -315,6 +400,8 @@ class Settling:
             if self._stand_ins(calls, answers):
                 return None
             matched = self._match(calls, answers, set())
+            if any(call.for_others for call, _ in matched):
+                return None  # who may answer it is for answer() to decide
             limit = self.max_output_bytes
             outcomes = [
                 (call, normalize_outcome(call, a.outcome, by="client", max_bytes=limit))

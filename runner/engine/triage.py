@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parkway.runner.agent import AgentTemplate, input_problem
+from parkway.runner.agent import AgentTemplate, ToolSpec, input_problem
 from parkway.runner.canonical import parked_call_key
 from parkway.runner.engine.run import RunnerConfig, new_id
 from parkway.runner.errors import NotPlainJSONError
@@ -24,7 +24,7 @@ from parkway.runner.events import (
     ToolInputRejected,
 )
 from parkway.runner.llm import ModelToolCall
-from parkway.runner.parking import ParkedCall
+from parkway.runner.parking import APPROVER_ROLE, ParkedCall
 from parkway.runner.store import result_entry
 
 __all__ = ["Triage", "triage"]
@@ -48,8 +48,10 @@ def triage(
     *,
     message_id: str,
     now: float,
+    requester: str | None = None,
 ) -> Triage:
-    """Sort a step's calls (see the module doc); ``now`` is the step's time in seconds."""
+    """Sort a step's calls (see the module doc); ``now`` is the step's time in seconds,
+    ``requester`` the chat's owner (an approval someone else answers records it)."""
     parked: list[ParkedCall] = []
     to_run: list[ModelToolCall] = []
     events: list[Event] = []
@@ -86,6 +88,7 @@ def triage(
             default = config.connection_deadline_s
         else:
             default = config.client_deadline_s
+        approvers, self_approval = _answerers(spec, config) if kind == "approval" else (None, True)
         parked_call = ParkedCall(
             tool_call_id=call_id,
             tool_name=call.name,
@@ -104,9 +107,26 @@ def triage(
             output_schema=spec.output_schema if kind == "client" else None,
             edit_schema=spec.input_schema if kind == "approval" and spec.allow_edits else None,
             auto_resume=template.resume_policy == "auto",
+            approvers=approvers,
+            self_approval=self_approval,
+            requester=requester if approvers is not None else None,
         )
         parked.append(parked_call)
         if parked_call.approval_id is not None:
             events.append(ApprovalRequested(call_id, parked_call.approval_id))
         events.append(CallParked(parked_call))
     return Triage(parked, to_run, events, refused)
+
+
+def _answerers(spec: ToolSpec, config: RunnerConfig) -> tuple[str | None, bool]:
+    """Who answers an approval of ``spec``: (the role its answerer holds, or None for
+    the chat's owner as always; whether the requester may answer it too). Forbidding
+    self-approval without naming a role leaves it to :data:`APPROVER_ROLE`; an op that
+    runs code forbids it by default where the runner separates approvals."""
+    self_approval = spec.self_approval
+    if self_approval is None:
+        self_approval = not (spec.others_approve and config.separate_approvals)
+    approvers = spec.approvers
+    if approvers is None and not self_approval:
+        approvers = APPROVER_ROLE
+    return approvers, self_approval

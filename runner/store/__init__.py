@@ -10,6 +10,7 @@
 - :mod:`~parkway.runner.store.history`: the chat history's entries;
 - :mod:`~parkway.runner.store.histcache`: each chat's history as this worker last decoded it;
 - :mod:`~parkway.runner.store.deadlines`: the deadline index the sweeper reads;
+- :mod:`~parkway.runner.store.approvals`: the approvals index an approver's queue reads;
 - :mod:`~parkway.runner.store.audit`: the audit trails (settles, commits, connections);
 - :mod:`~parkway.runner.store.artifacts`: large tool results kept as a chat's artifacts.
 
@@ -17,6 +18,7 @@ It imports the runner's vocabulary (errors, parked calls) and the model's messag
 never the engine, the agent or the event log's followers.
 """
 
+from parkway.runner.store.approvals import MAX_APPROVALS_PAGE, Approval, ApprovalPage
 from parkway.runner.store.artifacts import ARTIFACT_ID, Artifact, ArtifactStore
 from parkway.runner.store.audit import (
     AUDIT_KEEP_S,
@@ -72,11 +74,14 @@ __all__ = [
     "AUDIT_KEEP_S",
     "CHAT_ID",
     "LOGWATCH_CHANNEL",
+    "MAX_APPROVALS_PAGE",
     "MAX_CALL_ID",
     "MAX_PAGE",
     "SCHEMA_VERSION",
     "UNKNOWN_RESULT",
     "AgentKeys",
+    "Approval",
+    "ApprovalPage",
     "Artifact",
     "ArtifactStore",
     "AuditPage",

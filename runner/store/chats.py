@@ -17,12 +17,13 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
 from parkway.runner.store import scripts
+from parkway.runner.store.approvals import ApprovalIndex, approval_score
 from parkway.runner.store.audit import AUDIT_KEEP_S, SettleAudit, answer_audit
 from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.deadlines import DeadlineIndex
 from parkway.runner.store.histcache import HistoryCache
 from parkway.runner.store.history import dump_entry
-from parkway.runner.store.keys import DEADLINES, ChatKeys, deadline_member
+from parkway.runner.store.keys import APPROVALS, DEADLINES, ChatKeys, deadline_member
 from parkway.runner.store.replies import (
     SCHEMA_VERSION,
     ChatRecord,
@@ -97,6 +98,8 @@ class ChatStore:
         self._pending = redis.register_script(scripts.PENDING)
         # What the deadline sweeper reads and settles (runner/engine/sweeper.py).
         self.deadlines = DeadlineIndex(redis, self._settle, ttl_s=ttl_s, audit_keep_s=audit_keep_s)
+        # What an approver's queue reads (runner/store/approvals.py).
+        self.approvals = ApprovalIndex(redis)
 
     async def claim_turn(
         self,
@@ -362,7 +365,8 @@ class ChatStore:
         args.extend(dump_entry(e) for e in entries)
         for call in calls:
             deadline = "" if call.deadline is None else int(call.deadline * 1000)
-            args.extend((call.tool_call_id, encode_call(call), call.seq, deadline))
+            score = "" if not call.for_others else approval_score(call)
+            args.extend((call.tool_call_id, encode_call(call), call.seq, deadline, score))
         script_keys = [
             keys.meta,
             keys.history,
@@ -372,8 +376,9 @@ class ChatStore:
             keys.events,
         ]
         if not self.cluster:
-            # One Redis: the deadlines go into the index inside the same atomic step.
-            reply = await self._commit(keys=[*script_keys, DEADLINES], args=args)
+            # One Redis: the deadlines (and approvals) go into their indexes inside the
+            # same atomic step.
+            reply = await self._commit(keys=[*script_keys, DEADLINES, APPROVALS], args=args)
         else:
             deadlines = {
                 deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)
@@ -385,6 +390,13 @@ class ChatStore:
             # for a call whose commit then fails is harmless: the sweeper finds no such
             # call.
             extra = [("ZADD", DEADLINES, *_flat(deadlines))] if deadlines else []
+            approvals = {
+                deadline_member(keys.chat_id, c.tool_call_id): approval_score(c)
+                for c in calls
+                if c.for_others
+            }
+            if approvals:  # (likewise: the queue's read skips a call that is not there)
+                extra.append(("ZADD", APPROVALS, *_flat(approvals)))
             reply = (await self._pipeline_with(self._commit, script_keys, args, extra))[-1]
         entry_id = commit_reply(reply)
         if entry_id is not None:
@@ -395,8 +407,9 @@ class ChatStore:
 
     async def settle(self, keys: ChatKeys, tool_call_id: str, outcome_json: str, *,
                      audit: SettleAudit, principal: str = "") -> SettleReply:  # fmt: skip
-        """Run SETTLE and drop the call's deadline (one round trip): once a call has an
-        outcome, settled now or earlier, it has nothing left to time out. With
+        """Run SETTLE and drop the call's deadline and its place in the approvals index
+        (one round trip): once a call has an outcome, settled now or earlier, it has
+        nothing left to time out or to answer. With
         ``principal``, a chat of anyone else's answers ``forbidden``, and nothing is
         written, its deadline left alone. (On a Cluster the deadline index is in another
         slot: it is dropped in a second round trip.) A winner records ``audit``."""
@@ -420,10 +433,15 @@ class ChatStore:
             *audit.args(self.audit_keep_s),
         ]
         if not self.cluster:
-            return settle_reply(await self._settle(keys=[*script_keys, DEADLINES], args=args))
+            return settle_reply(
+                await self._settle(keys=[*script_keys, DEADLINES, APPROVALS], args=args)
+            )
         reply = settle_reply(await self._settle(keys=script_keys, args=args))
         if reply.status != "forbidden":
-            await self.redis.zrem(DEADLINES, member)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zrem(DEADLINES, member)
+            pipe.zrem(APPROVALS, member)
+            await pipe.execute()
         return reply
 
     async def _pipeline_with(

@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from parkway.runner.store.audit import AuditSource, answer_audit
 from parkway.runner.store.client import RedisClient, as_text
-from parkway.runner.store.keys import DEADLINES, ChatKeys, deadline_member
+from parkway.runner.store.keys import APPROVALS, DEADLINES, ChatKeys, deadline_member
 from parkway.runner.store.replies import SettleReply, settle_reply
 
 __all__ = ["DeadlineIndex"]
@@ -63,7 +63,8 @@ class DeadlineIndex:
         A non-transactional pipeline: each ``EVALSHA`` names the keys of one chat (one
         Cluster slot), the closing ``ZREM`` only the deadline index; nothing needs them
         to be atomic together, because each settle is decided by its own script and
-        the members are dropped after them, whatever they answered. (A winner's audit
+        the members are dropped after them (from the approvals index too), whatever
+        they answered. (A winner's audit
         entry names ``source``, no principal; its script reads the call's tool.)
 
         Returns one :class:`SettleReply` per call, in order; a call whose script raised
@@ -104,9 +105,12 @@ class DeadlineIndex:
                     *audit,
                 )
             pipe.execute_command("ZREM", DEADLINES, *members)
-            *settled, dropped = await pipe.execute(raise_on_error=False)
-            if isinstance(dropped, Exception):
-                raise dropped
+            # a call timed out has nobody left to answer it: off the approvers' queue too
+            pipe.execute_command("ZREM", APPROVALS, *members)
+            *settled, dropped, unqueued = await pipe.execute(raise_on_error=False)
+            for result in (dropped, unqueued):
+                if isinstance(result, Exception):
+                    raise result
             again = []
             for i, reply in zip(todo, settled, strict=True):
                 if isinstance(reply, NoScriptError) or (

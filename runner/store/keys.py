@@ -19,6 +19,7 @@ import re
 from parkway.runner.errors import CallerError
 
 __all__ = [
+    "APPROVALS",
     "CHAT_ID",
     "DEADLINES",
     "LOGWATCH_CHANNEL",
@@ -42,6 +43,16 @@ MAX_CALL_ID = 256
 # removed by the settle of that call, or by the sweeper once it has settled (or found
 # settled) an expired call. No TTL: every member's owner (its call) removes it.
 DEADLINES = "pw:deadlines"
+
+# sorted set, the index of approvals someone other than the chat's owner answers (a
+# role, or no self-approval: runner/parking.py): member "<chat id> <toolCallId>" (as in
+# DEADLINES), score = the call's park order (epoch ms x 1000 + its place in its step), so
+# an approver's queue reads newest first (runner/store/approvals.py). Written with the
+# commit that parks the call; a member is removed by the settle of its call (a timeout
+# is one: the sweeper's settle), or, once its call is settled, superseded or gone with
+# its chat, by the read that finds it so. No TTL: every member's owner (its call)
+# removes it, by its deadline at the latest.
+APPROVALS = "pw:approvals"
 
 # pub/sub channel (not a key) that every worker's log watch subscribes to first, so its
 # connection stays open while no chat has followers (runner/eventlog/watch.py). Nothing is
@@ -178,8 +189,8 @@ class AgentKeys:
 
 def owned_without_ttl(key: bytes | str) -> bool:
     """Keys that legitimately have no TTL because an owner deletes them: the deadline
-    index and agent revisions (not the agent's audit trail, which expires like every
+    and approvals indexes and agent revisions (not the agent's audit trail, which expires like every
     trail). (The keyspace checks of the tests use this.)"""
     text = key.decode() if isinstance(key, bytes) else key
     agent = text.startswith("pw:{agent:") and not text.endswith(":audit")
-    return text == DEADLINES or agent
+    return text in (DEADLINES, APPROVALS) or agent

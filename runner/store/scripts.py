@@ -365,7 +365,8 @@ end
 # append the run's events not yet logged (those that follow the step included) to the
 # event log, so a step and the events that announce it are stored in one atomic step.
 # KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, 6 events, and on a single
-#       Redis (not a Cluster, where it lives in another slot) 7 the deadline index
+#       Redis (not a Cluster, where they live in other slots) 7 the deadline index and
+#       8 the approvals index
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged, '-' = forgotten: the turn failed, so
@@ -374,8 +375,9 @@ end
 #       13 the events' batch JSON ('' = none), 14 the batch's number, 15 its finish
 #       reason ('' if the run goes on), 16 the log's approximate max length, 17 the
 #       chat's wake-up channel, 18 how long the log of an ended run is kept (s), then
-#       N entry JSONs, then C quadruples (toolCallId, record JSON, park order, deadline
-#       in ms or '')
+#       N entry JSONs, then C quintuples (toolCallId, record JSON, park order, deadline
+#       in ms or '', its score in the approvals index or '' when someone other than
+#       the chat's owner does not answer it)
 # Returns: {1, the batch's entry id or ''} on success, {0} when the lease was lost
 #          (nothing written).
 # Replay: each commit of a run carries the next number, recorded in ``run_commits``
@@ -404,11 +406,14 @@ if n > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, first - 1 + n))
 end
 for i = 0, c - 1 do
-  local base = first + n + i * 4
+  local base = first + n + i * 5
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
   if KEYS[7] and ARGV[base + 3] ~= '' then
     redis.call('ZADD', KEYS[7], ARGV[base + 3], ARGV[11] .. ' ' .. ARGV[base])
+  end
+  if KEYS[8] and ARGV[base + 4] ~= '' then
+    redis.call('ZADD', KEYS[8], ARGV[base + 4], ARGV[11] .. ' ' .. ARGV[base])
   end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
@@ -532,11 +537,13 @@ return out
 # settle is never recorded without its entry, and a repeat or a loser writes none.
 # KEYS: 1 calls, 2 outcomes, 3 pending, 4 meta, 5 history (the last two to keep the
 #       whole chat alive together), 6 the call's settle-attempt key, 7 the chat's audit
-#       stream, and on a single Redis (not a Cluster) 8 the deadline index
+#       stream, and on a single Redis (not a Cluster) 8 the deadline index and
+#       9 the approvals index
 # ARGV: 1 toolCallId, 2 canonical outcome JSON, 3 TTL (s), 4 the attempt's nonce,
-#       5 the principal the chat must belong to ('' = not checked: the server's own),
-#       6 the call's member in the deadline index (with KEYS[8]): once a call has an
-#       outcome, settled now or earlier, it has nothing left to time out; for the audit
+#       5 the principal the chat must belong to ('' = not checked: the server's own, or
+#       an approver the call's record admits), 6 the call's member in the deadline and
+#       approvals indexes (with KEYS[8], KEYS[9]): once a call has an outcome, settled
+#       now or earlier, it has nothing left to time out or to answer; for the audit
 #       entry: 7 who (the principal, '' for the server), 8 source, 9 tool ('' = read
 #       from the record), 10 input digest ('' = from the record), 11 outcome kind,
 #       12 edits JSON or '', 13 how long the audit keeps an entry (s)
@@ -555,6 +562,7 @@ if ARGV[5] ~= '' then
   if owner ~= ARGV[5] then return {'forbidden'} end
 end
 if KEYS[8] then redis.call('ZREM', KEYS[8], ARGV[6]) end
+if KEYS[9] then redis.call('ZREM', KEYS[9], ARGV[6]) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {'missing'} end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur then

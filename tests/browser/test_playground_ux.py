@@ -15,10 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import (
     Browser,
-    ConsoleMessage,
     Locator,
-    Page,
-    Response,
     Route,
     expect,
 )
@@ -27,7 +24,14 @@ from pydantic import SecretStr
 from parkway.runner.demo import DEMO_AGENT
 from parkway.transport.api.sessions import SessionAuthenticator
 from tests.helpers import support
-from tests.helpers.browser import VIEWPORT, ServerView, Tab, screenshot, wait_until
+from tests.helpers.browser import (
+    VIEWPORT,
+    ServerView,
+    Tab,
+    console_errors,
+    screenshot,
+    wait_until,
+)
 from tests.helpers.connect_rig import TOKEN_KEY
 from tests.helpers.support import (
     CONFIRM_TOOL,
@@ -76,23 +80,6 @@ FOR_THE_MODEL = "MODEL NOTE: call this when the user wants it."
 def chip(tab: Tab, call_id: str) -> Locator:
     """The badge on a tool call's summary line."""
     return tab.page.get_by_test_id(f"tool-{call_id}").locator(":scope > summary .badge")
-
-
-def console_errors(page: Page) -> list[str]:
-    """Every console error and every error answer (4xx, 5xx) the page sees from now on."""
-    seen: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            seen.append(f"console: {message.text} ({message.location.get('url', '')})")
-
-    def on_response(response: Response) -> None:
-        if response.status >= 400:
-            seen.append(f"HTTP {response.status}: {response.request.method} {response.url}")
-
-    page.on("console", on_console)
-    page.on("response", on_response)
-    return seen
 
 
 # -- the status pill ------------------------------------------------------------------

@@ -11,7 +11,8 @@ closes before the ``redis`` fixture's async teardown runs.
 
 Building blocks for a test: :func:`chromium` (the browser), :class:`Tab` (one
 playground tab with DOM-waiting helpers), :class:`ServerView` (the server's view of the
-chat, with the tab's session), :class:`OtherOrigin` (a page on another loopback origin,
+chat, with the tab's session), :func:`console_errors` (what a page logs as an error, and
+its error answers), :class:`OtherOrigin` (a page on another loopback origin,
 for postMessage checks), :func:`provider_rig` and :func:`sign_in_at_provider` (a real
 OpenID provider on loopback, and the user at its pages), :func:`screenshot` (docs
 images, only with ``PARKWAY_SCREENSHOTS=1``).
@@ -32,7 +33,16 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Locator,
+    Page,
+    Response,
+    expect,
+    sync_playwright,
+)
 
 from tests.helpers.support import ROOT, free_port
 
@@ -43,6 +53,7 @@ __all__ = [
     "ServerView",
     "Tab",
     "chromium",
+    "console_errors",
     "provider_rig",
     "require_chromium",
     "screenshot",
@@ -100,6 +111,23 @@ def screenshot(page: Page, name: str) -> None:
         return
     IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMAGES / f"{name}.png"))
+
+
+def console_errors(page: Page) -> list[str]:
+    """Every console error and every error answer (4xx, 5xx) the page sees from now on."""
+    seen: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            seen.append(f"console: {message.text} ({message.location.get('url', '')})")
+
+    def on_response(response: Response) -> None:
+        if response.status >= 400:
+            seen.append(f"HTTP {response.status}: {response.request.method} {response.url}")
+
+    page.on("console", on_console)
+    page.on("response", on_response)
+    return seen
 
 
 def wait_until(page: Page, condition: Callable[[], Any], timeout_s: float = 15) -> Any:

@@ -225,6 +225,9 @@ class ServerThread:
         # ... and anonymous sessions, chosen explicitly (a shared Redis is no local
         # playground, where anonymous is the default).
         settings.setdefault("auth", "anonymous")
+        # ... and where the requester approves their own code, as on a local playground
+        # (tests of approvals by others set code_self_approval=None or False).
+        settings.setdefault("code_self_approval", True)
         self.settings = Settings(
             redis_url=redis_url,
             secret_key=SecretStr(TEST_SECRET),
@@ -281,6 +284,9 @@ class ParkwayProcess:
             "PARKWAY_SECRET_KEY": TEST_SECRET,
             "PARKWAY_AUTH": "anonymous",  # a shared Redis is no local playground
             "PYTHONPATH": str(ROOT),
+            # the requester approves their own code, as on a local playground (as
+            # ServerThread's servers do)
+            "PARKWAY_CODE_SELF_APPROVAL": "1",
             **self.extra_env,
         }
         self.proc = subprocess.Popen(

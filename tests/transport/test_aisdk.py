@@ -27,12 +27,14 @@ import pytest
 
 from parkway.runner.canonical import canonical_json
 from parkway.runner.demo import DEMO_AGENT
+from parkway.transport.api.sessions import SessionAuthenticator
 from tests.helpers import tools as test_tools
 from tests.helpers.support import (
     CONFIRM_TOOL,
     PICK_TOOL,
     PUBLISH_TOOL,
     ROOT,
+    TEST_SECRET,
     WEATHER_TOOL,
     Api,
     agent_doc,
@@ -361,6 +363,50 @@ async def test_denied_call_never_runs_and_the_part_ends_output_denied(
             "reason": "not today",
         }
         assert types(report.chunks(1))[:3] == ["start", "tool-output-denied", "start-step"]
+
+
+APPROVER = "usr_named-approver"
+
+
+@pytest.mark.parametrize("major", APPROVAL_MAJORS)
+async def test_the_requester_cannot_approve_a_call_left_to_an_approver(
+    redis_url: str, node: str, major: str
+) -> None:
+    """An approval whose policy leaves it to someone else: the real client's
+    addToolApprovalResponse from the requester is refused (403 with a clear JSON error),
+    nothing runs, and the call waits for the approver, who then decides."""
+    agent = agent_doc(
+        PUBLISH_AGENT["model"]["scripted"]["turns"],
+        tools=[PICK_TOOL, {**PUBLISH_TOOL, "self_approval": False}],
+    )
+    with server_thread(redis_url, agent, approvers=(APPROVER,)) as server:
+        api = await Api(server.base_url).login()
+        try:
+            report = await Parkway(server.base_url, api, node).drive(
+                major,
+                [
+                    {"type": "send", "text": "publish please"},
+                    {"type": "approve", "tool": "publish", "approved": True},
+                ],
+            )
+            assert [p["status"] for p in report.posts] == [200, 403]
+            assert json.loads(report.posts[1]["response"])["error"]["code"] == (
+                "approval_by_others"
+            )
+            state = await api.state(report.chat_id)
+            [pending] = state["calls"]
+            assert pending["status"] == "pending"
+            assert not [e for e in test_tools.EXECUTIONS if e["chat"] == report.chat_id]
+            approver = Api(server.base_url)
+            approver.principal, approver.token = SessionAuthenticator(TEST_SECRET).issue(APPROVER)
+            approver.http.headers["authorization"] = f"Bearer {approver.token}"
+            settled = await approver.settle(
+                report.chat_id, pending["toolCallId"], {"outcome": "approved"}
+            )
+            await approver.aclose()
+            assert settled.status_code == 200, settled.text
+        finally:
+            await api.aclose()
 
 
 # -- c. a mixed step ------------------------------------------------------------------

@@ -150,3 +150,14 @@ def test_the_kept_renderings_stay_within_their_bounds(highlights: _Highlights) -
     assert kept.chars == sum(
         len(line) for code in ("x = 2\n", "x = 0\n") for line in highlight_lines(code)
     )
+
+
+def test_an_approval_left_to_others_says_who_answers_it() -> None:
+    """The requester's page must know, from the descriptor the stream carries, that it
+    cannot answer an approval left to someone else (so it shows "waiting for an
+    approver", not buttons the server refuses); an ordinary approval says nothing."""
+    four_eyes = _code_call(approvers="approver", self_approval=False, requester="usr_a")
+    described = describe_call("chat", four_eyes)
+    assert described["approvers"] == "approver" and described["selfApproval"] is False
+    plain = describe_call("chat", _code_call())
+    assert "approvers" not in plain and "selfApproval" not in plain

@@ -13,7 +13,14 @@
 """
 
 from parkway.transport.api.admission import Admission
-from parkway.transport.api.agent import CommitBody, agent_routes, editors_of, warn_of_drift
+from parkway.transport.api.agent import (
+    CommitBody,
+    agent_routes,
+    editors_of,
+    separate_approvals,
+    warn_of_drift,
+)
+from parkway.transport.api.approvals import approval_routes
 from parkway.transport.api.audit import AgentAudit, ChatAudit, ConnectionAudit
 from parkway.transport.api.chats import SessionRequest, SettleBody, api_routes
 from parkway.transport.api.code import code_mode_from, code_routes
@@ -38,6 +45,7 @@ __all__ = [
     "SettleBody",
     "agent_routes",
     "api_routes",
+    "approval_routes",
     "authenticator_from",
     "code_mode_from",
     "code_routes",
@@ -45,5 +53,6 @@ __all__ = [
     "healthz",
     "metrics_routes",
     "readyz",
+    "separate_approvals",
     "warn_of_drift",
 ]

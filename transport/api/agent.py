@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +43,7 @@ from parkway.runner.agent import (
 )
 from parkway.runner.errors import TemplateError
 from parkway.transport.api.audit import AgentAudit, page_query, page_response
-from parkway.transport.api.requests import principal_of, read_json, roles_of
+from parkway.transport.api.requests import EDITOR_TOKEN_HEADER, is_editor, principal_of, read_json
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 from parkway.widgets_api.playground import build_kit_overlay
@@ -55,11 +54,11 @@ __all__ = [
     "editors_of",
     "is_editor",
     "local_playground",
+    "separate_approvals",
     "warn_of_drift",
     "working_template",
 ]
 
-EDITOR_TOKEN_HEADER = "x-parkway-editor-token"  # noqa: S105 - a header name, not a secret
 
 log = logging.getLogger(__name__)
 
@@ -87,30 +86,21 @@ def local_playground(settings: Settings) -> bool:
     )
 
 
+def separate_approvals(settings: Settings) -> bool:
+    """Whether ops that run code (execute_code, save_function) are approved by someone
+    other than their requester unless their entry allows self-approval: everywhere but
+    a local playground, whose one user is the operator, unless ``code_self_approval``
+    says otherwise."""
+    if settings.code_self_approval is not None:
+        return not settings.code_self_approval
+    return not local_playground(settings)
+
+
 def editors_of(settings: Settings) -> Editors:
     """The principals who may commit the agent (and use ``commit_config``): everyone on a
     local playground or when ``editors`` is ``*``, else the ones named."""
     named = frozenset(settings.editors)
     return Editors(everyone=local_playground(settings) or "*" in named, principals=named)
-
-
-def is_editor(request: Request, principal: str) -> bool:
-    """Whether this request may commit the agent: editing is on, and its principal is an
-    editor (named by ``editors``, or granted the ``editor`` role by its authenticator) or
-    it carries the editor token."""
-    store: AgentStore | None = getattr(request.app.state, "agents", None)
-    if store is None or not store.editable:
-        return False
-    if store.editors.includes(principal) or "editor" in roles_of(request):
-        return True
-    settings: Settings = request.app.state.settings
-    given = request.headers.get(EDITOR_TOKEN_HEADER)
-    expected = settings.editor_token
-    return (
-        given is not None
-        and expected is not None
-        and secrets.compare_digest(given.encode(), expected.get_secret_value().encode())
-    )
 
 
 async def warn_of_drift(store: AgentStore) -> None:

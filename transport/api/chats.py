@@ -40,6 +40,7 @@ from parkway.transport.api.requests import (
     chat_id_of,
     principal_of,
     read_json,
+    roles_of,
     runner_of,
 )
 from parkway.transport.api.sessions import SessionAuthenticator
@@ -47,7 +48,7 @@ from parkway.transport.api.throttle import SessionThrottle
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 
-__all__ = ["api_routes"]
+__all__ = ["api_routes", "call_view"]
 
 
 def _call_id(request: Request) -> str:
@@ -80,7 +81,7 @@ def _current_key(call: ParkedCall) -> str:
         return call.key
 
 
-def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str, Any]:
+def call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str, Any]:
     view: dict[str, Any] = {
         "toolCallId": call.tool_call_id,
         "toolName": call.tool_name,
@@ -97,6 +98,11 @@ def _call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str
         view["deadline"] = int(call.deadline * 1000)
     if call.outcome is not None:
         view["outcome"] = dict(call.outcome)
+    if call.for_others:  # who answers it (docs/security.md, "Approvals by others")
+        view["approvers"] = call.approvers
+        view["selfApproval"] = call.self_approval
+        if call.requester is not None:
+            view["requestedBy"] = call.requester
     return view
 
 
@@ -174,6 +180,7 @@ async def post_chat(request: Request) -> Response:
             # answers that come with a new message settle what they answer; the turn
             # supersedes what is still pending
             answers=post.answers,
+            roles=roles_of(request),
         ),
     )
 
@@ -192,7 +199,9 @@ async def _answer_and_resume(request: Request, principal: str, post: ChatPost) -
     runner = runner_of(request)
 
     async def start() -> Run:
-        report, run = await runner.answer_and_resume(post.chat_id, principal, post.answers)
+        report, run = await runner.answer_and_resume(
+            post.chat_id, principal, post.answers, roles=roles_of(request)
+        )
         if run is None:
             raise _StillPending(report)
         return run
@@ -216,7 +225,7 @@ async def get_chat(request: Request) -> Response:
     principal = principal_of(request)
     chat_id = chat_id_of(request)
     record = await runner_of(request).chat(chat_id, principal)
-    calls = [_call_view(chat_id, c, _describer(request)) for c in record.calls]
+    calls = [call_view(chat_id, c, _describer(request)) for c in record.calls]
     return JSONResponse(
         {
             "id": chat_id,
@@ -317,8 +326,12 @@ async def stop_chat(request: Request) -> Response:
 async def get_call(request: Request) -> Response:
     principal = principal_of(request)
     chat_id = chat_id_of(request)
-    call = await runner_of(request).call(chat_id, principal, _call_id(request))
-    return JSONResponse(_call_view(chat_id, call, _describer(request)))
+    # an approver reads an approval it may answer, as its owner does; the chat stays
+    # the owner's alone (GET /api/chats/{chat} is 404 to anyone else)
+    call = await runner_of(request).call(
+        chat_id, principal, _call_id(request), roles=roles_of(request)
+    )
+    return JSONResponse(call_view(chat_id, call, _describer(request)))
 
 
 class SessionRequest(BaseModel):
@@ -338,7 +351,9 @@ class SettleBody(BaseModel):
 
 async def settle_call(request: Request) -> Response:
     """Settle one parked call without resuming. 200 with the recorded outcome (also for
-    an identical repeat); 409 with the winner's outcome when it differs."""
+    an identical repeat); 409 with the winner's outcome when it differs. An approval
+    left to someone else is answered by a principal its policy admits (an approver),
+    and refused to its requester (403 ``approval_by_others``)."""
     principal = principal_of(request)
     chat_id = chat_id_of(request)
     call_id = _call_id(request)
@@ -347,8 +362,10 @@ async def settle_call(request: Request) -> Response:
         SettleBody.model_validate(raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None
-    result = await runner_of(request).settle(chat_id, principal, call_id, raw, by="client")
-    body = _call_view(chat_id, result.call, _describer(request))
+    result = await runner_of(request).settle(
+        chat_id, principal, call_id, raw, by="client", roles=roles_of(request)
+    )
+    body = call_view(chat_id, result.call, _describer(request))
     body["fresh"] = result.fresh
     if result.pending is not None:
         body["pendingInChat"] = result.pending

@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import re
+import secrets
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
+from parkway.runner.agent import AgentStore
 from parkway.runner.canonical import has_long_digit_run
 from parkway.runner.engine import Runner
 from parkway.runner.ops import logcontext
@@ -43,14 +45,18 @@ from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
 __all__ = [
+    "EDITOR_TOKEN_HEADER",
     "BodyReader",
     "chat_id_of",
+    "is_editor",
     "parse_json",
     "principal_of",
     "read_json",
     "roles_of",
     "runner_of",
 ]
+
+EDITOR_TOKEN_HEADER = "x-parkway-editor-token"  # noqa: S105 - a header name, not a secret
 
 # A JSON string token (escapes included), and the brackets left once strings are gone.
 # Linear by construction: the quantifiers are possessive and a string left open runs to
@@ -110,17 +116,43 @@ def principal_of(request: Request) -> str:
     return identity.principal
 
 
+def is_editor(request: Request, principal: str) -> bool:
+    """Whether this request may commit the agent: editing is on, and its principal is an
+    editor (named by ``editors``, or granted the ``editor`` role by its authenticator) or
+    it carries the editor token (transport/api/agent.py)."""
+    store: AgentStore | None = getattr(request.app.state, "agents", None)
+    if store is None or not store.editable:
+        return False
+    if store.editors.includes(principal) or "editor" in getattr(
+        request.state, "roles", frozenset()
+    ):
+        return True
+    settings: Settings = request.app.state.settings
+    given = request.headers.get(EDITOR_TOKEN_HEADER)
+    expected = settings.editor_token
+    return (
+        given is not None
+        and expected is not None
+        and secrets.compare_digest(given.encode(), expected.get_secret_value().encode())
+    )
+
+
 def roles_of(request: Request) -> frozenset[str]:
-    """The request's roles: its authenticator's, and ``editor`` for a principal the
-    ``editors`` setting names (``*`` names everyone). 401 without an identity."""
+    """The request's roles: those its authenticator set (``request.state.roles``), with
+    ``editor`` for a principal the ``editors`` setting names (``*`` names everyone) or an
+    editor by :func:`is_editor`, and ``approver`` for a principal the ``approvers``
+    setting names. Roles are plain names. 401 without an identity."""
     if getattr(request.state, "roles", None) is None:  # not resolved yet
         principal_of(request)
     principal: str = request.state.principal
     roles: frozenset[str] = request.state.roles
-    editors: tuple[str, ...] = request.app.state.settings.editors
-    if principal in editors or "*" in editors:
-        roles |= {"editor"}
-    return roles
+    settings: Settings = request.app.state.settings
+    named: set[str] = set()
+    if principal in settings.editors or "*" in settings.editors or is_editor(request, principal):
+        named.add("editor")
+    if principal in settings.approvers:
+        named.add("approver")
+    return roles | named
 
 
 def _invalid_json(reason: str) -> HTTPError:

@@ -15,6 +15,7 @@ wherever the route parses it: ``body`` models are the routes' own).
 
 from __future__ import annotations
 
+from parkway.runner.store import MAX_APPROVALS_PAGE
 from parkway.transport.api import CommitBody, SessionRequest, SettleBody
 from parkway.transport.openapi._audit import AUDIT_OPERATIONS
 from parkway.transport.openapi._build import (
@@ -22,11 +23,13 @@ from parkway.transport.openapi._build import (
     Json,
     NoContent,
     Operation,
+    Param,
     Stream,
 )
 from parkway.transport.openapi._shapes import (
     AgentView,
     AnswersPending,
+    ApprovalQueue,
     ArtifactList,
     CallView,
     ChatRequest,
@@ -68,8 +71,9 @@ _CHATS = [
         {
             200: _STREAM,
             202: Json(AnswersPending, "answers settled some calls; others are still pending"),
-            403: "agent_editing_off (a working copy where editing is off), not_an_editor or "
-            "outcome_not_allowed",
+            403: "agent_editing_off (a working copy where editing is off), not_an_editor, "
+            "outcome_not_allowed or approval_by_others (an answer to an approval left to "
+            "someone else)",
             404: _CHAT_404,
             409: f"{_RUN_409}, nothing_to_resume, no_pending_call_answered or answer_mismatch",
             413: "message_too_large: the user message is past 100,000 characters",
@@ -111,6 +115,27 @@ _CHATS = [
         "One parked call and its status (a widget's statusUrl)",
         "chats",
         {200: Json(CallView, "the call"), 404: _CALL_404},
+        description="The chat's owner reads any of its calls; an approver reads an approval "
+        "it may answer (the call alone: the chat stays 404 to it).",
+    ),
+    Operation(
+        "GET",
+        "/api/approvals",
+        "Approvals waiting for you, across chats, newest first",
+        "chats",
+        {
+            200: Json(ApprovalQueue, "a page of the approvals you may answer"),
+            400: "invalid_query (a limit out of range, a parameter given twice or unknown) "
+            "or invalid_request (a cursor this server did not give out)",
+        },
+        query=(
+            Param("limit", f"how many approvals: 1-{MAX_APPROVALS_PAGE}, default 50"),
+            Param("after", "a page's 'next': the approvals just older than that page's"),
+        ),
+        description="Pending approvals whose policy leaves them to someone other than the "
+        "chat's owner (a role, or no self-approval) and that you may answer; answer one "
+        "with POST /api/chats/{chat_id}/calls/{call_id}. A page may be short of 'limit' "
+        "and still have a 'next'.",
     ),
     Operation(
         "POST",
@@ -119,7 +144,9 @@ _CHATS = [
         "chats",
         {
             200: Json(SettleResult, "the recorded outcome (also for an identical repeat)"),
-            403: "outcome_not_allowed: not an outcome this client may record",
+            403: "outcome_not_allowed: not an outcome this client may record; "
+            "approval_by_others: an approval its policy leaves to someone else, and you "
+            "requested it",
             404: _CALL_404,
             409: "already_settled: another outcome was recorded first (error.outcome holds it)",
             422: "invalid_outcome or not_plain_json",
@@ -127,7 +154,8 @@ _CHATS = [
         body=SettleBody,
         description="outcome is output, error, declined or cancelled for a client tool; "
         "approved (with input, when edits are allowed) or denied (with a reason) for an "
-        "approval.",
+        "approval. An approval whose policy leaves it to someone else (GET /api/approvals) "
+        "is answered by a principal it admits; its outcome records who ('by').",
     ),
     Operation(
         "POST",

@@ -21,6 +21,8 @@ from parkway.transport.aisdk import ChatBody
 __all__ = [
     "AgentView",
     "AnswersPending",
+    "ApprovalItem",
+    "ApprovalQueue",
     "ArtifactList",
     "CallView",
     "ChatRequest",
@@ -140,7 +142,14 @@ class CallView(_Out):
     widget: dict[str, Any] = Field(description="the widget descriptor the playground renders")
     approvalId: Absent[str] = None
     deadline: Absent[int] = Field(None, description="epoch milliseconds")
-    outcome: Absent[dict[str, Any]] = Field(None, description="once settled")
+    outcome: Absent[dict[str, Any]] = Field(
+        None, description="once settled; 'by' names who decided an approval for someone else"
+    )
+    approvers: Absent[str] = Field(
+        None, description="an approval someone other than the owner may answer: the role"
+    )
+    selfApproval: Absent[bool] = Field(None, description="whether its requester may answer it")
+    requestedBy: Absent[str] = Field(None, description="the principal who requested it")
 
 
 class SettleResult(CallView):
@@ -335,3 +344,26 @@ class ReadinessChecks(_Out):
 class Readiness(_Out):
     status: Literal["ready", "not_ready"]
     checks: ReadinessChecks
+
+
+class ApprovalItem(_Out):
+    """An approval waiting for the caller (``GET /api/approvals``)."""
+
+    chatId: str
+    toolCallId: str
+    toolName: str
+    input: Any
+    requestedBy: str = Field(description="the principal who requested it (the chat's owner)")
+    approvers: str = Field(description="the role that answers it")
+    selfApproval: bool
+    allowEdits: bool
+    createdAt: int = Field(description="epoch milliseconds")
+    deadline: Absent[int] = Field(None, description="epoch milliseconds")
+    approvalId: Absent[str] = None
+    description: Absent[str] = None
+    widget: dict[str, Any] = Field(description="the widget descriptor the playground renders")
+
+
+class ApprovalQueue(_Out):
+    approvals: list[ApprovalItem] = Field(description="newest first")
+    next: str | None = Field(description="pass as ?after= for the next page; null: no more")

@@ -76,6 +76,8 @@ STATIC_FILES: dict[str, str] = {
     "code-widgets.js": _JS,
     "code-panel.js": _JS,
     "commit-diff.js": _JS,
+    "approvals-view.js": _JS,
+    "queued-call.js": _JS,
     "message-extras.js": _JS,
     "overlay.js": _JS,
 }

@@ -27,6 +27,7 @@ export class ApprovalWidget extends Widget {
 
   title(ctx) {
     const state = this.state(ctx);
+    if (state === "awaiting") return `Waiting for an approver: ${this.subject(ctx)}`;
     if (state === "approved") return `Approved: ${this.subject(ctx)}`;
     if (state === "denied") return `Denied: ${this.subject(ctx)}`;
     if (state === "ended") return `Not run: ${this.subject(ctx)}`;
@@ -42,8 +43,17 @@ export class ApprovalWidget extends Widget {
     return super.chip(ctx, state);
   }
 
+  /** `awaiting`: pending, but left to someone else (an approver), and this page is its
+   *  requester's (the host says so: chat.js `leftToOthers`). */
   state(ctx) {
-    return this.localState(ctx) || this.endedState(ctx) || "pending";
+    const state = this.localState(ctx) || this.endedState(ctx) || "pending";
+    return state === "pending" && this.chat.leftToOthers(ctx) ? "awaiting" : state;
+  }
+
+  /** " by <principal>" when someone else decided it (an approver): the outcome's `by`. */
+  decidedBy(ctx) {
+    const by = ctx.outcome && ctx.outcome.by;
+    return by && !this.answeredHere() ? ` by ${by}` : "";
   }
 
   approvalId(ctx) {
@@ -58,7 +68,7 @@ export class ApprovalWidget extends Widget {
       const failed = part && part.state === "output-error" ? part.errorText : null;
       return [
         this.head(ctx, "Approved"),
-        h("p", { class: "widget-result widget-result-ok", text: edited ? "Approved with edits ✓" : "Approved ✓" }),
+        h("p", { class: "widget-result widget-result-ok", "data-testid": "approved-line", text: `Approved${edited ? " with edits" : ""}${this.decidedBy(ctx)} ✓` }),
         ...(edited ? this.labelled("Approved input", pretty(ctx.outcome.input)) : []),
         ...(ran !== null ? this.labelled("Result", ran) : []),
         failed ? h("p", { class: "widget-error", text: `The tool failed: ${failed}` }) : null,
@@ -67,13 +77,15 @@ export class ApprovalWidget extends Widget {
     }
     if (state === "denied") {
       const reason = ctx.outcome && ctx.outcome.reason;
+      const denied = `Denied${this.decidedBy(ctx)}`;
       return [
         this.head(ctx, "Denied"),
-        h("p", { class: "widget-result widget-result-bad", text: reason ? `Denied: ${reason}` : "Denied" }),
+        h("p", { class: "widget-result widget-result-bad", "data-testid": "denied-line", text: reason ? `${denied}: ${reason}` : denied }),
         ...this.messages(),
       ];
     }
     if (state === "ended") return this.endedCard(ctx, state);
+    if (state === "awaiting") return this.awaitingCard(ctx);
     if (state === "submitting" || state === "queued") {
       const approved = ctx.answer && ctx.answer.intent === "approved";
       return [this.head(ctx, approved ? "Approving" : "Denying"), this.queuedCard(ctx, state), ...this.messages()];
@@ -91,6 +103,20 @@ export class ApprovalWidget extends Widget {
         ? h("label", { class: "widget-field", for: this.editor.id }, "Input (you may edit it before approving)", this.editor)
         : h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
       ...this.decision(ctx),
+    ];
+  }
+
+  /** The requester's card of an approval left to someone else: what will run, who
+   *  decides, no buttons (the server would refuse this page's answer). */
+  awaitingCard(ctx) {
+    const role = ctx.desc.approvers || (ctx.view && ctx.view.approvers) || "approver";
+    return [
+      this.head(ctx, "Approval"),
+      h("p", { class: "widget-desc", "data-testid": "awaiting-approver", text: `Someone with the “${role}” role decides this, not you. The chat goes on once they answer.` }),
+      h("div", { class: "tool-label", text: "What will run" }),
+      h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
+      h("div", { class: "widget-actions" }, this.deadline(ctx)),
+      ...this.messages(),
     ];
   }
 

@@ -49,6 +49,7 @@ export function outcomeOf(part, callView, desc, answeredHere) {
 const CHIPS = {
   pending: ["waiting for you", "wait"],
   connecting: ["waiting for you", "wait"],
+  awaiting: ["waiting for an approver", "wait"],
   submitting: ["sending", "run"],
   queued: ["answered", "wait"],
   answered: ["answered", "ok"],

@@ -137,6 +137,13 @@ export class Chat {
     };
   }
 
+  /** Whether the call is an approval its policy leaves to someone else, so this page
+   *  (the requester's) cannot answer it: its descriptor (or call view) says
+   *  `selfApproval: false` (docs/security.md, "Approvals by others"). */
+  leftToOthers(ctx) {
+    return ctx.desc.selfApproval === false || Boolean(ctx.view && ctx.view.selfApproval === false);
+  }
+
   /** A `data-committed-revision` part: tell the agent panel. */
   committedRevision(data) {
     this.panel.committed(data);

@@ -101,7 +101,7 @@ class CodeApprovalWidget extends ApprovalWidget {
     const edited = wasEdited(ctx);
     const items = [
       this.head(ctx, "Approved"),
-      h("p", { class: "widget-result widget-result-ok", "data-testid": "code-approved", "data-edited": String(edited), text: edited ? "Approved with edits ✓" : "Approved ✓" }),
+      h("p", { class: "widget-result widget-result-ok", "data-testid": "code-approved", "data-edited": String(edited), text: `Approved${edited ? " with edits" : ""}${this.decidedBy(ctx)} ✓` }),
     ];
     if (edited) {
       items.push(
@@ -210,7 +210,8 @@ export class CodeReviewWidget extends CodeApprovalWidget {
       items.push(h("div", { class: "tool-label", text: "The run" }), outputView(part.output, this.chat.id));
     } else if (part && part.state === "output-error") {
       items.push(h("p", { class: "widget-error", text: `The run failed: ${part.errorText}` }));
-    } else {
+    } else if (this.chat.followsRuns !== false) {
+      // (the approvals view does not follow the requester's run: it shows no result)
       items.push(h("p", { class: "widget-result widget-result-neutral", "data-testid": "code-running", text: "Running in the sandbox…" }));
     }
     items.push(...this.messages());

@@ -32,9 +32,12 @@
 //   agent-panel-lists.js the panel's lists: what the kit adds, recent revisions
 //   code-panel.js        the panel's Code section: the sandbox's status, the function library
 //   commit-diff.js       an agent change's patch and line diff
+//   approvals-view.js    the Approvals view: approvals left to this principal, across chats
+//   queued-call.js       one approval opened there, hosting its card and settling it
 // and the classic script overlay.js (the build-kit merge).
 
 import { AgentPanel } from "./agent-panel.js";
+import { ApprovalsView } from "./approvals-view.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
 import { Api } from "./playground-base.js";
@@ -79,6 +82,7 @@ function boot() {
     view.banner("The chat id in the address is not valid.");
   }
   chat.startPolling();
+  new ApprovalsView(document, { api, panel }).start();
 }
 
 boot();

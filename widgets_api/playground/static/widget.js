@@ -60,7 +60,9 @@ export class Widget {
       return;
     }
     const outcome = ctx.outcome;
-    if (this.sawWaiting && !this.acted && !this.notice && outcome && PERSON_OUTCOMES.has(outcome.outcome)) {
+    // An approval decided by someone else names them itself (`by`): no "another tab".
+    const other = outcome && outcome.by;
+    if (this.sawWaiting && !this.acted && !this.notice && !other && outcome && PERSON_OUTCOMES.has(outcome.outcome)) {
       this.notice = ANSWERED_ELSEWHERE;
     }
   }

@@ -21,20 +21,21 @@ const WIDGETS_BY_KIND = {
   client: ClientWidget,
 };
 
+/** The widget class for a descriptor, by kind; an approval of a kind this page does
+ *  not know is still an approval (its input shown as JSON); any other unknown kind is
+ *  unsupported. The approvals view (approvals-view.js) draws its cards with it too. */
+export function widgetClassFor(desc) {
+  const approval = desc.callKind === "approval";
+  const kind = typeof desc.kind === "string" ? desc.kind : approval ? "approval" : "client";
+  if (Object.hasOwn(WIDGETS_BY_KIND, kind)) return WIDGETS_BY_KIND[kind];
+  return approval ? ApprovalWidget : UnsupportedWidget;
+}
+
 /** The widgets of one chat's parked calls. `chat`: the Chat (chat.js). */
 export class WidgetRegistry {
   constructor(chat) {
     this.chat = chat;
     this.live = new Map();
-  }
-
-  /** By kind; an approval of a kind this page does not know is still an approval (its
-   *  input shown as JSON); any other unknown kind is unsupported. */
-  classFor(desc) {
-    const approval = desc.callKind === "approval";
-    const kind = typeof desc.kind === "string" ? desc.kind : approval ? "approval" : "client";
-    if (Object.hasOwn(WIDGETS_BY_KIND, kind)) return WIDGETS_BY_KIND[kind];
-    return approval ? ApprovalWidget : UnsupportedWidget;
   }
 
   /** The widget of a parked call (made once per toolCallId), or null for a call that
@@ -44,7 +45,7 @@ export class WidgetRegistry {
     if (existing) return existing;
     const desc = this.chat.descriptors.get(toolCallId) || (this.chat.calls.get(toolCallId) || {}).widget;
     if (!desc) return null;
-    const Kind = this.classFor(desc);
+    const Kind = widgetClassFor(desc);
     const widget = new Kind(toolCallId, this.chat);
     this.live.set(toolCallId, widget);
     return widget;
