@@ -19,6 +19,8 @@ The tree::
     │   ├── NothingToResumeError      the chat is not parked, or calls are still pending
     │   ├── DuplicateMessageError     the user message was already taken
     │   └── ShuttingDownError         this worker takes no new runs (503)
+    ├── QuotaExceededError            the principal's quota is used up (429; it names the
+    │                                 quota and its limit; nothing was stored)
     ├── StateError                    stored state the running code cannot use
     │   └── IncompatibleStateError    a record with a schema version this code cannot read
     └── ModelError                    the model provider could not answer (bad key, unknown
@@ -62,6 +64,7 @@ __all__ = [
     "NothingToResumeError",
     "OutcomeNotAllowedError",
     "ParkwayError",
+    "QuotaExceededError",
     "SettleConflictError",
     "ShuttingDownError",
     "StateError",
@@ -151,6 +154,19 @@ class DuplicateMessageError(ConflictError):
 
 class ShuttingDownError(ConflictError):
     code = "shutting_down"
+
+
+class QuotaExceededError(ParkwayError):
+    """A write that would take the principal past one of its quotas (runner/quotas.py):
+    refused whole, nothing of it stored. ``quota`` names the quota (``stored_bytes``,
+    ``live_chats``, ``artifacts_per_chat``), ``limit`` its value."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, quota: str, limit: int, message: str) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.limit = limit
 
 
 class StateError(ParkwayError):

@@ -35,10 +35,10 @@ from parkway.runner.agent import AgentFile, AgentStore, load_agent_file, parse_a
 from parkway.runner.codemode import CodeMode
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.engine import Runner, RunnerConfig, Sweeper
-from parkway.runner.errors import ParkwayError, SettleConflictError
+from parkway.runner.errors import ParkwayError, QuotaExceededError, SettleConflictError
 from parkway.runner.llm import ModelCatalog, ModelTape, ModelTimeouts, RetryPolicy
 from parkway.runner.ops import REDIS_ERRORS
-from parkway.runner.store import EmbeddedRedis, RedisClient, connect, is_redis_outage
+from parkway.runner.store import EmbeddedRedis, Quotas, RedisClient, connect, is_redis_outage
 from parkway.transport.api import (
     Admission,
     Authenticator,
@@ -86,7 +86,7 @@ from parkway.widgets_api.connect import (
     start_oauth,
 )
 
-__all__ = ["agent_id_for", "create_app"]
+__all__ = ["agent_id_for", "create_app", "memory_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,8 @@ async def _parkway_error(request: Request, exc: Exception) -> Response:
     extra: dict[str, Any] = {}
     if isinstance(exc, SettleConflictError):
         extra["outcome"] = exc.existing
+    if isinstance(exc, QuotaExceededError):  # which quota, and its value
+        extra.update(quota=exc.quota, limit=exc.limit)
     error = HTTPError(status_for(exc), exc.code, str(exc), **extra)
     if error.status == 500:
         return await _unexpected(request, exc)
@@ -274,6 +276,31 @@ async def _reach(redis: RedisClient, settings: Settings) -> None:
         ) from None
 
 
+async def memory_warning(redis: RedisClient) -> str | None:
+    """What is wrong with the Redis server's memory settings for Parkway, or None: no
+    ``maxmemory`` (one Redis filling its host's memory takes every chat down with it), or
+    a policy that evicts keys (a parked run or a connection would vanish). A server that
+    does not let clients read its configuration (some managed services) is not judged."""
+    try:
+        config = await redis.config_get("maxmemory*")
+    except Exception:
+        return None
+    maxmemory = str(config.get("maxmemory", "0"))
+    policy = str(config.get("maxmemory-policy", "noeviction"))
+    if policy != "noeviction":
+        return (
+            f"Redis evicts keys under memory pressure (maxmemory-policy {policy}): a parked "
+            "run or a connection could vanish; set maxmemory-policy noeviction "
+            "(docs/operations.md, 'Redis memory')"
+        )
+    if maxmemory in ("0", ""):
+        return (
+            "Redis has no maxmemory: should it fill its host's memory, every chat stops; "
+            "set maxmemory with room for the quotas (docs/operations.md, 'Redis memory')"
+        )
+    return None
+
+
 def _oauth_settings(settings: Settings) -> OAuthSettings:
     """The OAuth part of the settings: providers, the demo provider, keys and TTLs."""
     specs = tuple(parse_provider_specs(settings.oauth_providers))
@@ -345,6 +372,12 @@ async def _start_serving(
             lease_s=settings.lease_s,
             max_output_bytes=settings.max_output_bytes,
             artifact_threshold_bytes=settings.artifact_threshold_bytes,
+            artifact_ttl_s=settings.artifact_ttl_s,
+            quotas=Quotas(
+                stored_bytes=settings.quota_stored_bytes,
+                live_chats=settings.quota_live_chats,
+                artifacts_per_chat=settings.quota_artifacts_per_chat,
+            ),
             log_keep_s=settings.log_keep_s,
             audit_keep_s=settings.audit_keep_s,
             # code is approved by someone other than its requester, but where the one
@@ -435,6 +468,10 @@ async def _serve(
     )
     try:
         await _reach(redis, settings)
+        if embedded is None:  # (the embedded one is the local playground's own)
+            warning = await memory_warning(redis)
+            if warning is not None:
+                log.warning("%s", warning)
         app.state.metrics.start()
         sweeping = await _start_serving(
             app,
@@ -553,6 +590,7 @@ def create_app(
         streams_per_principal=settings.max_streams_per_principal,
         runs_per_worker=settings.max_runs_per_worker,
         streams_per_worker=settings.max_streams_per_worker,
+        reserve=settings.admission_reserve,
     )
     app.state.reader = BodyReader.from_settings(settings)  # every route's body reader
     app.state.authenticator = authenticator

@@ -29,6 +29,7 @@ from parkway.runner.errors import (
     NotPlainJSONError,
     OutcomeNotAllowedError,
     ParkwayError,
+    QuotaExceededError,
     ShuttingDownError,
     StateError,
     TemplateError,
@@ -86,6 +87,8 @@ def status_for(exc: ParkwayError) -> int:
         return 422
     if isinstance(exc, CallerError):
         return 400
+    if isinstance(exc, QuotaExceededError):
+        return 429
     if isinstance(exc, ShuttingDownError):
         return 503
     if isinstance(exc, ConflictError | StateError):

@@ -272,6 +272,8 @@ class Settings(BaseSettings):
     max_streams_per_principal: Count = 32
     max_runs_per_worker: Count = 256
     max_streams_per_worker: Count = 12000
+    # the share of a worker's slots kept for clients holding few (transport/api/admission.py)
+    admission_reserve: float = Field(0.25, ge=0, le=0.9)
     # -- request reading: nesting depth of JSON bodies, slow-client timeouts
     max_json_depth: Count = 64
     header_read_timeout_s: Timeout = 10.0
@@ -294,6 +296,13 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(512, ge=32, le=2048)
     sandbox_allow_raise: Switch = False
     artifact_threshold_bytes: Count = 32 * 1024
+    # how long an artifact lives after its write or its chat's last turn (unset: as long
+    # as the chat; at most chat_ttl_s)
+    artifact_ttl_s: Count | None = None
+    # -- quotas per principal (runner/store/usage.py; docs/operations.md, "Quotas")
+    quota_stored_bytes: Count = 256 * 1024 * 1024
+    quota_live_chats: Count = 1000
+    quota_artifacts_per_chat: Count = 256
     # -- telemetry (docs/operations.md): Prometheus metrics at /metrics on the public
     # port (off unless switched on), or on a port of their own; OpenTelemetry spans
     metrics: Switch = False
@@ -405,6 +414,16 @@ class Settings(BaseSettings):
                 "must outlive the chat"
             )
         return keep
+
+    @field_validator("artifact_ttl_s")
+    @classmethod
+    def _artifacts_within_chats(cls, ttl: int | None, info: ValidationInfo) -> int | None:
+        chat_ttl = info.data.get("chat_ttl_s")
+        if ttl is not None and chat_ttl is not None and ttl > chat_ttl:
+            raise ValueError(
+                f"must be at most chat_ttl_s ({chat_ttl} s): an artifact goes with its chat"
+            )
+        return ttl
 
     @field_validator("jwt_algorithms")
     @classmethod

@@ -36,11 +36,17 @@ __all__ = [
 
 FUNCTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 MAX_CODE_BYTES = 64 * 1024
+# Every version is kept, and only the agent's editors save (each save approved): this
+# bounds what an agent's library may hold whatever they do (with MAX_CODE_BYTES, 128 MiB).
+MAX_VERSIONS = 2000
 
-# KEYS: 1 functions, 2 function versions. ARGV: 1 name, 2 record JSON without a version.
-# Returns the new version. The version comes from the head, so two saves of one name
-# get two versions, never one.
+# KEYS: 1 functions, 2 function versions. ARGV: 1 name, 2 record JSON without a version,
+# 3 the most versions the library may hold.
+# Returns the new version, or 0 when the library holds as many versions as it may
+# (nothing saved). The version comes from the head, so two saves of one name get two
+# versions, never one.
 _SAVE = """
+if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[3]) then return 0 end
 local head = redis.call('HGET', KEYS[1], ARGV[1])
 local version = 1
 if head then version = cjson.decode(head)['version'] + 1 end
@@ -131,8 +137,12 @@ class FunctionLibrary:
         }
         version = await self._save(
             keys=[self.keys.functions, self.keys.function_versions],
-            args=[name, json.dumps(record)],
+            args=[name, json.dumps(record), MAX_VERSIONS],
         )
+        if int(version) == 0:
+            raise ValueError(
+                f"the library holds {MAX_VERSIONS} function versions, as many as it may"
+            )
         return SavedFunction(version=int(version), **record)  # type: ignore[arg-type]
 
     async def heads(self) -> list[SavedFunction]:

@@ -25,7 +25,7 @@ from parkway.runner.canonical import canonical_json
 from parkway.runner.codemode.library import FunctionLibrary
 from parkway.runner.codemode.prompt import DESCRIPTION
 from parkway.runner.codemode.runtime import CodeMode, Workspace, workspace
-from parkway.runner.errors import ToolError
+from parkway.runner.errors import QuotaExceededError, ToolError
 from parkway.runner.ops import SANDBOX_RUNS
 from parkway.runner.sandbox import BrokerError, Limits, RunRequest, RunResult
 from parkway.runner.store import ARTIFACT_ID
@@ -175,15 +175,21 @@ async def _model_result(ctx: ToolContext, result: RunResult) -> dict[str, Any]:
     elif len(stdout) > INLINE_STDOUT_CHARS:
         whole = result.stdout
     if whole is not None and ctx.artifacts is not None:
-        artifact = await ctx.artifacts.put(
-            ctx.chat_id,
-            whole,
-            media_type="text/plain; charset=utf-8",
-            source="execute_code",
-            tool_call_id=ctx.tool_call_id,
-        )
         output["stdout"] = stdout[:INLINE_STDOUT_CHARS]
-        output["stdout_artifact"] = artifact.reference() | {"total_bytes": result.stdout_total}
+        try:
+            artifact = await ctx.artifacts.put(
+                ctx.chat_id,
+                whole,
+                media_type="text/plain; charset=utf-8",
+                source="execute_code",
+                tool_call_id=ctx.tool_call_id,
+                principal=ctx.principal,
+            )
+        except QuotaExceededError as exc:  # the first characters stay; the rest is gone
+            output["stdout_note"] = f"the whole output was not kept: {exc}"
+        else:
+            ref = artifact.reference() | {"total_bytes": result.stdout_total}
+            output["stdout_artifact"] = ref
     return output
 
 

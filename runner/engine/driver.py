@@ -71,7 +71,7 @@ class StepDriver:
         else:
             _, calls = await self.store.calls(state.keys, state.parked_ids, drop_deadlines=True)
         state.clear_parked = True
-        calls = await keep_large_answers(self.artifacts, state.chat_id, calls)
+        calls = await keep_large_answers(self.artifacts, state, calls)
         approved = record_outcomes(state, calls, report)
         if not approved:
             return

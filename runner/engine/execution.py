@@ -24,6 +24,7 @@ from parkway.runner.agent import (
 )
 from parkway.runner.codemode import CodeMode
 from parkway.runner.engine.run import Emit, RunState
+from parkway.runner.errors import QuotaExceededError
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
 from parkway.runner.ops import mark_failed, span
 from parkway.runner.outcomes import SUPERSEDED, model_result
@@ -88,9 +89,13 @@ class ToolExecutor:
                 mark_failed(current, "tool_error")
         if run.error is not None or self.artifacts is None:
             return run
-        output = await self.artifacts.keep_if_large(
-            state.chat_id, run.output, source=name, tool_call_id=call_id, encoded=run.encoded
-        )
+        try:
+            output = await self.artifacts.keep_if_large(
+                state.chat_id, run.output, source=name, tool_call_id=call_id,
+                encoded=run.encoded, principal=state.principal,
+            )  # fmt: skip
+        except QuotaExceededError as exc:  # (the model learns why it has no result)
+            return ToolRun(error=f"the tool's output was not kept: {exc}")
         return ToolRun(output=output, parts=run.parts)
 
 
@@ -148,10 +153,11 @@ def record_outcomes(
 
 
 async def keep_large_answers(
-    artifacts: ArtifactStore | None, chat_id: str, calls: Sequence[ParkedCall]
+    artifacts: ArtifactStore | None, state: RunState, calls: Sequence[ParkedCall]
 ) -> list[ParkedCall]:
     """``calls``, where a client call answered with an output over the artifact
-    threshold now has the artifact's reference as its output (the model reads that)."""
+    threshold now has the artifact's reference as its output (the model reads that), or,
+    past the owner's quota, an error saying so in its place."""
     if artifacts is None:
         return list(calls)
     kept = []
@@ -160,8 +166,12 @@ async def keep_large_answers(
         if call.kind != "client" or outcome is None or outcome["outcome"] != "output":
             kept.append(call)
             continue
-        output = await artifacts.keep_if_large(
-            chat_id, outcome["output"], source=call.tool_name, tool_call_id=call.tool_call_id
-        )
+        try:
+            output = await artifacts.keep_if_large(
+                state.chat_id, outcome["output"], source=call.tool_name,
+                tool_call_id=call.tool_call_id, principal=state.principal,
+            )  # fmt: skip
+        except QuotaExceededError as exc:
+            output = {"error": f"the answer was not kept: {exc}"}
         kept.append(dataclasses.replace(call, outcome={**outcome, "output": output}))
     return kept

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from parkway.runner.agent import AgentTemplate
 from parkway.runner.events import Event
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store import ChatKeys, ModelView
+from parkway.runner.store import ChatKeys, ModelView, Quotas
 
 __all__ = ["Emit", "Run", "RunState", "RunnerConfig", "new_id"]
 
@@ -48,6 +48,11 @@ class RunnerConfig:
     # How long a chat's audit trail keeps an entry (runner/store/audit.py); it outlives the
     # chat's own keys.
     audit_keep_s: int = 90 * 24 * 3600
+    # What one principal may store (runner/store/usage.py); None: no quotas.
+    quotas: Quotas | None = None
+    # How long a chat's artifacts live after their write or the chat's last turn (at
+    # most chat_ttl_s; None: chat_ttl_s).
+    artifact_ttl_s: int | None = None
     # followers' reads in flight at once on a worker (the rest of its Redis connections
     # stay free for the runs' own commands)
     follower_reads: int = 16

@@ -97,7 +97,8 @@ class Runner:
         self.agents = agents
         self.store = ChatStore(
             redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s,
-            audit_keep_s=self.config.audit_keep_s,
+            audit_keep_s=self.config.audit_keep_s, quotas=self.config.quotas,
+            artifact_ttl_s=self.config.artifact_ttl_s,
         )  # fmt: skip
         self.auto_resume = AutoResume(self.store, self.resume)
         self.settling = Settling(
@@ -110,8 +111,10 @@ class Runner:
         self.watch = RunWatch(self.store, lease_s=self.config.lease_s, clock=clock)
         # Large tool results are kept as the chat's artifacts; ``code`` runs execute_code.
         self.artifacts = ArtifactStore(
-            redis, self.config.chat_ttl_s, threshold_bytes=self.config.artifact_threshold_bytes
-        )
+            redis, self.store.artifact_ttl_s, threshold_bytes=self.config.artifact_threshold_bytes,
+            quotas=self.config.quotas, chat_ttl_s=self.config.chat_ttl_s,
+            cluster=self.store.cluster,
+        )  # fmt: skip
         self.code = code
         self.executor = ToolExecutor(
             credentials,

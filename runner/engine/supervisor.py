@@ -262,6 +262,7 @@ class RunSupervisor:
                     last_uid=state.user_message_id,
                     forget_uid=state.retry_open,
                     log=log,
+                    principal=state.principal,
                 )
             except BaseException:
                 self._unsure()  # its batch may have landed

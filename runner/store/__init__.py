@@ -63,9 +63,11 @@ from parkway.runner.store.keys import (
     check_call_id,
     check_chat_id,
     parse_deadline_member,
+    usage_keys,
 )
 from parkway.runner.store.replies import TurnClaim
 from parkway.runner.store.scripts import AUDIT_APPEND, AUDIT_FUNCTION
+from parkway.runner.store.usage import Quotas
 
 __all__ = [
     "ARTIFACT_ID",
@@ -94,6 +96,7 @@ __all__ = [
     "EmbeddedRedis",
     "LogBatch",
     "ModelView",
+    "Quotas",
     "RedisClient",
     "ResumeClaim",
     "SettleEntry",
@@ -116,5 +119,6 @@ __all__ = [
     "read_page",
     "result_entry",
     "settle_audit",
+    "usage_keys",
     "user_entry",
 ]

@@ -7,10 +7,14 @@ by ``execute_code`` reads an artifact whole (``artifacts.get(id)``, mounted read
 its sandbox), and the chat's owner downloads it from
 ``GET /api/chats/{id}/artifacts/{artifact_id}``.
 
-An artifact belongs to its chat: its keys carry the chat's hash tag and lifetime
+An artifact belongs to its chat: its keys carry the chat's hash tag
 (:class:`~parkway.runner.store.keys.ChatKeys`), so only the chat's owner reaches it (the
-routes check ownership before they read) and it goes when the chat goes. It is written
-once and never changed.
+routes check ownership before they read). It lives ``artifact_ttl_s`` (settings; at
+most, and by default, the chat's TTL) from the artifact's write or the chat's last turn,
+whichever is later, and goes with the chat at the latest. It is written once and never
+changed, within the chat's artifact quota and its owner's stored bytes
+(runner/store/usage.py): past either nothing is written and the caller gets
+:class:`~parkway.runner.errors.QuotaExceededError`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from typing import Any
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import ArtifactNotFoundError, ChatNotFoundError
 from parkway.runner.store.client import RedisClient, as_text
-from parkway.runner.store.keys import chat_keys
+from parkway.runner.store.keys import chat_keys, usage_keys
+from parkway.runner.store.scripts import ARTIFACT_PUT
+from parkway.runner.store.usage import Quotas, UsageGate, quota_error
 
 __all__ = [
     "ARTIFACT_ID",
@@ -37,6 +43,7 @@ __all__ = [
 ]
 
 ARTIFACT_ID = re.compile(r"^art_[A-Za-z0-9_-]{16}$")
+_UNLIMITED = Quotas(stored_bytes=2**62, live_chats=2**62, artifacts_per_chat=2**62)
 # What a reference shows of the artifact: enough to decide whether to read it.
 PREVIEW_CHARS = 1000
 
@@ -90,11 +97,21 @@ class ArtifactStore:
         *,
         threshold_bytes: int = 32 * 1024,
         clock: Callable[[], float] = time.time,
+        quotas: Quotas | None = None,
+        chat_ttl_s: int | None = None,
+        cluster: bool = False,
     ) -> None:
         self.redis = redis
-        self.ttl_s = ttl_s
+        self.ttl_s = ttl_s  # the artifacts' own
+        self.chat_ttl_s = chat_ttl_s or ttl_s
         self.threshold_bytes = threshold_bytes
         self.clock = clock
+        # None: no quotas (a runner built without them), so nothing is counted but bytes
+        self.quotas = quotas
+        # On a Cluster the owner's usage keys are in another slot: checked first.
+        self.cluster = cluster
+        self._gate = UsageGate(redis, quotas, self.chat_ttl_s) if cluster and quotas else None
+        self._put = redis.register_script(ARTIFACT_PUT)
 
     async def put(
         self,
@@ -104,8 +121,12 @@ class ArtifactStore:
         media_type: str,
         source: str,
         tool_call_id: str,
+        principal: str | None = None,
     ) -> Artifact:
-        """Store ``data`` as a new artifact of the chat (one round trip)."""
+        """Store ``data`` as a new artifact of the chat (one round trip; two on a
+        Cluster), counted against ``principal``'s stored bytes (the chat's owner; None:
+        only the chat's artifact count is checked), or raise
+        :class:`~parkway.runner.errors.QuotaExceededError` with nothing stored."""
         artifact = Artifact(
             artifact_id=f"art_{secrets.token_urlsafe(12)}",
             bytes=len(data),
@@ -116,12 +137,29 @@ class ArtifactStore:
             preview=preview_of(data),
         )
         keys = chat_keys(chat_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.artifacts, artifact.artifact_id, json.dumps(artifact.as_dict()))
-            pipe.hset(keys.artifact_data, artifact.artifact_id, data)
-            pipe.expire(keys.artifacts, self.ttl_s)
-            pipe.expire(keys.artifact_data, self.ttl_s)
-            await pipe.execute()
+        record = json.dumps(artifact.as_dict())
+        now_ms = artifact.created_at
+        script_keys = [keys.meta, keys.artifacts, keys.artifact_data]
+        checked = ""
+        quotas = self.quotas or _UNLIMITED
+        if self.quotas is None:
+            principal = None
+        if principal is not None and self._gate is not None:
+            stored = await self.redis.hget(keys.meta, "bytes")
+            mine = int(as_text(stored)) if stored is not None else 0
+            await self._gate.check_artifact(keys, principal, now_ms, mine, len(record) + len(data))
+        elif principal is not None:
+            usage = usage_keys(principal)
+            script_keys.extend((usage.bytes, usage.chats))
+            checked = chat_id
+        reply = await self._put(
+            keys=script_keys,
+            args=[artifact.artifact_id, record, data, self.ttl_s,
+                  quotas.artifacts_per_chat, now_ms, checked, quotas.stored_bytes,
+                  self.chat_ttl_s],
+        )  # fmt: skip
+        if as_text(reply[0]) == "quota":
+            raise quota_error(as_text(reply[1]), quotas)
         return artifact
 
     async def keep_if_large(
@@ -132,9 +170,11 @@ class ArtifactStore:
         source: str,
         tool_call_id: str,
         encoded: bytes | None = None,
+        principal: str | None = None,
     ) -> Any:
         """``output`` itself, or, when its JSON (``encoded``, if the caller has it) is over
-        the threshold, a reference to the artifact that now holds it."""
+        the threshold, a reference to the artifact that now holds it (counted against
+        ``principal``'s quota: :meth:`put`)."""
         if is_reference(output):
             return output
         data = canonical_json(output).encode() if encoded is None else encoded
@@ -146,6 +186,7 @@ class ArtifactStore:
             media_type="application/json",
             source=source,
             tool_call_id=tool_call_id,
+            principal=principal,
         )
         return artifact.reference()
 

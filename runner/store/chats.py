@@ -23,7 +23,13 @@ from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.deadlines import DeadlineIndex
 from parkway.runner.store.histcache import HistoryCache
 from parkway.runner.store.history import dump_entry
-from parkway.runner.store.keys import APPROVALS, DEADLINES, ChatKeys, deadline_member
+from parkway.runner.store.keys import (
+    APPROVALS,
+    DEADLINES,
+    ChatKeys,
+    deadline_member,
+    usage_keys,
+)
 from parkway.runner.store.replies import (
     SCHEMA_VERSION,
     ChatRecord,
@@ -37,6 +43,7 @@ from parkway.runner.store.replies import (
     raise_for_claim,
     settle_reply,
 )
+from parkway.runner.store.usage import Quotas, UsageGate, quota_error
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -71,9 +78,14 @@ class ChatStore:
     """Chat state in Redis. ``ttl_s`` is given to every chat key on every write."""
 
     def __init__(self, redis: RedisClient, ttl_s: int, *, log_keep_s: int = 600,
-                 audit_keep_s: int = AUDIT_KEEP_S) -> None:  # fmt: skip
+                 audit_keep_s: int = AUDIT_KEEP_S, quotas: Quotas | None = None,
+                 artifact_ttl_s: int | None = None) -> None:  # fmt: skip
         self.redis = redis
         self.ttl_s = ttl_s
+        # The owner's quotas, checked by a turn's claim (runner/store/usage.py); None: none.
+        self.quotas = quotas
+        # How long a chat's artifacts live after its last turn (at most the chat's TTL).
+        self.artifact_ttl_s = min(artifact_ttl_s or ttl_s, ttl_s)
         self.audit_keep_s = audit_keep_s  # how long a chat's audit keeps an entry
         # How long the event log of a chat whose last run ended is kept (scripts.py,
         # log_append): a follower still reading that run has this long to finish.
@@ -81,6 +93,7 @@ class ChatStore:
         # On a Cluster the global deadline index lives in another slot than a chat, so
         # it cannot be written by a chat's script.
         self.cluster = isinstance(redis, RedisCluster)
+        self.usage_gate = None if quotas is None else UsageGate(redis, quotas, ttl_s)
         # Records of parked calls this worker wrote or read (a settle of one is one
         # round trip).
         self.known_calls = CallCache()
@@ -123,17 +136,29 @@ class ChatStore:
         (``answers_first``) and the chat has calls pending, which the caller settles
         before claiming again; and with ``"agent_moved"`` when the template was the
         agent's head at version ``agent_head`` (its key, the version; single Redis only)
-        and the head has moved on since."""
+        and the head has moved on since. Past the owner's quotas it raises
+        :class:`~parkway.runner.errors.QuotaExceededError` (runner/store/usage.py)."""
         chat = [keys.meta, keys.pending, keys.outcomes, keys.history, keys.calls,
                 keys.events, keys.artifacts, keys.artifact_data, keys.audit]  # fmt: skip
+        quota_args: list[Any] = ["", "", ""]
+        if self.quotas is not None and self.usage_gate is not None:
+            if self.cluster:  # (the usage keys are in another slot)
+                await self.usage_gate.check_turn(keys, principal, now_ms)
+            else:
+                usage = usage_keys(principal)
+                chat.extend((usage.bytes, usage.chats))
+                quota_args = [keys.chat_id, self.quotas.stored_bytes, self.quotas.live_chats]
         result = await self._claim_turn(
             keys=chat if agent_head is None else [*chat, agent_head[0]],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, user_message_id,
                   supersede_outcome, self.ttl_s, message_id, template_digest, template_json,
                   self.audit_keep_s, "1" if answers_first else "",
-                  "" if agent_head is None else str(agent_head[1])],
+                  "" if agent_head is None else str(agent_head[1]), *quota_args,
+                  self.artifact_ttl_s],
         )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
+        if fields[0] == "quota" and self.quotas is not None:
+            raise quota_error(fields[1], self.quotas)
         if fields[0] == "answers_first":
             return "answers_first"
         if fields[0] == "agent_moved":
@@ -331,6 +356,7 @@ class ChatStore:
         last_uid: str | None = None,
         forget_uid: bool = False,
         log: LogBatch | None = None,
+        principal: str | None = None,
     ) -> str | None:
         """Persist a step if ``token`` still holds the lease, with ``log`` (the run's
         events not yet logged) appended to the event log in the same atomic step.
@@ -341,7 +367,10 @@ class ChatStore:
 
         Returns the log entry's id ('' when there was no batch), None if the lease was
         lost (nothing written). ``seq`` numbers the run's commits from 1 (a replayed
-        commit is recognised by it)."""
+        commit is recognised by it). A commit that parks or ends the run rolls the chat's
+        stored bytes up into ``principal``'s (its owner's) quota count in the same step
+        (runner/store/usage.py; on a single Redis: a Cluster's count catches up at the
+        chat's next turn)."""
         args: list[Any] = [
             token,
             state,
@@ -378,7 +407,11 @@ class ChatStore:
         if not self.cluster:
             # One Redis: the deadlines (and approvals) go into their indexes inside the
             # same atomic step.
-            reply = await self._commit(keys=[*script_keys, DEADLINES, APPROVALS], args=args)
+            indexes = [DEADLINES, APPROVALS]
+            if principal is not None and self.quotas is not None and state != "running":
+                usage = usage_keys(principal)
+                indexes.extend((usage.bytes, usage.chats))
+            reply = await self._commit(keys=[*script_keys, *indexes], args=args)
         else:
             deadlines = {
                 deadline_member(keys.chat_id, c.tool_call_id): int(c.deadline * 1000)

@@ -14,6 +14,7 @@ them. The one exception is the chat's audit trail (:attr:`ChatKeys.audit`), kept
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from parkway.runner.errors import CallerError
@@ -25,11 +26,13 @@ __all__ = [
     "LOGWATCH_CHANNEL",
     "MAX_CALL_ID",
     "ChatKeys",
+    "UsageKeys",
     "chat_keys",
     "check_call_id",
     "check_chat_id",
     "deadline_member",
     "parse_deadline_member",
+    "usage_keys",
 ]
 
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -154,6 +157,32 @@ class ChatKeys:
 
 def chat_keys(chat_id: str) -> ChatKeys:
     return ChatKeys(check_chat_id(chat_id))
+
+
+# -- a principal's storage use (runner/quotas.py) ---------------------------------------
+
+
+class UsageKeys:
+    """The keys that count one principal's stored bytes and live chats, under the tag
+    ``{usage:<digest>}`` (a digest of the principal id: any string may be a principal, a
+    JWT's ``sub`` included, and a key must not carry it raw). Both get the chat TTL on
+    every write, so an idle principal's count goes with its last chat."""
+
+    __slots__ = ("bytes", "chats")
+
+    def __init__(self, principal: str) -> None:
+        digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
+        tag = f"pw:{{usage:{digest}}}"
+        # hash chat id -> the chat's stored bytes as last rolled up, and USAGE_TOTAL ->
+        # their sum (runner/store/scripts.py, USAGE_FUNCTION).
+        self.bytes = f"{tag}:bytes"
+        # sorted set chat id -> when the chat expires (epoch ms) as far as its last roll-up
+        # knows: the live chats, and which counts to drop once a chat is gone.
+        self.chats = f"{tag}:chats"
+
+
+def usage_keys(principal: str) -> UsageKeys:
+    return UsageKeys(principal)
 
 
 # -- agent revisions (runner/agent/revisions.py) -------------------------------------------------

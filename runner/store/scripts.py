@@ -15,6 +15,10 @@ Two meta fields carry the crash-safety invariants:
   history. A claim hands them to the new run; the run's first commit clears them, in
   the same atomic step that appends their results. So a crash between claim and commit
   loses nothing: the next claim hands them out again.
+- ``bytes``: what the chat stores for its owner's quota (runner/store/usage.py): the
+  history entries, call records and outcomes, and artifacts, each counted by the script
+  that writes it (COMMIT, SETTLE, ANSWER, ARTIFACT_PUT). A turn's claim rolls it up into
+  the owner's total (USAGE_FUNCTION), and refuses the turn past the owner's quota.
 
 Replays. The Redis client sends a command again when its connection failed or timed out
 (:mod:`parkway.runner.store.client`), so a script whose reply was lost may run twice. Each script
@@ -28,6 +32,7 @@ from __future__ import annotations
 __all__ = [
     "ANSWER",
     "APPEND",
+    "ARTIFACT_PUT",
     "AUDIT_APPEND",
     "AUDIT_FUNCTION",
     "CLAIM_RESUME",
@@ -39,6 +44,8 @@ __all__ = [
     "RENEW",
     "SETTLE",
     "STOP",
+    "USAGE",
+    "USAGE_TOTAL",
 ]
 
 # The audit trail (runner/store/audit.py): an entry appended to an audit stream, shared by
@@ -85,6 +92,36 @@ local function audit_settle(stream, meta, calls, id, owner, who, source, tool, d
 end
 """
 
+# A principal's storage use (runner/store/usage.py): hash USAGE (chat id -> its stored
+# bytes as last rolled up, USAGE_TOTAL -> their sum) and sorted set CHATS (chat id -> when
+# it expires, epoch ms, as its last roll-up knows). Chats past that time are dropped from
+# both first (a few per call: they go as they expire). Both keys get the chat TTL.
+# usage_roll(usage key, chats key, chat id (false = count only), the chat's bytes
+#            (false = as counted), now (ms), TTL (s)) -> total bytes, live chats
+USAGE_TOTAL = "#total"  # (no chat id has a '#')
+USAGE_FUNCTION = """
+local function usage_roll(ub, uc, chat, bytes, now, ttl)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', uc, '-inf', now, 'LIMIT', 0, 16)) do
+    redis.call('HINCRBY', ub, '#total', 0 - tonumber(redis.call('HGET', ub, gone) or '0'))
+    redis.call('HDEL', ub, gone)
+    redis.call('ZREM', uc, gone)
+  end
+  local total
+  if chat then
+    local old = tonumber(redis.call('HGET', ub, chat) or '0')
+    local new = bytes or old
+    redis.call('HSET', ub, chat, new)
+    total = redis.call('HINCRBY', ub, '#total', new - old)
+    redis.call('ZADD', uc, tonumber(now) + tonumber(ttl) * 1000, chat)
+    redis.call('EXPIRE', ub, ttl)
+    redis.call('EXPIRE', uc, ttl)
+  else
+    total = tonumber(redis.call('HGET', ub, '#total') or '0')
+  end
+  return total, redis.call('ZCARD', uc)
+end
+"""
+
 # Start a new turn: take the run lease (creating the chat on first use), and settle
 # every still-pending call as superseded. Returns the history in the same round trip.
 # Each call superseded gets its audit entry (the principal's, from the browser, outcome
@@ -97,27 +134,42 @@ end
 #       12 how long the audit keeps an entry (s), 13 '1' when the new message comes with
 #       answers to tool calls, which must settle what they answer before anything is
 #       superseded ('' otherwise), 14 the agent's head version the template is ('' when
-#       nothing is to be checked; then there is no KEYS[10])
-# KEYS[10] (with ARGV[14], on a single Redis only: another slot): the agent's head hash
+#       nothing is to be checked; then there is no agent head key), 15 the chat id
+#       when the owner's quotas are checked here ('' otherwise: a Cluster, where the
+#       usage keys are in another slot and runner/store/usage.py checks them first),
+#       16 the owner's stored-bytes quota, 17 its live-chats quota, 18 the artifacts' TTL
+# KEYS[10], KEYS[11] (with ARGV[15]): the owner's usage keys (usage_roll)
+# KEYS[12] (KEYS[10] without ARGV[15]) (with ARGV[14], on a single Redis only: another
+# slot): the agent's head hash
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
 #          history entry, ...}
 #        | {'incompatible', version} | {'forbidden'} | {'busy'} | {'duplicate'}
 #        | {'answers_first'} (ARGV[13] set and calls pending: nothing was changed)
 #        | {'agent_moved'} (the head is no longer ARGV[14]: nothing was changed)
+#        | {'quota', name} (the owner is at its quota ``name``: no chat created, no
+#          message taken; the chat's count is rolled up into the owner's)
 # Replay: the lease token is new for every claim, so a chat running under this very
 # token was claimed by the lost first run; the same 'ok' reply is built again (the
 # previous template it handed out is kept in ``claim_prev`` for this).
 CLAIM_TURN = (
     AUDIT_FUNCTION
+    + USAGE_FUNCTION
     + """
+local quotas = ARGV[15] ~= ''
 -- The template is the agent's head as this worker last read it: unless this is the
 -- replay of this very claim (the chat runs under its token), check it still is.
-if ARGV[14] ~= '' and redis.call('HGET', KEYS[10], 'version') ~= ARGV[14]
+if ARGV[14] ~= '' and redis.call('HGET', KEYS[quotas and 12 or 10], 'version') ~= ARGV[14]
    and redis.call('HGET', KEYS[1], 'lease') ~= ARGV[3] then
   return {'agent_moved'}
 end
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
+  if quotas then
+    local total, live = usage_roll(KEYS[10], KEYS[11], false, false, ARGV[4], ARGV[8])
+    if live >= tonumber(ARGV[17]) then return {'quota', 'live_chats'} end
+    if total >= tonumber(ARGV[16]) then return {'quota', 'stored_bytes'} end
+    usage_roll(KEYS[10], KEYS[11], ARGV[15], 0, ARGV[4], ARGV[8])
+  end
   -- A new chat: nothing of an expired chat with the same id may leak into it.
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'owner', ARGV[2], 'state', 'idle',
@@ -139,8 +191,15 @@ end
 if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {'busy'} end
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
 if ARGV[13] == '1' and redis.call('ZCARD', KEYS[2]) > 0 then return {'answers_first'} end
+if quotas then
+  local mine = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
+  if usage_roll(KEYS[10], KEYS[11], ARGV[15], mine, ARGV[4], ARGV[8]) >= tonumber(ARGV[16]) then
+    return {'quota', 'stored_bytes'}
+  end
+end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if redis.call('HSETNX', KEYS[3], id, ARGV[7]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'bytes', #ARGV[7])
     audit_settle(KEYS[9], KEYS[1], KEYS[5], id, ARGV[2], ARGV[2], 'browser', '', '',
                  'cancelled', '', ARGV[12], 'superseded_by_user_message')
   end
@@ -160,7 +219,8 @@ if m[7] ~= ARGV[10] then
   redis.call('HSET', KEYS[1], 'template_digest', ARGV[10], 'template', ARGV[11])
   if previous ~= '' then redis.call('HSET', KEYS[1], 'claim_prev', previous) end
 end
-for i = 1, 8 do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
+for i = 1, 6 do redis.call('EXPIRE', KEYS[i], ARGV[8]) end
+for i = 7, 8 do redis.call('EXPIRE', KEYS[i], ARGV[18] ~= '' and ARGV[18] or ARGV[8]) end
 return with_history({'ok', m[5] or '0', m[6] or '[]', previous})
 """
 )
@@ -310,6 +370,7 @@ for i = 0, k - 1 do
   local at = 11 + i * 7
   local id = ARGV[at]
   redis.call('HSET', KEYS[5], id, ARGV[at + 1])
+  redis.call('HINCRBY', KEYS[1], 'bytes', #ARGV[at + 1])
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[6], ARGV[at + 2])
   audit_settle(KEYS[8], KEYS[1], KEYS[4], id, m[1], ARGV[2], ARGV[9], ARGV[at + 3],
@@ -365,8 +426,9 @@ end
 # append the run's events not yet logged (those that follow the step included) to the
 # event log, so a step and the events that announce it are stored in one atomic step.
 # KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, 6 events, and on a single
-#       Redis (not a Cluster, where they live in other slots) 7 the deadline index and
-#       8 the approvals index
+#       Redis (not a Cluster, where they live in other slots) 7 the deadline index,
+#       8 the approvals index and, when the run parks or ends, 9, 10 the owner's usage
+#       keys: the chat's count is rolled up into the owner's (usage_roll)
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged, '-' = forgotten: the turn failed, so
@@ -386,6 +448,7 @@ end
 # twice); its batch, if any, was appended with it (log_append).
 COMMIT = (
     _LOG_APPEND
+    + USAGE_FUNCTION
     + """
 local cur = redis.call('HMGET', KEYS[1], 'lease', 'run_token', 'run_commits', 'log_seq',
                        'log_last')
@@ -402,12 +465,15 @@ if cur[1] ~= ARGV[1] then return {0} end
 local n = tonumber(ARGV[9])
 local c = tonumber(ARGV[10])
 local first = 19
+local stored = 0
 if n > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, first - 1 + n))
+  for i = first, first - 1 + n do stored = stored + #ARGV[i] end
 end
 for i = 0, c - 1 do
   local base = first + n + i * 5
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
+  stored = stored + #ARGV[base + 1]
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
   if KEYS[7] and ARGV[base + 3] ~= '' then
     redis.call('ZADD', KEYS[7], ARGV[base + 3], ARGV[11] .. ' ' .. ARGV[base])
@@ -418,6 +484,8 @@ for i = 0, c - 1 do
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
            'run_committed', '1', 'run_commits', ARGV[12])
+local mine = redis.call('HINCRBY', KEYS[1], 'bytes', stored)
+if KEYS[9] then usage_roll(KEYS[9], KEYS[10], ARGV[11], mine, ARGV[5], ARGV[3]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
 if ARGV[8] == '-' then
   redis.call('HDEL', KEYS[1], 'last_uid')
@@ -575,11 +643,75 @@ if cur then
   return {'conflict', cur}
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[4], 'bytes', #ARGV[2])
 redis.call('SET', KEYS[6], ARGV[4], 'EX', 60)
 redis.call('ZREM', KEYS[3], ARGV[1])
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 audit_settle(KEYS[7], KEYS[4], KEYS[1], ARGV[1], owner, ARGV[7], ARGV[8], ARGV[9], ARGV[10],
              ARGV[11], ARGV[12], ARGV[13])
 return {'settled', redis.call('ZCARD', KEYS[3])}
+"""
+)
+
+
+# Store one artifact (runner/store/artifacts.py), within the chat's artifact count and its
+# owner's stored bytes, or not at all.
+# KEYS: 1 meta, 2 artifacts, 3 artifact data, and with ARGV[7] (a single Redis: on a
+#       Cluster runner/store/usage.py checks the owner's bytes first, in another slot)
+#       4, 5 the owner's usage keys (usage_roll)
+# ARGV: 1 artifact id, 2 record JSON, 3 the bytes, 4 the artifacts' TTL (s), 5 the chat's
+#       artifact quota, 6 now (ms), 7 the chat id ('' = the owner's bytes are not checked
+#       here), 8 the owner's stored-bytes quota, 9 the chat TTL (s)
+# Returns: {'ok'} | {'quota', name} (nothing written)
+# Replay: the artifact id is new for every put; one already stored was stored by the
+# lost first run, which answered 'ok'.
+ARTIFACT_PUT = (
+    USAGE_FUNCTION
+    + """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {'ok'} end
+if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then return {'quota', 'artifacts_per_chat'} end
+local size = #ARGV[2] + #ARGV[3]
+local mine = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
+if ARGV[7] ~= '' then
+  local total = usage_roll(KEYS[4], KEYS[5], ARGV[7], mine, ARGV[6], ARGV[9])
+  if total + size > tonumber(ARGV[8]) then return {'quota', 'stored_bytes'} end
+  usage_roll(KEYS[4], KEYS[5], ARGV[7], mine + size, ARGV[6], ARGV[9])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'bytes', size)
+return {'ok'}
+"""
+)
+
+# A principal's usage, checked (and this chat's count rolled up) apart from the write
+# it guards: a Cluster's way (the usage keys are in another slot than the chat's), one
+# round trip before the claim or the artifact it guards.
+# KEYS: 1, 2 the principal's usage keys (usage_roll)
+# ARGV: 1 chat id, 2 the chat's bytes ('' = unknown: a new chat, or not the
+#       principal's), 3 now (ms), 4 chat TTL (s), 5 bytes about to be stored (1 for a
+#       turn: refused once the total is at the quota),
+#       6 stored-bytes quota, 7 live-chats quota ('' = not checked: not a new chat)
+# Returns: {'ok'} | {'quota', name}
+# Replay: rolling a count up twice sets it twice.
+USAGE = (
+    USAGE_FUNCTION
+    + """
+local total, live
+if ARGV[2] == '' then
+  total, live = usage_roll(KEYS[1], KEYS[2], false, false, ARGV[3], ARGV[4])
+else
+  total, live = usage_roll(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
+end
+if ARGV[7] ~= '' and live >= tonumber(ARGV[7]) then return {'quota', 'live_chats'} end
+if total + tonumber(ARGV[5]) > tonumber(ARGV[6]) then
+  return {'quota', 'stored_bytes'}
+end
+if ARGV[2] == '' and ARGV[7] ~= '' then
+  usage_roll(KEYS[1], KEYS[2], ARGV[1], 0, ARGV[3], ARGV[4])
+end
+return {'ok'}
 """
 )

@@ -29,6 +29,7 @@ from redis.exceptions import ClusterCrossSlotError
 from parkway.runner import (
     ChatBusyError,
     NothingToResumeError,
+    QuotaExceededError,
     Runner,
     RunnerConfig,
     SettleConflictError,
@@ -47,10 +48,12 @@ from parkway.runner.events import (
     ToolSucceeded,
     coalesce,
 )
+from parkway.runner.store import Quotas
 from parkway.runner.store.keys import DEADLINES, ChatKeys
 from parkway.runner.store.scripts import SETTLE
 from tests.helpers import tools as test_tools
 from tests.helpers.support import (
+    PUBLISH_TOOL,
     Api,
     agent_doc,
     answered,
@@ -451,3 +454,60 @@ async def test_followers_are_woken_for_chats_on_every_master(
         assert coalesce(events) == coalesce(emitted[i // 3])
         assert said(events) == "from every master"
     await runner.aclose()
+
+
+async def test_the_approvals_queue_and_settles_by_an_approver_on_a_cluster(
+    client: RedisCluster,
+) -> None:
+    """The approvals index is a global key (another slot than any chat): the commit
+    that parks adds to it in the same round trip, an approver's queue reads chats on
+    every master, and the approver's settle takes the call out of it."""
+    tool = {**PUBLISH_TOOL, "approvers": "approver"}
+    agent = parse_agent_file(
+        {"template": {"instructions": "", "tools": [tool]},
+         "model": {"scripted": {"turns": [[call("publish", {"title": "T"})], [text("ok")]]}}}
+    )  # fmt: skip
+    runner = Runner(client, agent.model, agent.template)
+    chats = chats_on_every_master(client, "queue")
+    calls = {}
+    for chat in chats:
+        [pending] = parked(await turn(runner, chat))
+        calls[chat] = pending.tool_call_id
+    approver = frozenset({"approver"})
+    page = await runner.approvals("bob", approver)
+    assert {a.chat_id for a in page.approvals} == set(chats)
+    assert [a.chat_id for a in page.approvals] == list(reversed(chats))  # newest first
+    assert (await runner.approvals("alice", frozenset())).approvals == []
+    first = chats[0]
+    result = await runner.settle(
+        first, "bob", calls[first], {"outcome": "approved"}, roles=approver
+    )
+    assert result.fresh
+    left = await runner.approvals("bob", approver)
+    assert {a.chat_id for a in left.approvals} == set(chats[1:])
+    for chat in chats[1:]:
+        await runner.settle(chat, "bob", calls[chat], {"outcome": "denied"}, roles=approver)
+    assert (await runner.approvals("bob", approver)).approvals == []
+
+
+async def test_quotas_hold_on_a_cluster(client: RedisCluster) -> None:
+    """The usage keys are in another slot than any chat: the check is its own round trip
+    before the claim (runner/store/usage.py), and still refuses a chat past the
+    live-chats quota and a turn past the stored bytes, on every master."""
+    agent = parse_agent_file(agent_doc([[text("w" * 3000)]] * 4))
+    runner = Runner(
+        client, agent.model, agent.template,
+        config=RunnerConfig(quotas=Quotas(live_chats=2, stored_bytes=5000)),
+    )  # fmt: skip
+    first, second, third = chats_on_every_master(client, "quota")
+    await turn(runner, first)
+    await turn(runner, second)
+    with pytest.raises(QuotaExceededError) as refused:
+        await turn(runner, third)
+    assert refused.value.quota == "live_chats"
+    # (a Cluster rolls a chat's bytes up at its turns: `second`'s are not counted yet,
+    # `first`'s are once it takes a turn, so its third turn is refused)
+    await turn(runner, first, "more")
+    with pytest.raises(QuotaExceededError) as refused:
+        await turn(runner, first, "and more")
+    assert refused.value.quota == "stored_bytes"

@@ -143,3 +143,68 @@ def test_admission_counts_give_back_their_slots() -> None:
     with pytest.raises(HTTPError):
         admission.admit("stream", "b")
     admitted[0]()
+
+
+class AddressedApi(Api):
+    """An Api whose connections come from ``address`` (any 127/8 address reaches a
+    server bound to 127.0.0.1 on Linux)."""
+
+    def __init__(self, base_url: str, address: str) -> None:
+        super().__init__(base_url)
+        transport = httpx.AsyncHTTPTransport(local_address=address)
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=30, transport=transport)
+
+
+async def hold_or_refusal(
+    stack: contextlib.AsyncExitStack, api: Api, chat: str
+) -> httpx.Response | None:
+    """A turn held in its tool until the stack closes (None), or the refusal."""
+    body = {"id": chat, "messages": [user_message("go")], "trigger": "submit-message"}
+    response = await stack.enter_async_context(api.http.stream("POST", "/api/chat", json=body))
+    if response.status_code != 200:
+        await response.aread()
+        return response
+    lines = response.aiter_lines()
+    async for line in lines:
+        if "tool-input-available" in line:
+            break
+    stack.push_async_callback(lines.aclose)  # (kept until the stack closes)
+    return None
+
+
+async def test_sessions_minted_by_one_address_cannot_take_the_whole_worker(
+    redis: Redis, redis_url: str, held: Path
+) -> None:
+    """The red team's bypass: one address mints session after session, each with its own
+    run allowance. It gets the worker's open share (6 of 8 runs) and no more; a user
+    from another address is still served from the kept share."""
+    doc = held_agent_doc([[call("wait_for_file", {"path": str(held)})], [text("released")]])
+    server = ServerThread(
+        redis_url, doc, max_runs_per_principal=2, max_runs_per_worker=8,
+        max_streams_per_principal=4, admission_reserve=0.25,
+    ).start()  # fmt: skip
+    clients: list[Api] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            admitted = 0
+            refusal = None
+            while refusal is None and admitted < 8:
+                attacker = await AddressedApi(server.base_url, "127.0.0.1").login()
+                clients.append(attacker)
+                for m in range(2):
+                    refusal = await hold_or_refusal(stack, attacker, f"flood-{admitted}-{m}")
+                    if refusal is not None:
+                        break
+                    admitted += 1
+            assert admitted == 6
+            assert refusal is not None and refused(refusal, "too_many_runs"), refusal
+            assert "other clients" in refusal.json()["error"]["message"]
+            victim = await AddressedApi(server.base_url, "127.0.0.2").login()
+            clients.append(victim)
+            assert await hold_or_refusal(stack, victim, "victim-1") is None
+            held.write_text("go")  # the held runs finish; the stack closes their streams
+    finally:
+        held.write_text("go")
+        for api in clients:
+            await api.http.aclose()
+        server.stop()

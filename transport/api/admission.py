@@ -6,6 +6,13 @@ Past a limit the request is refused with 429 and ``Retry-After`` before anything
 written to Redis, so a refused request changes nothing and can simply be sent again.
 One principal's load never takes the slots of another's below the per-worker limits.
 
+A share of the worker (setting ``admission_reserve``, a quarter by default) is kept for
+light clients: once the worker is that close to its limit, a request is admitted only if
+its client holds fewer than half the per-principal limit. A client is the principal, or, for
+anonymous sessions, which anyone can mint, the client address that minted them: one
+address with many sessions is one heavy client, so it cannot take the whole worker, and
+a user from elsewhere still gets in.
+
 The limits are per worker (settings ``max_runs_per_principal``,
 ``max_streams_per_principal``, ``max_runs_per_worker``, ``max_streams_per_worker``): a
 principal whose requests are spread over N workers gets up to N times the per-principal
@@ -45,12 +52,19 @@ class Admission:
         streams_per_principal: int,
         runs_per_worker: int,
         streams_per_worker: int,
+        reserve: float = 0.25,
     ) -> None:
         self._limits: dict[Kind, tuple[int, int]] = {
             "run": (runs_per_principal, runs_per_worker),
             "stream": (streams_per_principal, streams_per_worker),
         }
+        # Past this many slots taken, only light clients are admitted.
+        self._open_to_all: dict[Kind, int] = {
+            kind: per_worker - int(per_worker * reserve)
+            for kind, (_, per_worker) in self._limits.items()
+        }
         self._by_principal: dict[Kind, Counter[str]] = {"run": Counter(), "stream": Counter()}
+        self._by_client: dict[Kind, Counter[str]] = {"run": Counter(), "stream": Counter()}
         self._total: Counter[Kind] = Counter()
 
     def in_use(self, kind: Kind, principal: str | None = None) -> int:
@@ -59,16 +73,23 @@ class Admission:
             return self._total[kind]
         return self._by_principal[kind][principal]
 
-    def admit(self, kind: Kind, principal: str) -> Release:
-        """Take a slot of ``kind`` for ``principal``, or raise a 429. The returned
-        function gives it back (calling it again does nothing)."""
+    def admit(self, kind: Kind, principal: str, client: str | None = None) -> Release:
+        """Take a slot of ``kind`` for ``principal`` (of ``client``: the principal
+        itself unless given), or raise a 429. The returned function gives it back
+        (calling it again does nothing)."""
         per_principal, per_worker = self._limits[kind]
         counts = self._by_principal[kind]
+        clients = self._by_client[kind]
+        client = principal if client is None else client
         if counts[principal] >= per_principal:
             raise _refused(kind, f"you have {counts[principal]} {kind}s open on this server")
         if self._total[kind] >= per_worker:
             raise _refused(kind, f"this server is at its limit of {per_worker} {kind}s")
+        heavy = clients[client] >= max(1, per_principal // 2)
+        if self._total[kind] >= self._open_to_all[kind] and heavy:
+            raise _refused(kind, f"this server keeps its last {kind}s for other clients")
         counts[principal] += 1
+        clients[client] += 1
         self._total[kind] += 1
         released = False
 
@@ -78,9 +99,10 @@ class Admission:
                 return
             released = True
             self._total[kind] -= 1
-            counts[principal] -= 1
-            if counts[principal] <= 0:
-                del counts[principal]
+            for counter, name in ((counts, principal), (clients, client)):
+                counter[name] -= 1
+                if counter[name] <= 0:
+                    del counter[name]
 
         return release
 

@@ -45,6 +45,7 @@ from parkway.transport.api.requests import (
 )
 from parkway.transport.api.sessions import SessionAuthenticator
 from parkway.transport.api.throttle import SessionThrottle
+from parkway.transport.auth import TrustedProxies
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 
@@ -106,10 +107,20 @@ def call_view(chat_id: str, call: ParkedCall, describer: Describer) -> dict[str,
     return view
 
 
+def client_of(request: Request, principal: str) -> str:
+    """Who a request counts as for admission's reserve (transport/api/admission.py): its
+    principal, or, for an anonymous session (anyone can mint many), its client address."""
+    if isinstance(request.app.state.authenticator, SessionAuthenticator):
+        proxies: TrustedProxies = request.app.state.proxies
+        return "address " + proxies.client_of(request)
+    return principal
+
+
 def _streamed(request: Request, principal: str, response: Response) -> Response:
     """``response`` (an SSE stream) if this worker admits one more stream, else 429."""
     admission: Admission = request.app.state.admission
-    return AdmittedStream(response, admission.admit("stream", principal))
+    client = client_of(request, principal)
+    return AdmittedStream(response, admission.admit("stream", principal, client))
 
 
 async def _run_streamed(
@@ -118,9 +129,10 @@ async def _run_streamed(
     """Start a run (``start``: a turn or a resume) and stream it, if this worker admits
     one more run and one more stream for ``principal``; else 429, with nothing started."""
     admission: Admission = request.app.state.admission
-    release_run = admission.admit("run", principal)
+    client = client_of(request, principal)
+    release_run = admission.admit("run", principal, client)
     try:
-        release_stream = admission.admit("stream", principal)
+        release_stream = admission.admit("stream", principal, client)
     except HTTPError:
         release_run()
         raise

@@ -54,6 +54,11 @@ _CALL_404 = "chat_not_found or call_not_found"
 _RUN_409 = "chat_busy (a run holds the chat), duplicate_message or incompatible_state"
 _SHUTTING = "shutting_down: this worker takes no new runs; send it to another"
 _TOO_MANY = "too_many_runs or too_many_streams: past this worker's limits; nothing was started"
+_TOO_MANY_OR_QUOTA = (
+    "too_many_runs or too_many_streams: past this worker's limits; nothing was started; or "
+    "quota_exceeded (with `quota`: stored_bytes or live_chats, and `limit`): the "
+    "principal's quota is used up; nothing was stored"
+)
 
 
 def _metrics(settings: Settings) -> bool:
@@ -79,7 +84,7 @@ _CHATS = [
             413: "message_too_large: the user message is past 100,000 characters",
             422: "nothing_to_do (neither a user message nor an answer), invalid_template, "
             "invalid_outcome or not_plain_json",
-            429: _TOO_MANY,
+            429: _TOO_MANY_OR_QUOTA,
             503: _SHUTTING,
         },
         body=ChatRequest,
