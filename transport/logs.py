@@ -15,6 +15,14 @@ What a line is about (chat, run, call, principal) comes from
 :mod:`parkway.runner.ops.logcontext`, read when the line is formatted, which is when it is
 logged: a ``StreamHandler`` formats in the thread and task that log.
 
+A line says what happened, never what was said, sent or returned (docs/security.md):
+Parkway's own lines name ids, never content; the libraries that echo payloads below
+WARNING (sse-starlette's every chunk, the HTTP clients' URLs and headers, the demo OAuth
+server's tokens, the model SDKs' requests) are held at WARNING whatever the level
+(:data:`QUIET_LOGGERS`), and no other library logs below INFO: ``--log-level debug`` is
+Parkway's debug, not every library's. A traceback shows each exception's type and
+frames, never its message (:func:`traceback_text`).
+
 Access lines never carry a query string. A query may hold secrets: a connect callback's
 authorization ``code`` and ``state``, a connect start link's one-time token, the demo
 provider's ``state`` and PKCE challenge. JSON drops the query; text shows
@@ -30,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import traceback
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any, Final, Literal
@@ -39,6 +48,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from parkway.runner.ops import logcontext
 
 __all__ = [
+    "QUIET_LOGGERS",
+    "WITHHELD",
     "AccessTiming",
     "JsonFormatter",
     "LogFormat",
@@ -46,15 +57,37 @@ __all__ = [
     "TextFormatter",
     "logging_config",
     "resolve_format",
+    "traceback_text",
 ]
 
 LogFormat = Literal["auto", "json", "text"]
 
 ACCESS_LOGGER: Final = "uvicorn.access"
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Loggers that log full URLs at INFO (httpx: "HTTP Request: GET <url>"): a provider's URL
-# may carry a key in its query. Their INFO lines show only at log level debug.
-_URL_LOGGERS: Final = ("httpx", "httpx2", "httpcore")
+# Libraries whose lines below WARNING echo what passes through them; held at WARNING
+# whatever the log level (docs/security.md, "What the log never holds"):
+QUIET_LOGGERS: Final = (
+    # every chunk of a stream at DEBUG ("chunk: b'data: ...'"): message text, tool
+    # inputs and outputs, program output
+    "sse_starlette",
+    # full URLs at INFO ("HTTP Request: GET <url>"): a provider's URL may carry a key in
+    # its query (httpx2 is the fork the model SDKs use)
+    "httpx",
+    "httpx2",
+    # each response's headers at DEBUG: a provider's Set-Cookie, its request ids
+    "httpcore",
+    "httpcore2",
+    # the OAuth server of the demo provider: its grants log issued tokens at DEBUG
+    "authlib",
+    # the model SDKs: the request options (the whole conversation), response headers
+    # and streamed chunks at DEBUG
+    "anthropic",
+    "openai",
+    "google_genai",
+)
+# The most any other library logs: ``--log-level debug`` is Parkway's own debug (and
+# uvicorn's), never a library's, whose DEBUG lines are where payloads get dumped.
+_LIBRARY_FLOOR: Final = "INFO"
 
 # When the app began the current HTTP request (time.monotonic()), for the access line.
 _request_started: ContextVar[float | None] = ContextVar("parkway_request_started", default=None)
@@ -73,11 +106,14 @@ def resolve_format(log_format: LogFormat, stream: IO[str]) -> Literal["json", "t
 
 def logging_config(log_format: Literal["json", "text"], level: str) -> dict[str, Any]:
     """The ``logging.config.dictConfig`` of ``parkway serve``: one handler on standard
-    error with the chosen formatter, at ``level``; uvicorn's loggers propagate to it
-    (give uvicorn ``log_config=None`` so it does not install its own handlers)."""
+    error with the chosen formatter; Parkway's loggers (``parkway.*``) and uvicorn's at
+    ``level``, which propagate to it (give uvicorn ``log_config=None`` so it does not
+    install its own handlers); every other library at ``level`` but never below INFO,
+    and the :data:`QUIET_LOGGERS` at WARNING whatever ``level`` says."""
     level = level.upper()
     formatter = JsonFormatter if log_format == "json" else TextFormatter
-    url_level = "DEBUG" if level == "DEBUG" else "WARNING"
+    library_level = _LIBRARY_FLOOR if level == "DEBUG" else level
+    quiet_level = "WARNING" if level in {"DEBUG", "INFO", "WARNING"} else level
     return {
         "version": 1,
         # loggers made at import time (every module's `log`) must keep working
@@ -92,6 +128,7 @@ def logging_config(log_format: Literal["json", "text"], level: str) -> dict[str,
             }
         },
         "loggers": {
+            "parkway": {"level": level, "handlers": [], "propagate": True},
             # uvicorn's loggers: no handlers of their own, lines go to the root's
             "uvicorn": {"level": level, "handlers": [], "propagate": True},
             "uvicorn.error": {"level": level, "handlers": [], "propagate": True},
@@ -101,9 +138,9 @@ def logging_config(log_format: Literal["json", "text"], level: str) -> dict[str,
                 "propagate": True,
                 "filters": ["duration"],
             },
-            **{name: {"level": url_level} for name in _URL_LOGGERS},
+            **{name: {"level": quiet_level} for name in QUIET_LOGGERS},
         },
-        "root": {"level": level, "handlers": ["stderr"]},
+        "root": {"level": library_level, "handlers": ["stderr"]},
     }
 
 
@@ -188,6 +225,51 @@ class AccessTiming:
             _request_started.reset(token)
 
 
+# -- tracebacks ------------------------------------------------------------------------------
+
+WITHHELD: Final = "[message withheld]"
+_CAUSE: Final = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT: Final = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def traceback_text(exc_info: Any) -> str:
+    """A traceback as Python prints one (the frames, the chained exceptions, the members
+    of a group), each exception shown by its type alone, its message withheld: a message
+    may hold what the code was handling (a tool's input in ``ValueError(f"no such city:
+    {city}")``, pydantic's ``input_value=...``), and a log line never carries that.
+    Written here rather than with ``traceback.TracebackException`` because that class
+    keeps no way to leave the message out but its private fields."""
+    exc = exc_info[1] if isinstance(exc_info, tuple) else None
+    if not isinstance(exc, BaseException):
+        return "NoneType: None"
+    return "".join(_exception_lines(exc, set())).rstrip("\n")
+
+
+def _exception_lines(exc: BaseException, seen: set[int]) -> list[str]:
+    seen.add(id(exc))
+    lines: list[str] = []
+    cause, context = exc.__cause__, exc.__context__
+    if cause is not None and id(cause) not in seen:
+        lines += [*_exception_lines(cause, seen), _CAUSE]
+    elif context is not None and not exc.__suppress_context__ and id(context) not in seen:
+        lines += [*_exception_lines(context, seen), _CONTEXT]
+    if exc.__traceback__ is not None:
+        lines += ["Traceback (most recent call last):\n", *traceback.format_tb(exc.__traceback__)]
+    kind = type(exc)
+    name = kind.__qualname__
+    if kind.__module__ not in {"builtins", "__main__"}:
+        name = f"{kind.__module__}.{name}"
+    lines.append(f"{name}: {WITHHELD}\n" if exc.args else f"{name}\n")
+    if isinstance(exc, BaseExceptionGroup):
+        for number, inner in enumerate(exc.exceptions, 1):
+            if id(inner) in seen:
+                continue
+            lines.append(f"+---------------- {number} ----------------\n")
+            inner_text = "".join(_exception_lines(inner, seen))
+            lines += [f"    {line}" for line in inner_text.splitlines(keepends=True)]
+    return lines
+
+
 # -- the formatters -------------------------------------------------------------------------
 
 
@@ -201,6 +283,9 @@ class JsonFormatter(logging.Formatter):
     Non-ASCII text is escaped (``\\u00e9``): the line is plain ASCII, valid whatever
     the stream's encoding, and JSON readers give the text back unchanged.
     """
+
+    def formatException(self, ei: Any) -> str:
+        return traceback_text(ei)
 
     def format(self, record: logging.LogRecord) -> str:
         message, problem = _message(record)
@@ -248,6 +333,9 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+
+    def formatException(self, ei: Any) -> str:
+        return traceback_text(ei)
 
     def format(self, record: logging.LogRecord) -> str:
         message, problem = _message(record)

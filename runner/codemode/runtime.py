@@ -3,7 +3,7 @@
 :class:`CodeMode` is made once per server (transport/app.py) and handed to the runner,
 which gives it to the code ops through their :class:`~parkway.runner.agent.tools.ToolContext`.
 It holds what sits *above* the provider (docs/code-mode.md): whether isolation is
-available (probed once at start, shown by ``/healthz`` and on every approval), the
+available (probed once at start, shown by ``GET /api/sandbox`` and on every approval), the
 limits of a run (the operator's defaults, the template's ``sandbox.permissions``, a
 call's own requests, only downward unless the operator allows more), how many runs go
 at once, and the run's workspace on the host (inputs and library written to files the
@@ -79,7 +79,7 @@ class CodeMode:
         return self._reason
 
     def status(self) -> dict[str, Any]:
-        """What ``/healthz``, the playground and each approval show."""
+        """What ``GET /api/sandbox`` (the playground) and each approval show."""
         isolation = self._isolation
         return {
             "provider": None if self.provider is None else self.provider.name,

@@ -163,7 +163,10 @@ def test_code_review_shows_the_program_its_input_and_isolation_then_the_result(
     isolation it would run under; once approved, the run's status and result appear,
     and the large tool result it read is downloadable from the page."""
     with server_thread(redis_url, SALES_AGENT) as server:
-        sandbox = httpx.get(f"{server.base_url}/healthz").json()["sandbox"]
+        token = httpx.post(f"{server.base_url}/api/sessions").json()["token"]
+        sandbox = httpx.get(
+            f"{server.base_url}/api/sandbox", headers={"authorization": f"Bearer {token}"}
+        ).json()
         assert sandbox["available"], sandbox["reason"]
         tab = Tab.new_context(browser, server.base_url).open()
         tab.send("summarise October's sales")
@@ -194,7 +197,7 @@ def test_code_review_shows_the_program_its_input_and_isolation_then_the_result(
 
         # the isolation, as the server probed it; the limits of this run: the page's
         # build kit (on by default) lets code run for 60 s (its sandbox permissions), and
-        # the card says so: /healthz and the docs say 10 s, the server's own limit
+        # the card says so: /api/sandbox and the docs say 10 s, the server's own limit
         layers = ", ".join(sandbox["isolation"]["layers"])
         expect(card.get_by_test_id("code-isolation")).to_have_text(f"Isolationbwrap: {layers}")
         expect(card.get_by_test_id("code-limits")).to_have_text(

@@ -1,5 +1,5 @@
 """Code Mode over HTTP against a real uvicorn: artifact downloads for the chat's owner
-only, the agent library's routes, the sandbox's status on /healthz, and the review
+only, the agent library's routes, the sandbox's status for a session, and the review
 widget's descriptor (highlighted, escaped code; the isolation in force)."""
 
 from __future__ import annotations
@@ -139,13 +139,26 @@ async def test_a_code_review_fetched_again_is_the_same_widget_and_its_state_is_c
         await mallory.aclose()
 
 
-async def test_healthz_reports_the_sandbox(server: ServerThread) -> None:
-    body = httpx.get(f"{server.base_url}/healthz").json()
-    sandbox = body["sandbox"]
+async def test_a_session_reads_the_sandbox_without_its_versions_and_paths(
+    server: ServerThread,
+) -> None:
+    """The playground's code panel shows whether this server runs code and how; the
+    sandbox's versions and paths on the host (the isolation's detail) stay in the server,
+    and a caller with no session reads nothing."""
+    assert httpx.get(f"{server.base_url}/api/sandbox").status_code == 401
+    api = await Api(server.base_url).login()
+    try:
+        response = await api.http.get("/api/sandbox")
+    finally:
+        await api.aclose()
+    assert response.status_code == 200, response.text
+    sandbox = response.json()
     assert sandbox["provider"] == "bwrap"
-    assert set(sandbox) >= {"available", "confined", "isolation", "reason", "limits"}
+    assert set(sandbox) == {"provider", "available", "confined", "isolation", "reason", "limits"}
+    assert sandbox["limits"]["wall_s"] == 10
     if sandbox["available"]:
         assert sandbox["confined"] and "net" in " ".join(sandbox["isolation"]["layers"])
+        assert set(sandbox["isolation"]) == {"provider", "confined", "layers"}
     else:
         assert sandbox["reason"]
 

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
+import platform
+import re
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ from parkway.transport.settings import Settings
 from tests.helpers.connect_rig import TOKEN_KEY
 from tests.helpers.faults import RedisProxy, RestartableRedis
 from tests.helpers.openapi_check import ApiDocument
-from tests.helpers.support import TEST_SECRET, ServerThread, agent_doc, text
+from tests.helpers.support import TEST_SECRET, ServerThread, agent_doc, server_thread, text
 
 TURNS = [[text("hello")]]
 CODE_AGENT = agent_doc(TURNS, tools=[{"type": "platform", "op": "execute_code"}])
@@ -62,7 +67,7 @@ async def test_ready_and_live_normally(redis_url: str, redis: Redis) -> None:
         ready_response = await client.get("/readyz")
     assert ready_response.status_code == 200
     ready = checked(ready_response)
-    assert live["status"] == "ok" and live["sandbox"]["provider"] == "bwrap"
+    assert live == {"status": "ok"}
     assert ready["status"] == "ready"
     assert set(ready["checks"]) == CHECKS
     assert all(check["ok"] for check in ready["checks"].values()), ready
@@ -182,3 +187,58 @@ async def test_a_worker_shutting_down_is_not_ready(redis_url: str, redis: Redis)
     worker = checked(response)["checks"]["worker"]
     assert worker["ok"] is False and "shutting down" in worker["reason"]
     assert live.status_code == 200
+
+
+# -- what the probes say to anyone -----------------------------------------------------------
+
+# A path on the host: a slash that starts a value or follows a space, a quote, a bracket
+# or "=" (a URL's "//" and the slashes after its host are not paths)
+PATH_LIKE = re.compile(r"""(?:^|[\s'"(\[=])~?/[\w.-]""")
+LIMIT_WORDS = ("limit", "wall_s", "cpu_s", "memory", "bytes", "processes")
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, dict):
+        return [*value, *(s for item in value.values() for s in strings(item))]
+    if isinstance(value, list):
+        return [s for item in value for s in strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+def versions_here() -> set[str]:
+    """Version strings an attacker would look up: Parkway's, Python's, bubblewrap's."""
+    found = {importlib.metadata.version("parkway"), platform.python_version()}
+    bwrap = shutil.which("bwrap")
+    if bwrap is not None:
+        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False)
+        found |= set(re.findall(r"\d+\.\d+(?:\.\d+)?", said.stdout))
+    return found
+
+
+def test_the_probes_name_no_version_path_or_limit(redis_url: str, redis: Redis) -> None:
+    """``/healthz`` and ``/readyz`` answer anyone, unauthenticated: they say whether the
+    worker lives and can work, never what it runs (versions of Parkway, Python or
+    bubblewrap), where (paths on the host) or within which limits, which is what an
+    attacker reads first. Held for a ready worker and for one whose sandbox cannot start
+    (its reason names the path it tried), on a real uvicorn."""
+    del redis
+    answers: list[httpx.Response] = []
+    for broken in ({}, {"sandbox_bwrap": "/nonexistent/bwrap"}):
+        with server_thread(redis_url, CODE_AGENT, **broken) as server:
+            for path in ("/healthz", "/readyz"):
+                answers.append(httpx.get(f"{server.base_url}{path}", timeout=10))
+    live, ready, live_broken, not_ready = answers
+    assert live.json() == live_broken.json() == {"status": "ok"}
+    assert not_ready.status_code == 503, not_ready.text
+    assert ready.json()["checks"]["redis"]["ok"] is True
+    assert not_ready.json()["checks"]["sandbox"]["reason"]  # it still says it failed
+    versions = versions_here()
+    for answer in answers:
+        body = answer.json()
+        said = strings(body)
+        text = answer.text.lower()
+        assert not [v for v in versions if v in answer.text], (answer.url, versions, body)
+        assert "bubblewrap" not in text and "python" not in text, body
+        assert not [s for s in said if PATH_LIKE.search(s)], body
+        assert not [w for w in LIMIT_WORDS if w in text], body

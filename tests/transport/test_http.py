@@ -337,8 +337,7 @@ async def test_get_chat_rebuilds_ui_messages_and_calls(api: Api) -> None:
 async def test_health_and_unknown_routes_answer_json(server: ServerThread) -> None:
     async with httpx.AsyncClient(base_url=server.base_url) as client:
         health = (await client.get("/healthz")).json()
-        assert health["status"] == "ok"
-        assert health["sandbox"]["provider"] == "bwrap"  # docs/code-mode.md
+        assert health == {"status": "ok"}
         ready = (await client.get("/readyz")).json()
         assert (ready["status"], ready["checks"]["redis"]["ok"]) == ("ready", True)
         missing = await client.get("/api/nothing-here")

@@ -6,13 +6,10 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import re
-import signal
+import secrets
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +20,17 @@ import pytest
 import redis
 
 from parkway.runner.ops.logcontext import bound, principal_hash
-from parkway.transport.logs import JsonFormatter, TextFormatter, logging_config, resolve_format
+from parkway.transport.logs import (
+    QUIET_LOGGERS,
+    JsonFormatter,
+    TextFormatter,
+    logging_config,
+    resolve_format,
+)
 from parkway.transport.settings import Settings, SettingsError
 from tests.helpers.connect_rig import TOKEN_KEY, Browser, connection_key, stored_tokens
-from tests.helpers.support import ROOT, free_port, sse_chunks, user_message
+from tests.helpers.log_rig import Served, consent, tool_call
+from tests.helpers.support import sse_chunks, user_message
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -82,8 +86,9 @@ def test_the_timestamp_is_utc_with_milliseconds() -> None:
 
 def test_an_error_carries_its_traceback_in_exc_on_one_line() -> None:
     """A traceback spread over lines would break a line-per-record reader."""
+    said = "".join(["bo", "om"])  # the message's text is nowhere in the source lines
     try:
-        raise ValueError("boom")
+        raise ValueError(said)
     except ValueError:
         made = record("run failed (ref %s)", "ab12", level=logging.ERROR, exc_info=sys.exc_info())
     line = JsonFormatter().format(made)
@@ -91,7 +96,42 @@ def test_an_error_carries_its_traceback_in_exc_on_one_line() -> None:
     assert entry["level"] == "error"
     assert entry["message"] == "run failed (ref ab12)"
     assert entry["exc"].startswith("Traceback (most recent call last):")
-    assert entry["exc"].rstrip().endswith("ValueError: boom")
+    assert entry["exc"].rstrip().endswith("ValueError: [message withheld]")
+    assert said not in line
+
+
+def test_a_traceback_withholds_every_message_and_keeps_the_frames() -> None:
+    """An exception's message may hold what the code was handling: a tool's input, a
+    model's text, pydantic's ``input_value``. A traceback keeps where it happened and
+    what kind of error it was, for the cause and the context, and inside a group."""
+
+    def tool(city: str) -> None:
+        raise ValueError(f"no forecast for {city}")
+
+    # values made at run time: the source lines a traceback shows do not hold them
+    city, key = (f"secret-{secrets.token_hex(6)}" for _ in range(2))
+    try:
+        try:
+            tool(city)
+        except ValueError as exc:
+            raise RuntimeError(f"while handling {city}") from exc
+    except RuntimeError as exc:
+        group = ExceptionGroup(f"in a group: {city}", [exc, KeyError(key)])
+    try:
+        raise group
+    except ExceptionGroup:
+        made = record("tool failed", level=logging.ERROR, exc_info=sys.exc_info())
+    for text in (JsonFormatter().format(made), TextFormatter().format(made)):
+        assert city not in text and key not in text
+    made.exc_text = None
+    text = TextFormatter().format(made)
+    assert "ValueError: [message withheld]" in text
+    assert "RuntimeError: [message withheld]" in text
+    assert "KeyError: [message withheld]" in text
+    assert "ExceptionGroup: [message withheld]" in text
+    assert "The above exception was the direct cause of the following exception:" in text
+    assert 'raise ValueError(f"no forecast for {city}")' in text  # the frames' source lines
+    assert "in tool" in text
 
 
 def test_non_ascii_text_round_trips_on_an_ascii_line() -> None:
@@ -185,7 +225,8 @@ def test_text_puts_the_traceback_below_the_line() -> None:
     with bound(run_id="r-9"):
         first, *rest = TextFormatter().format(made).splitlines()
     assert first.endswith("ERROR parkway.test: failed run_id=r-9")
-    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "KeyError: 'k'"
+    assert rest[0] == "Traceback (most recent call last):"
+    assert rest[-1] == "KeyError: [message withheld]"
 
 
 # -- the setting and the configuration -------------------------------------------------
@@ -216,62 +257,38 @@ def test_log_format_is_read_from_the_flag_and_the_environment() -> None:
         Settings.from_sources(environ={"PARKWAY_LOG_FORMAT": "xml"})
 
 
-def test_the_config_sends_uvicorn_to_the_one_handler_and_quiets_url_loggers() -> None:
-    """uvicorn's own handlers would print its colourised format on another stream; the
-    httpx request lines name full URLs, which may carry a key in their query."""
+def test_the_config_sends_uvicorn_to_the_one_handler_and_quiets_payload_loggers() -> None:
+    """uvicorn's own handlers would print its colourised format on another stream. The
+    libraries that echo payloads stay at WARNING at every level, debug included:
+    sse-starlette logs each chunk of a stream, the HTTP clients full URLs (a key in a
+    query) and headers, the demo OAuth server issued tokens, the model SDKs the
+    conversation."""
     config = logging_config("json", "info")
     assert config["root"] == {"level": "INFO", "handlers": ["stderr"]}
     assert config["formatters"]["parkway"]["()"] == "parkway.transport.logs.JsonFormatter"
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         assert config["loggers"][name]["handlers"] == []
         assert config["loggers"][name]["propagate"] is True
-    assert config["loggers"]["httpx"]["level"] == config["loggers"]["httpx2"]["level"] == "WARNING"
-    assert logging_config("text", "debug")["loggers"]["httpx"]["level"] == "DEBUG"
     assert config["disable_existing_loggers"] is False
+    payload_loggers = {"sse_starlette", "httpx", "httpx2", "httpcore", "httpcore2", "authlib"}
+    assert payload_loggers | {"anthropic", "openai", "google_genai"} <= set(QUIET_LOGGERS)
+    for level in ("debug", "info", "warning"):
+        loggers = logging_config("text", level)["loggers"]
+        assert {loggers[name]["level"] for name in QUIET_LOGGERS} == {"WARNING"}, level
+    assert logging_config("text", "error")["loggers"]["sse_starlette"]["level"] == "ERROR"
+
+
+def test_debug_is_parkways_own_and_no_library_logs_below_info() -> None:
+    """``--log-level debug`` shows Parkway's and uvicorn's debug lines; a library's
+    DEBUG lines, where payloads get dumped, stay off whichever library it is."""
+    config = logging_config("json", "debug")
+    assert config["root"]["level"] == "INFO"
+    assert config["loggers"]["parkway"]["level"] == "DEBUG"
+    assert config["loggers"]["uvicorn"]["level"] == "DEBUG"
+    assert logging_config("json", "warning")["root"]["level"] == "WARNING"
 
 
 # -- a real server ------------------------------------------------------------------------
-
-
-class Served:
-    """``parkway serve --log-format json`` on the demo agent and an embedded Redis in
-    ``folder``, its stdout and stderr in files."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.stdout = folder / "stdout.log"
-        self.stderr = folder / "stderr.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
-        env.update(PYTHONPATH=str(ROOT), PARKWAY_TOKEN_KEY=TOKEN_KEY)
-        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "parkway.transport.cli", "serve", "--port", str(self.port),
-                 "--data-dir", "data", "--log-format", "json", "--log-level", "info"],
-                cwd=folder, env=env, stdout=out, stderr=err,
-            )  # fmt: skip
-
-    def wait_healthy(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.stderr.read_text()
-            try:
-                if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("parkway serve did not become healthy")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture
@@ -282,28 +299,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
         yield server
     finally:
         server.stop()
-
-
-def consent(browser: Browser, location: str) -> tuple[str, str]:
-    """Allow on the demo provider's consent page: the callback URL and the form's id."""
-    page = browser.get(location)
-    assert page.status_code == 200, page.text
-    form = re.search(r'name="consent" value="([^"]+)"', page.text)
-    assert form, page.text
-    answer = browser.http.post(
-        location.split("?", maxsplit=1)[0],
-        data={"consent": form.group(1), "account": "demo-user", "decision": "allow"},
-    )
-    assert answer.status_code == 303, answer.text
-    return str(answer.headers["location"]), form.group(1)
-
-
-def tool_call(chunks: list[dict[str, Any]], tool: str) -> str:
-    return next(
-        str(c["toolCallId"])
-        for c in chunks
-        if c["type"] == "tool-input-available" and c["toolName"] == tool
-    )
 
 
 def invalid_http_request(port: int) -> None:
@@ -427,7 +422,7 @@ def test_serve_logs_json_lines_with_no_secret_in_them(served: Served) -> None:
         assert lines[key].get("principal") == principal_hash(principal)
     assert "principal" not in lines[("GET", "/api/chats/logs-1", 401)]
     # the HTTP clients' request lines name full URLs: not at INFO
-    assert not [e for e in entries if e["logger"].startswith("httpx")]
+    assert not [e for e in entries if e["logger"].startswith(("httpx", "httpcore"))]
     # uvicorn's own lines, in the same format
     uvicorn_lines = [e["message"] for e in entries if e["logger"] == "uvicorn.error"]
     assert any(m.startswith("Started server process") for m in uvicorn_lines), uvicorn_lines

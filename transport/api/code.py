@@ -4,7 +4,10 @@
 - ``GET /api/chats/{chat_id}/artifacts/{artifact_id}``: one artifact's bytes, as a
   download (owner only; another principal's chat reads as missing);
 - ``GET /api/agent/library`` and ``GET /api/agent/library/{name}``: the agent's saved
-  functions, and every version of one (any session, as ``GET /api/agent``).
+  functions, and every version of one (any session, as ``GET /api/agent``);
+- ``GET /api/sandbox``: whether this server can run code, and how (any session): the
+  playground's code panel shows it. Not on ``/healthz``, which anyone may read
+  (transport/api/health.py).
 
 :func:`code_mode_from` turns the ``sandbox*`` settings into the runtime's
 :class:`~parkway.runner.codemode.runtime.CodeMode` (docs/code-mode.md, "Providers").
@@ -112,8 +115,23 @@ async def get_library_function(request: Request) -> Response:
     )
 
 
+async def sandbox_status(request: Request) -> Response:
+    """Code mode's status as probed at startup: the provider, whether it is available and
+    confined, its isolation layers, why not, the server's limits. The isolation's
+    ``detail`` (the sandbox's versions and paths on the host) stays in the server."""
+    principal_of(request)
+    code: CodeMode | None = getattr(request.app.state, "code", None)
+    # (None only before the lifespan's start, which every request waits for)
+    status = CodeMode(None).status() if code is None else code.status()
+    isolation = status.get("isolation")
+    if isinstance(isolation, dict):
+        status["isolation"] = {k: v for k, v in isolation.items() if k != "detail"}
+    return JSONResponse(status, headers={"cache-control": "no-store"})
+
+
 def code_routes() -> list[Route]:
     return [
+        Route("/api/sandbox", sandbox_status, methods=["GET"]),
         Route("/api/chats/{chat_id}/artifacts", list_artifacts, methods=["GET"]),
         Route("/api/chats/{chat_id}/artifacts/{artifact_id}", get_artifact, methods=["GET"]),
         Route("/api/agent/library", list_library, methods=["GET"]),

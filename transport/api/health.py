@@ -1,10 +1,17 @@
 """Liveness and readiness: ``GET /healthz`` and ``GET /readyz``.
 
-- ``/healthz`` (liveness) answers 200 whenever the process serves requests. It touches
-  nothing outside the process, so an orchestrator never restarts a worker because Redis
-  is away: a restart would not bring Redis back, and the worker recovers by itself.
+- ``/healthz`` (liveness) answers ``200 {"status": "ok"}`` whenever the process serves
+  requests, and says nothing else. It touches nothing outside the process, so an
+  orchestrator never restarts a worker because Redis is away: a restart would not bring
+  Redis back, and the worker recovers by itself.
 - ``/readyz`` (readiness) answers 200 when this worker can do its work, 503 otherwise,
   naming each check, so a load balancer sends traffic elsewhere meanwhile.
+
+Both answer anyone (probes carry no credentials), so neither names a version (Parkway's,
+Python's, bubblewrap's), a path on the host, or a limit: what an attacker would look up
+first. An operator reads the details in the server's log (the sandbox's reason is logged
+at startup, an unparsable OAuth setting when ``/readyz`` meets it); a signed-in client
+reads the sandbox's status at ``GET /api/sandbox`` (transport/api/code.py).
 
 The checks of ``/readyz``:
 
@@ -26,6 +33,7 @@ The checks of ``/readyz``:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -44,12 +52,13 @@ __all__ = ["READYZ_REDIS_TIMEOUT_S", "healthz", "readyz"]
 READYZ_REDIS_TIMEOUT_S = 1.0
 _CODE_OP = "execute_code"
 
+log = logging.getLogger(__name__)
+
 
 async def healthz(request: Request) -> Response:
-    """Liveness: 200 while the process serves. ``sandbox`` is code mode's status as
-    probed at startup (the playground's code panel shows it); it needs no Redis."""
-    code: CodeMode | None = getattr(request.app.state, "code", None)
-    return JSONResponse({"status": "ok", "sandbox": None if code is None else code.status()})
+    """Liveness: 200 while the process serves; nothing else (it needs no Redis)."""
+    del request
+    return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
 
 
 async def readyz(request: Request) -> Response:
@@ -111,7 +120,12 @@ def _sandbox(
         "provider": None if code.provider is None else code.provider.name,
     }
     if not available:
-        check["reason"] = code.reason or "unavailable"
+        # code.reason is the operator's fix, with the paths it tried: in the log only
+        check["reason"] = (
+            "turned off (setting sandbox=off)"
+            if code.provider is None
+            else "unavailable: the server's log says why (at startup)"
+        )
     return check
 
 
@@ -144,7 +158,10 @@ def _oauth(state: Any, settings: Settings) -> dict[str, Any]:
         try:
             names = {spec.name for spec in parse_provider_specs(settings.oauth_providers)}
         except ProviderConfigError as exc:
-            return {"ok": False, "providers": [], "reason": str(exc)}
+            # the message may name a file or an issuer's URL: in the log only
+            log.warning("readiness: the OAuth provider settings do not parse: %s", exc)
+            reason = "the OAuth provider settings do not parse: the server's log says why"
+            return {"ok": False, "providers": [], "reason": reason}
         expected = frozenset(names | ({"demo"} if settings.demo_oauth_enabled else set()))
         state.readyz_oauth_expected = expected
     oauth = getattr(state, "oauth", None)

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Recorder"]
 
-# Requests a recorder leaves out: a replay opens its own session, and health checks
-# say nothing about the chat.
-_UNRECORDED = frozenset({"/api/sessions", "/healthz"})
+# Requests a recorder leaves out: a replay opens its own session, and health checks and
+# the host's sandbox say nothing about the chat.
+_UNRECORDED = frozenset({"/api/sessions", "/healthz", "/api/sandbox"})
 
 
 class Recorder:
@@ -44,9 +44,9 @@ class Recorder:
 
     ``attach(client)`` adds a response hook to an ``httpx2.AsyncClient`` or
     ``httpx2.Client`` (``httpx2`` comes with Parkway), or to their ``httpx`` twins;
-    from then on every request the client sends is recorded with its
-    answer, except ``/api/sessions`` and ``/healthz``. The hook reads each response body
-    in full before the caller sees it, so streams arrive all at once. Record one
+    from then on every request the client sends is recorded with its answer, except
+    ``/api/sessions``, ``/healthz`` and ``/api/sandbox``. The hook reads each response
+    body in full before the caller sees it, so streams arrive all at once. Record one
     request at a time: exchanges are kept in the order their answers completed.
 
     ``agent`` is the agent file the server serves (its path: the cassette names it

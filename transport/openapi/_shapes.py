@@ -36,6 +36,7 @@ __all__ = [
     "LibraryList",
     "OAuthError",
     "Readiness",
+    "SandboxStatus",
     "SessionIssued",
     "SettleResult",
     "Stopping",
@@ -297,14 +298,16 @@ class SandboxStatus(_Out):
     provider: str | None
     available: bool
     confined: bool
-    isolation: dict[str, Any] | None
+    isolation: dict[str, Any] | None = Field(
+        description="the provider, whether it confines, its layers (GET /api/sandbox leaves "
+        "out the detail: the sandbox's versions and paths on the host)"
+    )
     reason: str | None = Field(description="why code cannot run, and the fix")
     limits: dict[str, Any]
 
 
 class Health(_Out):
     status: Literal["ok"]
-    sandbox: SandboxStatus | None
 
 
 class Check(_Out):

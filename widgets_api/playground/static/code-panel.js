@@ -1,5 +1,5 @@
 // Parkway playground: Code Mode in the agent panel. Whether this server can run code
-// (GET /healthz `sandbox`: "Code: bwrap", "Code: UNCONFINED", "Code: unavailable — why")
+// (GET /api/sandbox: "Code: bwrap", "Code: UNCONFINED", "Code: unavailable — why")
 // and the agent's function library (GET /api/agent/library): each function's signature,
 // version and description, with every version's code one click away
 // (GET /api/agent/library/{name}). The list is read again when a save_function call
@@ -27,7 +27,7 @@ export function sandboxStatus(sandbox) {
   const isolation = sandbox.isolation && typeof sandbox.isolation === "object" ? sandbox.isolation : {};
   const layers = Array.isArray(isolation.layers) ? isolation.layers.join(", ") : "";
   if (sandbox.confined === false) {
-    return ["Code: UNCONFINED (programs run without isolation)", "unconfined", String(isolation.detail || "")];
+    return ["Code: UNCONFINED (programs run without isolation)", "unconfined", layers];
   }
   return [`Code: ${sandbox.provider || isolation.provider || "sandbox"}`, "confined", layers];
 }
@@ -72,11 +72,11 @@ export class CodePanel {
   async checkSandbox() {
     let result;
     try {
-      result = await this.api.json("healthz");
+      result = await this.api.json("api/sandbox");
     } catch (error) {
       result = { ok: false, data: null, status: 0 };
     }
-    const sandbox = result.data && typeof result.data === "object" ? result.data.sandbox : undefined;
+    const sandbox = result.ok && result.data && typeof result.data === "object" ? result.data : undefined;
     const [text, state, title] = sandbox === undefined ? ["Code: status unknown (the server did not answer)", "unknown", ""] : sandboxStatus(sandbox);
     this.status.textContent = text;
     this.status.dataset.state = state;

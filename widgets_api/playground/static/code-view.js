@@ -186,7 +186,7 @@ export function brokeredView(calls) {
 }
 
 /** "10 s wall clock · 10 s CPU · 512 MiB memory · 16 processes · 64 MiB disk". A wall
- *  clock over the server's own (`serverLimits`, what /healthz shows) says who raised it:
+ *  clock over the server's own (`serverLimits`, what GET /api/sandbox shows) says who raised it:
  *  `raisedBy`, else the agent's sandbox permissions. */
 export function limitsText(limits, serverLimits = null, raisedBy = null) {
   if (!isPlainObject(limits)) return "unknown";
