@@ -23,7 +23,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from bench.stats import Latency
-from bench.workload import finished_run
+from bench.workload import BENCH_CONFIG, finished_run
 from parkway.runner import Runner, parse_agent_file
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.events import CallParked, ToolSucceeded
@@ -120,7 +120,7 @@ async def _after_approval(redis: Redis, code: CodeMode, samples: int, warmup: in
         },
     }
     agent = parse_agent_file(doc)
-    runner = Runner(redis, agent.model, agent.template, code=code)
+    runner = Runner(redis, agent.model, agent.template, code=code, config=BENCH_CONFIG)
     latency = Latency()
     try:
         for index in range(samples + warmup):

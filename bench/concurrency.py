@@ -45,6 +45,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.workload import (
+    BENCH_CONFIG,
     CHOICE,
     SeedSnapshot,
     Workload,
@@ -219,7 +220,7 @@ async def _rates(
     rounds: int,
 ) -> None:
     redis = connect(url)
-    runner = Runner(redis, workload.model(), workload.template())
+    runner = Runner(redis, workload.model(), workload.template(), config=BENCH_CONFIG)
     try:
         for r in range(rounds + 1):
             prefix = f"bench-conc-{r}-"
@@ -247,7 +248,7 @@ async def _many(
 ) -> ManyRuns:
     client = connect(url)
     pool = int(getattr(getattr(client, "connection_pool", None), "max_connections", 0))
-    runner = Runner(client, workload.model(), workload.template())
+    runner = Runner(client, workload.model(), workload.template(), config=BENCH_CONFIG)
     many = ManyRuns(n, pool)
     prefix = "bench-many-"
     try:
@@ -275,7 +276,7 @@ async def run_concurrency(
     workload = Workload(MESSAGES)
     seed_id = "bench-conc-seed"
     await SeedSnapshot.drop(helper, seed_id)
-    seeder = Runner(helper, workload.model(), workload.template())
+    seeder = Runner(helper, workload.model(), workload.template(), config=BENCH_CONFIG)
     try:
         await seed_chat(seeder, seed_id, PRINCIPAL, MESSAGES)
     finally:

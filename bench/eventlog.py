@@ -26,6 +26,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.stats import Latency
+from bench.workload import BENCH_CONFIG
 from parkway.runner.agent.template import load_template
 from parkway.runner.engine.runner import Run, Runner
 from parkway.runner.events import TERMINAL_KINDS
@@ -108,7 +109,7 @@ async def _run_eventlog(
     redis: Any, *, samples: int, warmup: int, concurrency: int, log: Any
 ) -> EventLogResult:
     template = load_template(_TEMPLATE)
-    runner = Runner(redis, ScriptedModel([_TURN]), template)
+    runner = Runner(redis, ScriptedModel([_TURN]), template, config=BENCH_CONFIG)
     result = EventLogResult(concurrency=concurrency)
     log(f"event log: per turn, direct vs through the log, {samples} samples")
     for i in range(warmup + samples):

@@ -49,7 +49,7 @@ from redis.asyncio import Redis
 from bench.http_level import _Server
 from bench.redis_server import LoopbackRedis
 from bench.stats import Latency, fmt_ms, markdown_table, percentile
-from bench.workload import drop_chats
+from bench.workload import BENCH_CONFIG, drop_chats
 from parkway.runner.agent.template import load_template
 from parkway.runner.codemode.runtime import CodeMode
 from parkway.runner.engine.runner import Runner
@@ -172,7 +172,7 @@ async def _rounds(
     describer: Describer | None,
     tag: str,
 ) -> tuple[Latency, Latency, int]:
-    runner = Runner(redis, model, load_template(_TEMPLATE))
+    runner = Runner(redis, model, load_template(_TEMPLATE), config=BENCH_CONFIG)
     cpu, wall = Latency(), Latency()
     batches = 0
     try:
@@ -202,7 +202,12 @@ async def _describer() -> tuple[Describer, CodeMode]:
 
 
 async def _parked_code_call(redis: Redis) -> ParkedCall:
-    runner = Runner(redis, _PacedModel("execute_code", _CODE_INPUT, 1), load_template(_TEMPLATE))
+    runner = Runner(
+        redis,
+        _PacedModel("execute_code", _CODE_INPUT, 1),
+        load_template(_TEMPLATE),
+        config=BENCH_CONFIG,
+    )
     try:
         run = await runner.start_turn(f"{_PREFIX}-describe", _PRINCIPAL, "go")
         events = await run.collect()

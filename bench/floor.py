@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from bench.stats import Latency
-from bench.workload import SeedSnapshot, Workload, seed_chat
+from bench.workload import BENCH_CONFIG, SeedSnapshot, Workload, seed_chat
 from parkway.runner.engine.runner import Runner
 from parkway.runner.store.keys import chat_keys
 
@@ -60,7 +60,7 @@ async def history_array(redis: Redis) -> bytes:
     workload = Workload(HISTORY_MESSAGES)
     chat_id = f"bench-floor-{HISTORY_MESSAGES}"
     await SeedSnapshot.drop(redis, chat_id)
-    runner = Runner(redis, workload.model(), workload.template())
+    runner = Runner(redis, workload.model(), workload.template(), config=BENCH_CONFIG)
     try:
         await seed_chat(runner, chat_id, "bench-principal", HISTORY_MESSAGES)
         entries = [

@@ -53,7 +53,15 @@ from redis.asyncio import Redis
 from bench.redis_server import free_port
 from bench.serve import BARE_PATH, BARE_SSE_PATH, PROBE_PATH, SERVER_PATH
 from bench.stats import Counts, Latency
-from bench.workload import CHOICE, PARK_TOOL, SeedSnapshot, Workload, measured_user_text, seed_chat
+from bench.workload import (
+    BENCH_CONFIG,
+    CHOICE,
+    PARK_TOOL,
+    SeedSnapshot,
+    Workload,
+    measured_user_text,
+    seed_chat,
+)
 from parkway.runner.engine.runner import Runner
 from parkway.transport.sse import DONE, SseDecoder
 
@@ -112,6 +120,10 @@ class _Server:
             # a loopback benchmark server: anonymous sessions, minted without a pace limit
             "PARKWAY_AUTH": "anonymous",
             "PARKWAY_SESSIONS_PER_MINUTE": "0",
+            # quotas counted as a server counts them, with limits out of reach: its few
+            # sessions make thousands of chats
+            "PARKWAY_QUOTA_LIVE_CHATS": str(2**40),
+            "PARKWAY_QUOTA_STORED_BYTES": str(2**50),
         }
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [
@@ -291,7 +303,7 @@ async def _run(
     client.headers["authorization"] = f"Bearer {session.json()['token']}"
     seed_id = f"bench-http-seed-{workload.messages}"
     await SeedSnapshot.drop(helper, seed_id)
-    seeder = Runner(helper, workload.model(), workload.template())
+    seeder = Runner(helper, workload.model(), workload.template(), config=BENCH_CONFIG)
     await seed_chat(seeder, seed_id, principal, workload.messages)
     snapshot = await SeedSnapshot.take(helper, seed_id)
     seed_view = await client.get(f"/api/chats/{seed_id}")

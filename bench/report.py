@@ -199,7 +199,9 @@ class Report:
                 "and stops it at the end. With `--redis-url` it uses that Redis instead; it "
                 "only writes keys under `pw:{bench-...}` and `bench:baseline*` and deletes "
                 "them afterwards, and members `bench-...` of the deadline index "
-                "`pw:deadlines`, which it removes too. Its sweeper settles `timeout` any call "
+                "`pw:deadlines`, which it removes too; the quota counts of its principals "
+                "(`pw:{usage:...}`) are deleted for the runner's and expire for the HTTP "
+                "sessions'. Its sweeper settles `timeout` any call "
                 "of that Redis whose deadline has passed, as a worker would; "
                 "`--skip-sweeper` leaves the sweeper out.",
                 "",

@@ -57,6 +57,7 @@ from redis.asyncio import Redis
 from bench.roundtrips import ROUND_TRIPS
 from bench.stats import Counts, Latency
 from bench.workload import (
+    BENCH_CONFIG,
     CHOICE,
     PARK_TOOL,
     SeedSnapshot,
@@ -251,7 +252,10 @@ class _Size:
         self.workload = workload
         self.marks = _Marks()
         self.runner = Runner(
-            redis, _MarkingModel(workload.model(), self.marks), workload.template()
+            redis,
+            _MarkingModel(workload.model(), self.marks),
+            workload.template(),
+            config=BENCH_CONFIG,
         )
         self.store = _StoreTimer(self.runner.store)
         self.seed_id = f"bench-seed-{workload.messages}"

@@ -39,12 +39,15 @@ from redis.asyncio import Redis
 
 from parkway.runner.agent.template import AgentTemplate, load_template
 from parkway.runner.demo import DEMO_AGENT
-from parkway.runner.engine.runner import Run, Runner
+from parkway.runner.engine.runner import Run, Runner, RunnerConfig
 from parkway.runner.events import CallParked, Event, MessageFinished, RunFailed
 from parkway.runner.llm.scripted import ScriptedModel
-from parkway.runner.store.keys import DEADLINES, chat_keys
+from parkway.runner.store import Quotas
+from parkway.runner.store.keys import DEADLINES, chat_keys, usage_keys
 
 __all__ = [
+    "BENCH_CONFIG",
+    "BENCH_PRINCIPAL",
     "CHOICE",
     "KEY_NAMES",
     "PARK_TOOL",
@@ -61,6 +64,14 @@ __all__ = [
     "stored_bytes",
 ]
 
+# The runner as the server builds it: with quotas (runner/store/usage.py), whose counting
+# rides on the scripts measured here. The limits are out of reach (a benchmark's one
+# principal makes thousands of chats), which changes no step of the counting.
+BENCH_CONFIG = RunnerConfig(
+    quotas=Quotas(stored_bytes=2**50, live_chats=2**40, artifacts_per_chat=2**30)
+)
+
+BENCH_PRINCIPAL = "bench-principal"
 PARK_TOOL = "choose_option"
 CHOICE: Mapping[str, Any] = {"outcome": "output", "output": {"choice": "Oslo"}}
 # The chat's keys in the order the tables list them; keys found beyond these follow.
@@ -249,6 +260,8 @@ async def drop_chats(redis: Redis, id_prefix: str) -> int:
     members = [_text(m) async for m, _ in redis.zscan_iter(DEADLINES, match=f"{id_prefix}*")]
     if members:
         await redis.zrem(DEADLINES, *members)
+    usage = usage_keys(BENCH_PRINCIPAL)  # (the counts of its chats: rebuilt as they go on)
+    deleted += await redis.unlink(usage.bytes, usage.chats)
     return deleted
 
 
