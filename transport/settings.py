@@ -294,6 +294,13 @@ class Settings(BaseSettings):
     sandbox_concurrency: Count = 2
     sandbox_timeout_s: float = Field(10.0, gt=0, le=60)
     sandbox_memory_mb: int = Field(512, ge=32, le=2048)
+    # the memory of all of a run's processes together, and their number (docs/security.md,
+    # "Code execution"): a cgroup's memory.max and pids.max where one is delegated, else
+    # rlimits whose product stays within the total
+    sandbox_total_memory_mb: int = Field(512, ge=32, le=16384)
+    sandbox_processes: int = Field(16, ge=1, le=1024)
+    # where runs get a cgroup v2 of their own: auto, off, or a delegated folder
+    sandbox_cgroup: str = Field("auto", min_length=1)
     sandbox_allow_raise: Switch = False
     artifact_threshold_bytes: Count = 32 * 1024
     # how long an artifact lives after its write or its chat's last turn (unset: as long
@@ -386,6 +393,13 @@ class Settings(BaseSettings):
             except CallerError as exc:
                 raise ValueError(str(exc)) from None
         return url
+
+    @field_validator("sandbox_cgroup")
+    @classmethod
+    def _cgroup_word_or_path(cls, value: str) -> str:
+        if value not in ("auto", "off") and not value.startswith("/"):
+            raise ValueError("use auto, off, or the absolute path of a delegated cgroup v2 folder")
+        return value
 
     @field_validator("public_url")
     @classmethod

@@ -6,8 +6,8 @@ It holds what sits *above* the provider (docs/code-mode.md): whether isolation i
 available (probed once at start, shown by ``GET /api/sandbox`` and on every approval), the
 limits of a run (the operator's defaults, the template's ``sandbox.permissions``, a
 call's own requests, only downward unless the operator allows more), how many runs go
-at once, and the run's workspace on the host (inputs and library written to files the
-sandbox mounts read-only).
+at once, and the run's workspace on the host (inputs and library written to private
+files the provider hands the sandbox, read-only).
 """
 
 from __future__ import annotations
@@ -127,24 +127,24 @@ class CodeMode:
 
 class Workspace:
     """A run's files on the host: its inputs, its library and its stdout spill, in a
-    fresh folder the sandbox user can read (it mounts them read-only) and that is
-    removed after the run."""
+    fresh folder that is removed after the run.
+
+    Private to the server's user: the folder is 0700 and every file 0600, created so
+    (no moment where another local user could open one). The sandbox never reads them
+    by path: the provider opens them and bwrap copies them in from the descriptors."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.chmod(0o700)
         self.inputs_dir = root / "inputs"
         self.spill_dir = root / "spill"
         self.library_root = root / "library-root"
         for folder in (self.inputs_dir, self.spill_dir, self.library_root):
-            folder.mkdir()
-        # The sandbox runs as another uid; it mounts these paths read-only.
-        for folder in (root, self.inputs_dir, self.library_root):
-            folder.chmod(0o755)
+            folder.mkdir(mode=0o700)
 
     def add_input(self, name: str, data: bytes) -> Path:
         path = self.inputs_dir / name
-        path.write_bytes(data)
-        path.chmod(0o644)
+        _write_private(path, data)
         return path
 
     def library_package(self, modules: Mapping[str, str]) -> Path | None:
@@ -153,16 +153,19 @@ class Workspace:
         if not modules:
             return None
         package = self.library_root / "library"
-        package.mkdir()
-        package.chmod(0o755)
-        init = package / "__init__.py"
-        init.write_text(_LIBRARY_INIT)
-        init.chmod(0o644)
+        package.mkdir(mode=0o700)
+        _write_private(package / "__init__.py", _LIBRARY_INIT.encode())
         for name, code in modules.items():
-            module = package / f"{name}.py"
-            module.write_text(code)
-            module.chmod(0o644)
+            _write_private(package / f"{name}.py", code.encode())
         return self.library_root
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """A new file only its owner can read, 0600 from its creation (``O_EXCL``: never
+    an existing file or a link planted in its place)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with open(fd, "wb") as file:
+        file.write(data)
 
 
 _PREFIX = "parkway-code-"

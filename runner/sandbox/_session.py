@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from parkway.runner.sandbox._outcome import (
     early_result,
     size_text,
 )
+from parkway.runner.sandbox._spawn import Child, spawn
 from parkway.runner.sandbox._tools import ToolServer
 from parkway.runner.sandbox.provider import Isolation, RunRequest, RunResult, Status
 
@@ -68,6 +68,12 @@ class Launch:
     # Kill again once the launcher has exited (what it left in its process group).
     kill_at_end: bool = False
     pipe_grace_s: float = 0.5
+    # More descriptors the launcher reads (bwrap's --ro-bind-data inputs): passed to it
+    # under their own numbers, and closed on the host once it has started (or failed
+    # to): the run owns them.
+    fds: Sequence[int] = ()
+    # The run's cgroup (its cgroup.procs, opened): the launcher joins it before exec.
+    cgroup_procs: int | None = None
 
 
 class _Session:
@@ -159,6 +165,7 @@ def guest_request(request: RunRequest, launch: Launch, fds: Mapping[str, int | N
     """What the bootstrap reads on stdin. Raises ValueError when ``args`` is not plain
     JSON."""
     limits = request.limits
+    memory_bytes, processes = limits.split(cgroup=launch.cgroup_procs is not None)
     try:
         return json.dumps(
             {
@@ -166,8 +173,8 @@ def guest_request(request: RunRequest, launch: Launch, fds: Mapping[str, int | N
                 "args": request.args,
                 "limits": {
                     "cpu_s": limits.cpu_s,
-                    "memory_bytes": limits.memory_bytes,
-                    "processes": limits.processes,
+                    "memory_bytes": memory_bytes,
+                    "processes": processes,
                     "open_files": limits.open_files,
                     "file_bytes": limits.file_bytes,
                     "result_bytes": limits.result_bytes,
@@ -214,7 +221,7 @@ class _Plumbing:
         self.child_fds: list[int] = []  # the child's ends: closed once it has them
         self.transports: list[asyncio.BaseTransport] = []
         self.tasks: list[asyncio.Task[None]] = []
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: Child | None = None
 
     def pipe(self, *, child_reads: bool = False) -> tuple[int, int]:
         """(ours, the child's): a pipe the child writes to, or reads from."""
@@ -246,6 +253,7 @@ class _Plumbing:
 
     async def run(self, session: _Session, request: RunRequest, isolation: Isolation) -> RunResult:
         launch, limits = session.launch, session.limits
+        self.child_fds.extend(launch.fds)
         out_r, out_w = self.pipe()
         err_r, err_w = self.pipe()
         result_r, result_w = self.pipe()
@@ -258,16 +266,16 @@ class _Plumbing:
         self.child_fds.append(stdin)
         started = self.loop.time()
         try:
-            self.proc = proc = await asyncio.create_subprocess_exec(
-                *launch.argv,
+            self.proc = proc = spawn(
+                launch.argv,
                 stdin=stdin,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=[fd for fd in fds.values() if fd is not None],
-                env=dict(launch.env),
+                pass_fds=[*(fd for fd in fds.values() if fd is not None), *launch.fds],
+                env=launch.env,
                 cwd=launch.cwd,
-                start_new_session=True,
-                **_credentials(launch.user),
+                user=launch.user,
+                cgroup_procs=launch.cgroup_procs,
             )
         except OSError as exc:
             return early_result("unavailable", f"the sandbox could not start: {exc}", isolation)
@@ -309,6 +317,10 @@ class _Plumbing:
                 await task
         if self.proc is not None and self.proc.returncode is None:
             session.kill("killed", "the run was cancelled")
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout=_KILL_WAIT_S)
+            except (TimeoutError, asyncio.CancelledError):
+                self.proc.reap_later()
         for transport in self.transports:
             transport.close()
         for fd in (*self.parent_fds, *self.child_fds):
@@ -331,28 +343,6 @@ def _pipe_file(fd: int, mode: str) -> Any:
 
 def _new_spill_file(folder: Path) -> tuple[int, str]:
     return tempfile.mkstemp(prefix="stdout-", suffix=".out", dir=folder)
-
-
-def _credentials(user: int | None) -> dict[str, Any]:
-    """The spawn's arguments that drop to ``user`` (uid and gid, no other groups).
-
-    On asyncio's own loop, Popen's ``user``/``group``/``extra_groups``, done in C between
-    fork and exec. uvloop (which uvicorn picks when it is installed) spawns through
-    libuv and takes none of them, only ``preexec_fn``, which it runs in the child
-    before exec: the same three calls, in the order that keeps the right to make them.
-    """
-    if user is None:
-        return {}
-    if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
-        return {"user": user, "group": user, "extra_groups": []}
-    return {"preexec_fn": functools.partial(_drop_to, user)}
-
-
-def _drop_to(user: int) -> None:
-    """In the child, before exec: no supplementary groups, then the gid, then the uid."""
-    os.setgroups([])
-    os.setgid(user)
-    os.setuid(user)
 
 
 def _memfd(data: bytes) -> int:

@@ -4,11 +4,12 @@ What a program sees (sandbox.md §1b): its own user, pid, network (loopback only
 uts and cgroup namespaces, with nested user namespaces disabled; a read-only root
 holding only ``/usr`` (with the merged-usr links), the interpreter's prefix when it is
 outside ``/usr``, the guest files at ``/guest``, its inputs at ``/inputs/<name>`` and
-the library at ``/library-root``; a fresh ``/proc``, a minimal read-only ``/dev``; and a
-size-capped tmpfs at ``/work``, the only writable place (``HOME`` and ``TMPDIR``). The
-environment holds ``LANG``, ``PATH``, ``HOME`` and ``TMPDIR`` only (and ``PWD``, which
-bwrap sets); it runs as uid 65534 in a new session, so it cannot reach the server's
-terminal or signal it.
+the library at ``/library-root`` (copied in by bwrap from descriptors the server
+opened: on the host they stay private to the server's user); a fresh ``/proc``, a
+minimal read-only ``/dev``; and a size-capped tmpfs at ``/work``, the only writable
+place (``HOME`` and ``TMPDIR``). The environment holds ``LANG``, ``PATH``, ``HOME``
+and ``TMPDIR`` only (and ``PWD``, which bwrap sets); it runs as uid 65534 in a new
+session, so it cannot reach the server's terminal or signal it.
 
 The launcher itself never runs as root: a root host starts bwrap as the sandbox uid,
 because for a sandbox whose kernel uid is 0 the kernel skips ``RLIMIT_NPROC`` (a fork
@@ -18,6 +19,11 @@ kills every other process of the run, and bwrap, which reaps it, exits only then
 bwrap is gone, so is the run (with bwrap's init in between, bwrap exits as soon as the
 program does, while the rest is still being torn down, and leaves that init for the
 host's pid 1 to reap). bwrap dies with its parent.
+
+Nothing else reaches the program: bwrap is spawned with only its standard streams, the
+run's pipes and the descriptors it copies files from (``_spawn``), and where the host
+delegates a cgroup the run gets its own, bounding all its processes' memory together
+(``_cgroup``; otherwise :meth:`Limits.split` bounds it with rlimits).
 """
 
 from __future__ import annotations
@@ -25,16 +31,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import functools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from parkway.runner.sandbox import _host
-from parkway.runner.sandbox._outcome import early_result
+from parkway.runner.sandbox._cgroup import RunCgroup, delegated
+from parkway.runner.sandbox._outcome import early_result, size_text
 from parkway.runner.sandbox._session import Launch, request_size, run_program
 from parkway.runner.sandbox.provider import (
     Isolation,
@@ -83,19 +93,27 @@ class BwrapProvider:
 
     ``python`` is the interpreter inside (the system one by default: the sandbox uid
     must be able to read it, which a pyenv under root's home is not); ``sandbox_uid`` the
-    uid the program runs as, and the launcher too when the host is root.
+    uid the program runs as, and the launcher too when the host is root; ``cgroup`` where
+    runs get a cgroup of their own: ``auto``, ``off`` or a delegated cgroup v2 folder
+    (:mod:`~parkway.runner.sandbox._cgroup`).
     """
 
     name = "bwrap"
 
     def __init__(
-        self, bwrap: str = "bwrap", python: str = "/usr/bin/python3", sandbox_uid: int = 65534
+        self,
+        bwrap: str = "bwrap",
+        python: str = "/usr/bin/python3",
+        sandbox_uid: int = 65534,
+        cgroup: str = "auto",
     ) -> None:
         if sandbox_uid <= 0:
             raise ValueError("sandbox_uid must be an unprivileged uid, not 0")
         self.bwrap = bwrap
         self.python = python
         self.sandbox_uid = sandbox_uid
+        self.cgroup = cgroup
+        self._cgroup_parent: Path | None = None
         self._lock = threading.Lock()
         self._isolation: Isolation | None = None
         self._bwrap_path = ""
@@ -145,6 +163,10 @@ class BwrapProvider:
                 f"({why}): use a system Python such as /usr/bin/python3, or install one "
                 "under a world-readable prefix"
             )
+        try:
+            self._cgroup_parent = delegated(self.cgroup)
+        except ValueError as exc:
+            raise SandboxUnavailable(str(exc)) from None
         self._bwrap_path, self._python_path = found, python
         prefix = str(Path(python).parent.parent)
         self._prefix_binds = [] if python.startswith("/usr/") else ["--ro-bind", prefix, prefix]
@@ -178,8 +200,15 @@ class BwrapProvider:
             launcher,
             "size-capped tmpfs /work (the only writable place)",
             "rlimits (cpu, memory, processes, files)",
+            (
+                f"cgroup v2 per run under {self._cgroup_parent} (total memory, processes)"
+                if self._cgroup_parent is not None
+                else "total memory bounded by rlimits (processes x address space)"
+            ),
             "empty environment",
             "new session",
+            "only stdio and the run's pipes inherited",
+            "inputs and library copied in from descriptors",
         )
 
     async def _probe(self) -> Isolation:
@@ -237,30 +266,45 @@ class BwrapProvider:
                 f"{request.limits.request_bytes}-byte cap: pass big data as an input"
             )
             return early_result("error", message, isolation)
-        launch = self._launch(request)
-        return await run_program(launch, request, isolation)
+        if self._cgroup_parent is None:
+            return await run_program(self._launch(request), request, isolation)
+        try:
+            cgroup = await asyncio.to_thread(RunCgroup.create, self._cgroup_parent, request.limits)
+        except OSError as exc:
+            message = f"the run's cgroup could not be made in {self._cgroup_parent}: {exc}"
+            return early_result("unavailable", message, isolation)
+        try:
+            result = await run_program(self._launch(request, cgroup), request, isolation)
+        finally:
+            end = await cgroup.remove()
+        result = dataclasses.replace(result, memory_peak_bytes=end.memory_peak_bytes)
+        if end.out_of_memory and result.status in ("killed", "error"):
+            total = size_text(request.limits.total_memory_bytes)
+            message = f"out of memory: the run passed its total of {total}; killed"
+            result = dataclasses.replace(result, status="killed", message=message)
+        return result
 
-    def _launch(self, request: RunRequest) -> Launch:
-        uid, gid = self._launcher_uid, self._launcher_gid
-        mounts: list[str] = []
-        inputs: dict[str, str] = {}
-        for name, host_path in request.inputs.items():
-            if not _host.valid_input_name(name):
-                raise ValueError(f"input name {name!r}: use {_host.INPUT_NAME}")
-            if not Path(host_path).is_file():
-                raise ValueError(f"input {name!r}: {host_path} is not a file")
-            why = _host.unreadable(Path(host_path), uid, gid)
-            if why is not None:
-                raise ValueError(f"input {name!r}: {why}; the sandbox mounts it as that uid")
-            inputs[name] = f"{_INPUTS}/{name}"
-            mounts += ["--ro-bind", str(host_path), inputs[name]]
-        paths = [_GUEST]
-        if request.library is not None:
-            why = _host.unreadable(Path(request.library), uid, gid, search=True)
-            if why is not None:
-                raise ValueError(f"library: {why}; the sandbox mounts it as that uid")
-            mounts += ["--ro-bind", str(request.library), _LIBRARY]
-            paths.append(_LIBRARY)
+    def _launch(self, request: RunRequest, cgroup: RunCgroup | None = None) -> Launch:
+        """The run's bwrap command. The inputs and the library's files are opened here,
+        as the server, and bwrap copies each from its descriptor into the sandbox
+        (``--ro-bind-data``): neither the launcher's uid nor any other local user needs
+        to be able to read them on the host, so the run's folder can be private."""
+        fed = _Fed()
+        try:
+            inputs: dict[str, str] = {}
+            mounts: list[str] = []
+            for name, host_path in request.inputs.items():
+                if not _host.valid_input_name(name):
+                    raise ValueError(f"input name {name!r}: use {_host.INPUT_NAME}")
+                inputs[name] = f"{_INPUTS}/{name}"
+                mounts += fed.file(Path(host_path), inputs[name], f"input {name!r}")
+            paths = [_GUEST]
+            if request.library is not None:
+                mounts += fed.tree(Path(request.library), _LIBRARY)
+                paths.append(_LIBRARY)
+        except BaseException:
+            fed.close()
+            raise
         return Launch(
             argv=self._argv(request.limits, mounts),
             env={},  # bwrap's own environment is readable in the sandbox (/proc/1/environ)
@@ -268,8 +312,10 @@ class BwrapProvider:
             user=self.sandbox_uid if os.geteuid() == 0 else None,
             inputs=inputs,
             paths=paths,
-            kill=_kill_sandbox,
+            kill=_kill_sandbox if cgroup is None else functools.partial(_kill_run, cgroup),
             signal_as_128=True,
+            fds=fed.fds,
+            cgroup_procs=None if cgroup is None else cgroup.procs_fd,
         )
 
     def _argv(self, limits: Limits, mounts: list[str]) -> list[str]:
@@ -309,6 +355,12 @@ def _kill_sandbox(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _kill_run(cgroup: RunCgroup, pid: int) -> None:
+    """Kill every process of a run that has a cgroup, then as without one."""
+    cgroup.kill()
+    _kill_sandbox(pid)
+
+
 def _version(bwrap: str) -> str:
     try:
         done = subprocess.run(  # noqa: S603 (our own resolved bwrap, fixed arguments)
@@ -317,3 +369,54 @@ def _version(bwrap: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return "bubblewrap"
     return done.stdout.strip() or "bubblewrap"
+
+
+# The most files a library may hold (each is a descriptor and a mount of the run).
+_LIBRARY_FILES = 512
+
+
+class _Fed:
+    """Descriptors on host files for bwrap to copy into the sandbox, and the options
+    that say where (``--dir`` for a folder, ``--ro-bind-data FD DEST`` for a file)."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def file(self, path: Path, dest: str, what: str, *, follow: bool = True) -> list[str]:
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise ValueError(f"{what}: cannot open {path}: {exc.strerror}") from None
+        self.fds.append(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{what}: {path} is not a file")
+        return ["--ro-bind-data", str(fd), dest]
+
+    def tree(self, root: Path, dest: str) -> list[str]:
+        """A folder's subfolders and regular files (links and anything else left out,
+        never followed), at most :data:`_LIBRARY_FILES` files."""
+        if not root.is_dir():
+            raise ValueError(f"library: {root} is not a folder")
+        options = ["--dir", dest]
+        files = 0
+        for folder, subfolders, names in os.walk(root):
+            here = Path(folder)
+            inside = dest + "/" + here.relative_to(root).as_posix() if here != root else dest
+            for sub in sorted(subfolders):
+                if not (here / sub).is_symlink():
+                    options += ["--dir", f"{inside}/{sub}"]
+            for name in sorted(names):
+                path = here / name
+                if not stat.S_ISREG(path.lstat().st_mode):
+                    continue
+                files += 1
+                if files > _LIBRARY_FILES:
+                    raise ValueError(f"library: more than {_LIBRARY_FILES} files in {root}")
+                options += self.file(path, f"{inside}/{name}", "library", follow=False)
+        return options
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()

@@ -70,12 +70,22 @@ class Limits:
     (it is not spilled). ``stdout_inline_bytes`` is what a result carries; past it the
     whole stream goes to a spill file, up to ``stdout_cap_bytes``, where the sandbox is
     killed (status ``output_limit``).
+
+    Memory and processes: ``memory_bytes`` bounds each process's address space
+    (``RLIMIT_AS``), ``processes`` the run's processes and threads together, and
+    ``total_memory_bytes`` the memory of all the run's processes together. Where the
+    host delegates a cgroup v2 subtree the total is the run's cgroup's ``memory.max``
+    (swap off) and the process count its ``pids.max``; elsewhere the total holds by
+    arithmetic: the run gets at most ``total_memory_bytes // memory_bytes`` processes
+    (at least one, at most ``processes``), so processes x address space stays within
+    the total (:meth:`split`).
     """
 
     wall_s: float = 10.0
     cpu_s: int = 10
     memory_bytes: int = 512 * _MIB
     processes: int = 16
+    total_memory_bytes: int = 512 * _MIB
     open_files: int = 64
     file_bytes: int = 16 * _MIB
     disk_bytes: int = 64 * _MIB
@@ -101,12 +111,27 @@ class Limits:
         # The interpreter alone maps ~20 MiB; 3 fds are stdio, 3 more the bootstrap's pipes.
         if self.memory_bytes < 32 * _MIB:
             raise ValueError("Limits.memory_bytes must be at least 32 MiB (the interpreter's own)")
+        if self.total_memory_bytes < 32 * _MIB:
+            raise ValueError("Limits.total_memory_bytes must be at least 32 MiB")
         if self.open_files < 16:
             raise ValueError("Limits.open_files must be at least 16")
 
     def as_dict(self) -> dict[str, Any]:
         """The limits as JSON (for the approval widget and logs)."""
         return dataclasses.asdict(self)
+
+    def split(self, *, cgroup: bool) -> tuple[int, int]:
+        """The rlimits a run gets: (address space per process, processes and threads).
+
+        Under a cgroup the kernel bounds the total, and each process gets
+        ``memory_bytes`` (no more than the total). Without one, the process count is
+        cut so that their product stays within ``total_memory_bytes``: with the
+        defaults (512 MiB each, 512 MiB in all) that is one process, no fork and no
+        thread; 128 MiB each allows four."""
+        per_process = min(self.memory_bytes, self.total_memory_bytes)
+        if cgroup:
+            return per_process, self.processes
+        return per_process, max(1, min(self.processes, self.total_memory_bytes // per_process))
 
 
 @dataclass(frozen=True)
@@ -135,10 +160,12 @@ class RunRequest:
     ``artifacts.get(name)``. Names are 1-128 characters of letters, digits, ``.``,
     ``_`` and ``-`` (not starting with a dot). ``library``: a host folder holding the
     package folder ``library/``; mounted read-only with the folder itself on
-    ``sys.path``. Under bwrap both must be readable by the sandbox uid (every parent
-    folder searchable): a path that is not is a :class:`ValueError` before anything
-    runs. ``spill_dir``: a host folder of the caller's where stdout beyond the inline
-    cap is written (without one, stdout past the inline cap is counted, not kept).
+    ``sys.path``. The provider opens them as the server (they may, and should, be
+    private to the server's user: bwrap copies them in from the descriptors); a path
+    that cannot be opened, or is not a file (a folder for the library), is a
+    :class:`ValueError` before anything runs. ``spill_dir``: a host folder of the
+    caller's where stdout beyond the inline cap is written (without one, stdout past
+    the inline cap is counted, not kept).
     """
 
     code: str
@@ -157,7 +184,8 @@ class RunResult:
     ``spill_dir``) holds all of it when it went past the inline cap. ``result`` is the
     value of ``result(...)`` or of the program's last expression (``has_result`` tells a
     ``None`` result from none). ``message`` is a one-line reason for a non-ok status.
-    ``tool_calls`` counts the calls handed to the broker."""
+    ``tool_calls`` counts the calls handed to the broker. ``memory_peak_bytes`` is the
+    run's cgroup's memory peak, where it had one (None otherwise)."""
 
     status: Status
     exit_code: int | None
@@ -171,6 +199,7 @@ class RunResult:
     message: str
     isolation: Isolation
     tool_calls: int = 0
+    memory_peak_bytes: int | None = None
 
 
 class SandboxProvider(Protocol):

@@ -27,8 +27,16 @@ from parkway.runner.sandbox import (
 
 SANDBOX_UID = 65534
 REQUIRED = os.environ.get("PARKWAY_REQUIRE_SANDBOX") == "1"
-# Small limits for the attacks: each stays bounded even when the sandbox fails.
-SMALL = Limits(wall_s=4.0, cpu_s=3, memory_bytes=256 * 2**20, processes=12, disk_bytes=8 * 2**20)
+# Small limits for the attacks: each stays bounded even when the sandbox fails. The
+# total lets all twelve processes have their 256 MiB (the total's own tests set theirs).
+SMALL = Limits(
+    wall_s=4.0,
+    cpu_s=3,
+    memory_bytes=256 * 2**20,
+    processes=12,
+    total_memory_bytes=12 * 256 * 2**20,
+    disk_bytes=8 * 2**20,
+)
 
 
 def host_probe(samples: list[Any], measure: Callable[[], Any]) -> Broker:
@@ -151,9 +159,27 @@ def _is_bwrap(pid: int) -> bool:
         return False
 
 
+def _descends_from_us(pid: int) -> bool:
+    """Whether ``pid``'s parents lead to this test process (and not to another
+    worker's sandbox of the same uid on a shared machine)."""
+    me, seen = os.getpid(), 0
+    while pid > 1 and seen < 64:
+        if pid == me:
+            return True
+        pid, seen = int(_status(pid).get("PPid", "0")), seen + 1
+    return False
+
+
 def program_processes() -> list[int]:
-    """The sandboxed processes but bwrap's own (the sandbox's pid 1): the program's."""
-    return [pid for pid in sandboxed_processes() if not _is_bwrap(pid)]
+    """The program's processes: the sandboxed ones of this test process's own runs,
+    but bwrap's (another test run's sandboxes on the machine are not counted)."""
+    return [pid for pid in sandboxed_processes() if not _is_bwrap(pid) and _descends_from_us(pid)]
+
+
+def rss_bytes(pids: list[int], field: str = "VmRSS") -> int:
+    """The sum of ``pids``' resident memory (or of another /proc status size, such as
+    VmHWM, each process's peak)."""
+    return sum(int(_status(pid).get(field, "0 kB").split()[0]) * 1024 for pid in pids)
 
 
 def thread_count(pids: list[int]) -> int:

@@ -270,8 +270,11 @@ class ParkwayProcess:
         agent_file: Path,
         port: int | None = None,
         env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.extra_env = dict(env or {})
+        # descriptors the server inherits, as from a shell or a supervisor
+        self.pass_fds = tuple(pass_fds)
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.redis_url = redis_url
@@ -301,6 +304,7 @@ class ParkwayProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             cwd=ROOT,
+            pass_fds=self.pass_fds,
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

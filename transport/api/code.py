@@ -38,12 +38,15 @@ def code_mode_from(settings: Settings) -> CodeMode:
             bwrap=settings.sandbox_bwrap,
             python=settings.sandbox_python,
             sandbox_uid=settings.sandbox_uid,
+            cgroup=settings.sandbox_cgroup,
         )
     elif settings.sandbox == "unconfined":
         provider = UnconfinedProvider(python=settings.sandbox_python)
     limits = Limits(
         wall_s=settings.sandbox_timeout_s,
         memory_bytes=settings.sandbox_memory_mb * 2**20,
+        total_memory_bytes=settings.sandbox_total_memory_mb * 2**20,
+        processes=settings.sandbox_processes,
     )
     return CodeMode(
         provider,

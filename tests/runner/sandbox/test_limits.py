@@ -58,7 +58,7 @@ async def test_a_fork_bomb_stops_at_the_process_cap_and_leaves_nothing(
         tools.call("count")
         forked
     """
-    limits = Limits(wall_s=4.0, processes=8)
+    limits = Limits(wall_s=4.0, processes=8, total_memory_bytes=8 * 512 * 2**20)
     done = await run(provider, code, limits=limits, broker=host_probe(seen, program_processes))
     assert done.status == "ok", done
     assert len(seen[0]) <= 8, f"{len(seen[0])} sandboxed processes for a cap of 8"
@@ -84,7 +84,7 @@ async def test_a_thread_bomb_stops_at_the_same_cap(
         tools.call("count")
         started
     """
-    limits = Limits(wall_s=4.0, processes=8)
+    limits = Limits(wall_s=4.0, processes=8, total_memory_bytes=8 * 512 * 2**20)
     measure = lambda: thread_count(program_processes())  # noqa: E731
     done = await run(provider, code, limits=limits, broker=host_probe(seen, measure))
     assert done.status == "ok", done
@@ -118,7 +118,7 @@ async def test_each_run_has_its_own_process_budget(provider: BwrapProvider) -> N
         tools.call("meet")
         forked
     """
-    limits = Limits(wall_s=8.0, processes=8)
+    limits = Limits(wall_s=8.0, processes=8, total_memory_bytes=8 * 512 * 2**20)
     both = await asyncio.gather(*(run(provider, code, limits=limits, broker=meet) for _ in "ab"))
     assert [done.result for done in both] == [5, 5], both
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -126,20 +127,28 @@ async def test_the_library_imports_and_pw_is_bound(provider: BwrapProvider) -> N
     assert (done.status, done.result) == ("ok", ["HI!", 3]), done
 
 
-def test_request_checks_refuse_bad_names_and_unreadable_paths(
+def test_request_checks_refuse_bad_names_and_missing_files(
     provider: BwrapProvider, tmp_path: Path
 ) -> None:
-    """Input names become file names: no separators or dot files. A path the sandbox
-    uid cannot read is refused before spawning, naming the folder to fix."""
+    """Input names become file names: no separators or dot files. The server opens the
+    inputs and the library itself (bwrap copies them in from the descriptors), so a
+    file in a private folder is fine; a missing input, a folder given as an input, and
+    a file given as the library are refused before anything is spawned."""
     good = tmp_path / "f.txt"
     good.write_text("x")
     for name in ("../x", "a/b", ".hidden", "", "x" * 129):
         with pytest.raises(ValueError, match="input name"):
             provider._launch(RunRequest(code="", inputs={name: good}))
-    with pytest.raises(ValueError, match="not searchable by uid 65534"):
-        provider._launch(RunRequest(code="", inputs={"f": good}))
-    with pytest.raises(ValueError, match="library"):
-        provider._launch(RunRequest(code="", library=tmp_path))
+    launch = provider._launch(RunRequest(code="", inputs={"f": good}, library=tmp_path))
+    assert len(launch.fds) == 2  # the input, and the library's one file: the same f.txt
+    for fd in launch.fds:
+        os.close(fd)
+    with pytest.raises(ValueError, match="cannot open"):
+        provider._launch(RunRequest(code="", inputs={"f": tmp_path / "missing"}))
+    with pytest.raises(ValueError, match="is not a file"):
+        provider._launch(RunRequest(code="", inputs={"f": tmp_path}))
+    with pytest.raises(ValueError, match=r"library: .* is not a folder"):
+        provider._launch(RunRequest(code="", library=good))
 
 
 async def test_an_oversize_request_is_an_error_without_a_run(provider: BwrapProvider) -> None:
