@@ -94,31 +94,33 @@ end
 
 # A principal's storage use (runner/store/usage.py): hash USAGE (chat id -> its stored
 # bytes as last rolled up, USAGE_TOTAL -> their sum) and sorted set CHATS (chat id -> when
-# it expires, epoch ms, as its last roll-up knows). Chats past that time are dropped from
-# both first (a few per call: they go as they expire). Both keys get the chat TTL.
-# usage_roll(usage key, chats key, chat id (false = count only), the chat's bytes
-#            (false = as counted), now (ms), TTL (s)) -> total bytes, live chats
+# its count lapses, epoch ms). Both keys get the chat TTL from each roll-up.
+# usage_prune(usage key, chats key, now (ms)): drops the counts of chats past their time
+#   (a few per call: they go as they lapse).
+# usage_set(usage key, chats key, chat id, the chat's bytes, now (ms), TTL (s)) -> total:
+#   the chat's count rolled up, its time renewed.
 USAGE_TOTAL = "#total"  # (no chat id has a '#')
 USAGE_FUNCTION = """
-local function usage_roll(ub, uc, chat, bytes, now, ttl)
+local function usage_prune(ub, uc, now)
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', uc, '-inf', now, 'LIMIT', 0, 16)) do
     redis.call('HINCRBY', ub, '#total', 0 - tonumber(redis.call('HGET', ub, gone) or '0'))
     redis.call('HDEL', ub, gone)
     redis.call('ZREM', uc, gone)
   end
+end
+local function usage_set(ub, uc, chat, bytes, now, ttl)
+  local old = tonumber(redis.call('HGET', ub, chat) or '-1')
   local total
-  if chat then
-    local old = tonumber(redis.call('HGET', ub, chat) or '0')
-    local new = bytes or old
-    redis.call('HSET', ub, chat, new)
-    total = redis.call('HINCRBY', ub, '#total', new - old)
-    redis.call('ZADD', uc, tonumber(now) + tonumber(ttl) * 1000, chat)
-    redis.call('EXPIRE', ub, ttl)
-    redis.call('EXPIRE', uc, ttl)
-  else
+  if old == bytes then
     total = tonumber(redis.call('HGET', ub, '#total') or '0')
+  else
+    redis.call('HSET', ub, chat, bytes)
+    total = redis.call('HINCRBY', ub, '#total', bytes - math.max(old, 0))
   end
-  return total, redis.call('ZCARD', uc)
+  redis.call('ZADD', uc, tonumber(now) + tonumber(ttl) * 1000, chat)
+  redis.call('EXPIRE', ub, ttl)
+  redis.call('EXPIRE', uc, ttl)
+  return total
 end
 """
 
@@ -138,7 +140,7 @@ end
 #       when the owner's quotas are checked here ('' otherwise: a Cluster, where the
 #       usage keys are in another slot and runner/store/usage.py checks them first),
 #       16 the owner's stored-bytes quota, 17 its live-chats quota, 18 the artifacts' TTL
-# KEYS[10], KEYS[11] (with ARGV[15]): the owner's usage keys (usage_roll)
+# KEYS[10], KEYS[11] (with ARGV[15]): the owner's usage keys (usage_set)
 # KEYS[12] (KEYS[10] without ARGV[15]) (with ARGV[14], on a single Redis only: another
 # slot): the agent's head hash
 # Returns: {'ok', model_calls, parked ids JSON, previous template JSON ('' if the same),
@@ -165,10 +167,12 @@ end
 local v = redis.call('HGET', KEYS[1], 'v')
 if not v then
   if quotas then
-    local total, live = usage_roll(KEYS[10], KEYS[11], false, false, ARGV[4], ARGV[8])
-    if live >= tonumber(ARGV[17]) then return {'quota', 'live_chats'} end
-    if total >= tonumber(ARGV[16]) then return {'quota', 'stored_bytes'} end
-    usage_roll(KEYS[10], KEYS[11], ARGV[15], 0, ARGV[4], ARGV[8])
+    usage_prune(KEYS[10], KEYS[11], ARGV[4])
+    if redis.call('ZCARD', KEYS[11]) >= tonumber(ARGV[17]) then return {'quota', 'live_chats'} end
+    if tonumber(redis.call('HGET', KEYS[10], '#total') or '0') >= tonumber(ARGV[16]) then
+      return {'quota', 'stored_bytes'}
+    end
+    usage_set(KEYS[10], KEYS[11], ARGV[15], 0, ARGV[4], ARGV[8])
   end
   -- A new chat: nothing of an expired chat with the same id may leak into it.
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
@@ -192,8 +196,9 @@ if m[2] == 'running' and tonumber(m[3] or '0') > tonumber(ARGV[4]) then return {
 if ARGV[6] ~= '' and m[4] == ARGV[6] then return {'duplicate'} end
 if ARGV[13] == '1' and redis.call('ZCARD', KEYS[2]) > 0 then return {'answers_first'} end
 if quotas then
+  usage_prune(KEYS[10], KEYS[11], ARGV[4])
   local mine = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
-  if usage_roll(KEYS[10], KEYS[11], ARGV[15], mine, ARGV[4], ARGV[8]) >= tonumber(ARGV[16]) then
+  if usage_set(KEYS[10], KEYS[11], ARGV[15], mine, ARGV[4], ARGV[8]) >= tonumber(ARGV[16]) then
     return {'quota', 'stored_bytes'}
   end
 end
@@ -428,7 +433,7 @@ end
 # KEYS: 1 meta, 2 history, 3 calls, 4 pending, 5 outcomes, 6 events, and on a single
 #       Redis (not a Cluster, where they live in other slots) 7 the deadline index,
 #       8 the approvals index and, when the run parks or ends, 9, 10 the owner's usage
-#       keys: the chat's count is rolled up into the owner's (usage_roll)
+#       keys: the chat's count is rolled up into the owner's (usage_set)
 # ARGV: 1 lease token, 2 next state ('running' | 'parked' | 'idle'), 3 TTL (s),
 #       4 model_calls, 5 now (ms), 6 lease (ms), 7 parked ids JSON ('' = unchanged),
 #       8 last user message id ('' = unchanged, '-' = forgotten: the turn failed, so
@@ -485,7 +490,7 @@ end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'model_calls', ARGV[4], 'updated_at', ARGV[5],
            'run_committed', '1', 'run_commits', ARGV[12])
 local mine = redis.call('HINCRBY', KEYS[1], 'bytes', stored)
-if KEYS[9] then usage_roll(KEYS[9], KEYS[10], ARGV[11], mine, ARGV[5], ARGV[3]) end
+if KEYS[9] then usage_set(KEYS[9], KEYS[10], ARGV[11], mine, ARGV[5], ARGV[3]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'parked_ids', ARGV[7]) end
 if ARGV[8] == '-' then
   redis.call('HDEL', KEYS[1], 'last_uid')
@@ -658,7 +663,7 @@ return {'settled', redis.call('ZCARD', KEYS[3])}
 # owner's stored bytes, or not at all.
 # KEYS: 1 meta, 2 artifacts, 3 artifact data, and with ARGV[7] (a single Redis: on a
 #       Cluster runner/store/usage.py checks the owner's bytes first, in another slot)
-#       4, 5 the owner's usage keys (usage_roll)
+#       4, 5 the owner's usage keys (usage_set)
 # ARGV: 1 artifact id, 2 record JSON, 3 the bytes, 4 the artifacts' TTL (s), 5 the chat's
 #       artifact quota, 6 now (ms), 7 the chat id ('' = the owner's bytes are not checked
 #       here), 8 the owner's stored-bytes quota, 9 the chat TTL (s)
@@ -673,9 +678,10 @@ if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then return {'quota', 'artif
 local size = #ARGV[2] + #ARGV[3]
 local mine = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
 if ARGV[7] ~= '' then
-  local total = usage_roll(KEYS[4], KEYS[5], ARGV[7], mine, ARGV[6], ARGV[9])
+  usage_prune(KEYS[4], KEYS[5], ARGV[6])
+  local total = usage_set(KEYS[4], KEYS[5], ARGV[7], mine, ARGV[6], ARGV[9])
   if total + size > tonumber(ARGV[8]) then return {'quota', 'stored_bytes'} end
-  usage_roll(KEYS[4], KEYS[5], ARGV[7], mine + size, ARGV[6], ARGV[9])
+  usage_set(KEYS[4], KEYS[5], ARGV[7], mine + size, ARGV[6], ARGV[9])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
@@ -689,7 +695,7 @@ return {'ok'}
 # A principal's usage, checked (and this chat's count rolled up) apart from the write
 # it guards: a Cluster's way (the usage keys are in another slot than the chat's), one
 # round trip before the claim or the artifact it guards.
-# KEYS: 1, 2 the principal's usage keys (usage_roll)
+# KEYS: 1, 2 the principal's usage keys (usage_set)
 # ARGV: 1 chat id, 2 the chat's bytes ('' = unknown: a new chat, or not the
 #       principal's), 3 now (ms), 4 chat TTL (s), 5 bytes about to be stored (1 for a
 #       turn: refused once the total is at the quota),
@@ -699,18 +705,21 @@ return {'ok'}
 USAGE = (
     USAGE_FUNCTION
     + """
-local total, live
+usage_prune(KEYS[1], KEYS[2], ARGV[3])
+local total
 if ARGV[2] == '' then
-  total, live = usage_roll(KEYS[1], KEYS[2], false, false, ARGV[3], ARGV[4])
+  total = tonumber(redis.call('HGET', KEYS[1], '#total') or '0')
 else
-  total, live = usage_roll(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
+  total = usage_set(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
 end
-if ARGV[7] ~= '' and live >= tonumber(ARGV[7]) then return {'quota', 'live_chats'} end
+if ARGV[7] ~= '' and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then
+  return {'quota', 'live_chats'}
+end
 if total + tonumber(ARGV[5]) > tonumber(ARGV[6]) then
   return {'quota', 'stored_bytes'}
 end
 if ARGV[2] == '' and ARGV[7] ~= '' then
-  usage_roll(KEYS[1], KEYS[2], ARGV[1], 0, ARGV[3], ARGV[4])
+  usage_set(KEYS[1], KEYS[2], ARGV[1], 0, ARGV[3], ARGV[4])
 end
 return {'ok'}
 """
