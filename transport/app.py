@@ -557,7 +557,8 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
-            *widget_routes(),
+            # the host applications the operator trusts may embed the playground
+            *widget_routes(embed_origins=settings.allowed_origins),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
             # RFC 8414 §3.1 puts the well-known segment before the issuer's path
             Route(f"/.well-known/oauth-authorization-server{DEMO_MOUNT}", DemoDispatch()),

@@ -5,7 +5,8 @@ and is served again by ``GET /api/chats/{id}``. It carries what the widget needs
 not in the tool call's input: the kind of widget, the tool, the deadline, the approval id,
 and the URL to watch the call's status on the server. A connect widget's ``startUrl``
 carries a fresh one-time start token each time it is described (a reloaded page gets a
-new one; see :mod:`parkway.widgets_api.connect.start_tokens`).
+new one; see :mod:`parkway.widgets_api.connect.start_tokens`); its ``ticketUrl`` is where
+a page holding a bearer token instead of a cookie asks for a start link.
 
 A code review's program is drawn highlighted, which is nearly all the work of describing
 it; the highlighted lines are kept a while (:class:`CodeLines`), since every follower of
@@ -151,6 +152,10 @@ def describe_call(
             token = start_token(provider, chat_id, call.tool_call_id)
             descriptor["startUrl"] += f"&token={quote(token, safe='')}"
         descriptor["useUrl"] = f"{prefix}/connect/{quote(provider, safe='')}/use"
+        if provider in names:
+            # a page with a bearer token and no cookie asks here for a start link its
+            # popup can open (start_tokens.py, "Tickets")
+            descriptor["ticketUrl"] = f"{prefix}/connect/{quote(provider, safe='')}/ticket"
         descriptor["connectionsUrl"] = (
             f"{prefix}/api/connections?provider={quote(provider, safe='')}"
         )
@@ -192,7 +197,12 @@ def _describe_code(
                 "limits": limits.as_dict(),
                 "serverLimits": status["limits"],
             }
-        descriptor["artifactsUrl"] = f"{prefix}/api/chats/{quote(chat_id, safe='')}/artifacts"
+        # the artifacts this call mounts, readable by whoever may read the call (an
+        # approver too), never the rest of the chat's
+        descriptor["artifactsUrl"] = (
+            f"{prefix}/api/chats/{quote(chat_id, safe='')}/calls/"
+            f"{quote(call.tool_call_id, safe='')}/artifacts"
+        )
     else:
         name = str(tool_input.get("name") or "")
         descriptor["libraryUrl"] = f"{prefix}/api/agent/library/{quote(name, safe='')}"

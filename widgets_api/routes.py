@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.routing import BaseRoute
 
 from parkway.widgets_api.connect import connect_routes
@@ -10,7 +12,7 @@ from parkway.widgets_api.playground import page_routes
 __all__ = ["widget_routes"]
 
 
-def widget_routes() -> list[BaseRoute]:
+def widget_routes(embed_origins: Sequence[str] = ()) -> list[BaseRoute]:
     """Routes that ``transport`` mounts: the playground page at ``/`` and its files, and
-    the connect flow."""
-    return [*page_routes(), *connect_routes()]
+    the connect flow. ``embed_origins`` may frame the page (see :func:`page_routes`)."""
+    return [*page_routes(embed_origins), *connect_routes()]

@@ -20,7 +20,7 @@ from parkway.runner.codemode.library import (
     SAVE_FUNCTION,
     FunctionLibrary,
 )
-from parkway.runner.codemode.op import EXECUTE_CODE
+from parkway.runner.codemode.op import EXECUTE_CODE, input_artifact_ids
 from parkway.runner.codemode.runtime import CodeMode
 
 __all__ = [
@@ -30,4 +30,5 @@ __all__ = [
     "SAVE_FUNCTION",
     "CodeMode",
     "FunctionLibrary",
+    "input_artifact_ids",
 ]

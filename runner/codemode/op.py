@@ -30,7 +30,7 @@ from parkway.runner.ops import SANDBOX_RUNS
 from parkway.runner.sandbox import BrokerError, Limits, RunRequest, RunResult
 from parkway.runner.store import ARTIFACT_ID
 
-__all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code"]
+__all__ = ["CODE_TOOL_CALL", "EXECUTE_CODE", "execute_code", "input_artifact_ids"]
 
 CODE_TOOL_CALL = "code-tool-call"
 # What a code-tool-call part shows of an input or output, at most (bytes of JSON).
@@ -83,6 +83,22 @@ def _named_inputs(inputs: Any) -> dict[str, str]:
     if isinstance(inputs, list):
         return {artifact_id: artifact_id for artifact_id in inputs}
     return dict(inputs)
+
+
+def input_artifact_ids(tool_name: str, tool_input: Any) -> frozenset[str]:
+    """The artifact ids an ``execute_code`` call's input mounts (nothing for any other
+    tool, or an input of another shape): exactly what a reviewer of the call may read
+    of its chat (docs/security.md, "Approvals by others")."""
+    if tool_name != EXECUTE_CODE.name or not isinstance(tool_input, Mapping):
+        return frozenset()
+    inputs = tool_input.get("inputs")
+    if isinstance(inputs, list):
+        ids: list[Any] = inputs
+    elif isinstance(inputs, Mapping):
+        ids = list(inputs.values())
+    else:
+        return frozenset()
+    return frozenset(i for i in ids if isinstance(i, str) and ARTIFACT_ID.match(i))
 
 
 async def _prepare(

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from parkway.runner.agent import AgentStore, AgentTemplate, Credentials, load_template_json
 from parkway.runner.canonical import canonical_json
-from parkway.runner.codemode import CodeMode
+from parkway.runner.codemode import CodeMode, input_artifact_ids
 from parkway.runner.engine.driver import StepDriver
 from parkway.runner.engine.execution import (
     ToolExecutor,
@@ -43,6 +43,7 @@ from parkway.runner.engine.settling import (
 )
 from parkway.runner.engine.supervisor import RunSupervisor, RunWatch, Work
 from parkway.runner.errors import (
+    ArtifactNotFoundError,
     ChatNotFoundError,
     IncompatibleStateError,
     ShuttingDownError,
@@ -56,6 +57,7 @@ from parkway.runner.parking import ParkedCall
 from parkway.runner.store import (
     SCHEMA_VERSION,
     ApprovalPage,
+    Artifact,
     ArtifactStore,
     ChatRecord,
     ChatStore,
@@ -503,6 +505,39 @@ class Runner:
         """One parked call with its outcome (for a widget watching its status, or an
         approver reading an approval it may answer)."""
         return await self.settling.call(chat_id, principal, tool_call_id, roles=roles)
+
+    async def call_inputs(
+        self,
+        chat_id: str,
+        principal: str,
+        tool_call_id: str,
+        *,
+        roles: frozenset[str] = frozenset(),
+    ) -> list[Artifact]:
+        """The records of the artifacts an ``execute_code`` call mounts, for whoever may
+        read the call (:meth:`call`: its chat's owner, or an approver it is left to).
+        A reviewer reads what the code would read, and nothing else of the chat."""
+        call = await self.call(chat_id, principal, tool_call_id, roles=roles)
+        return await self.artifacts.records(chat_id, input_artifact_ids(call.tool_name, call.input))
+
+    async def call_input(
+        self,
+        chat_id: str,
+        principal: str,
+        tool_call_id: str,
+        artifact_id: str,
+        *,
+        roles: frozenset[str] = frozenset(),
+    ) -> tuple[Artifact, bytes]:
+        """One artifact an ``execute_code`` call mounts, and its bytes (see
+        :meth:`call_inputs`); any other artifact of the chat reads as missing."""
+        call = await self.call(chat_id, principal, tool_call_id, roles=roles)
+        found = None
+        if artifact_id in input_artifact_ids(call.tool_name, call.input):
+            found = await self.artifacts.get(chat_id, artifact_id)
+        if found is None:
+            raise ArtifactNotFoundError("this call reads no such artifact")
+        return found
 
     async def approvals(
         self,

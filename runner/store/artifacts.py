@@ -5,7 +5,9 @@ by default) is not put in the history the model reads. It is stored here, and th
 sees a reference instead: ``{"artifact_id", "bytes", "media_type", "preview"}``. Code run
 by ``execute_code`` reads an artifact whole (``artifacts.get(id)``, mounted read-only in
 its sandbox), and the chat's owner downloads it from
-``GET /api/chats/{id}/artifacts/{artifact_id}``.
+``GET /api/chats/{id}/artifacts/{artifact_id}``. Whoever may answer an ``execute_code``
+approval reads exactly the artifacts that call mounts, through the call
+(``GET /api/chats/{id}/calls/{call}/artifacts``), and nothing else of the chat.
 
 An artifact belongs to its chat: its keys carry the chat's hash tag
 (:class:`~parkway.runner.store.keys.ChatKeys`), so only the chat's owner reaches it (the
@@ -23,7 +25,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -230,6 +232,15 @@ class ArtifactStore:
         if raw is None or data is None:
             return None
         return _decode(raw), bytes(data)
+
+    async def records(self, chat_id: str, artifact_ids: Iterable[str]) -> list[Artifact]:
+        """The records of those of ``artifact_ids`` the chat has, oldest first (one
+        round trip; no bytes)."""
+        wanted = sorted(i for i in set(artifact_ids) if ARTIFACT_ID.match(i))
+        if not wanted:
+            return []
+        found = await self.redis.hmget(chat_keys(chat_id).artifacts, wanted)
+        return _oldest_first([raw for raw in found if raw is not None])
 
     async def list(self, chat_id: str) -> list[Artifact]:
         """The chat's artifacts, oldest first."""

@@ -10,11 +10,14 @@ approver. The tests wait on DOM state, never on fixed sleeps.
 
 from __future__ import annotations
 
+import re
 from contextlib import AbstractContextManager
 
 import httpx
 from playwright.sync_api import Browser, expect
 
+from parkway.runner.canonical import canonical_json
+from parkway.runner.demo import SALES_SUMMARY_CODE, get_sales
 from parkway.transport.api.sessions import SessionAuthenticator
 from tests.helpers import tools
 from tests.helpers.browser import VIEWPORT, ServerView, Tab, console_errors
@@ -182,4 +185,51 @@ def test_the_approvals_view_pages_newest_first_and_shows_who_won_a_conflict(
         expect(opened.get_by_test_id("denied-line")).to_have_text(f"Denied by {OTHER_APPROVER}: no")
         expect(newest).to_have_count(0)
         expect(previews).to_have_count(20)
+        b.assert_clean()
+
+
+SALES_TOOL = {"type": "function", "name": "get_sales", "ref": "parkway.runner.demo:get_sales"}
+REVIEW_AGENT = agent_doc(
+    [
+        [text("Fetching. "), call("get_sales", {"month": "2026-10"})],
+        [
+            text("Summarising. "),
+            call(
+                "execute_code",
+                {"code": SALES_SUMMARY_CODE, "inputs": ["{{result.get_sales.artifact_id}}"]},
+            ),
+        ],
+        [text("Done.")],
+    ],
+    tools=[SALES_TOOL, {"type": "platform", "op": "execute_code"}],
+)
+
+
+def test_an_approver_reviewing_code_sees_the_inputs_it_would_read(
+    browser: Browser, redis_url: str
+) -> None:
+    """The approver of someone else's code reads what the code would read: the review
+    card opened from the Approvals view lists its input artifact with its size and
+    source, as the requester's own card would, and no "could not be read"."""
+    with server_thread(
+        redis_url, REVIEW_AGENT, approvers=(APPROVER,), code_self_approval=False
+    ) as server:
+        a = Tab.new_context(browser, server.base_url).open()
+        a.send("summarise October")
+        card = a.widget("code")
+        a.expect_state(card, "awaiting")
+        call_id = Tab.call_id(card)
+
+        b = _approver_tab(browser, server).open()
+        b.page.get_by_test_id("approvals-toggle").click()
+        item = b.page.get_by_test_id("approval-item")
+        expect(item).to_have_count(1)
+        item.get_by_role("button", name=re.compile("^Review execute_code")).click()
+        review = b.widget_of(call_id)
+        b.expect_state(review, "pending")
+        size = len(canonical_json(get_sales({"month": "2026-10"})).encode())
+        found = review.locator('.code-input[data-found="true"] [data-field="input-size"]')
+        expect(found).to_contain_text(f"({size:,} bytes) · application/json · from get_sales")
+        expect(review).not_to_contain_text("could not be read")
+        a.assert_clean()
         b.assert_clean()

@@ -15,22 +15,20 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from joserfc import jwt
 from joserfc.jwk import ECKey, OKPKey, RSAKey
 from redis.asyncio import Redis
 
 from parkway.transport import SettingsError, create_app
 from parkway.transport.auth import KeySource
 from parkway.transport.settings import Settings
+from tests.helpers.jwks import AUDIENCE, ISSUER, JwksServer, claims, sign
 from tests.helpers.oauth_support import needs_node, obtain_token, registration
 from tests.helpers.oidc_peer import oidc_peer
 from tests.helpers.support import (
@@ -45,52 +43,13 @@ from tests.helpers.support import (
     user_message,
 )
 
-ISSUER = "https://id.example.test"
-AUDIENCE = "parkway-tests"
 TURNS = [[text("Pick."), call("pick", {"q": "colour"})], [text("seen {{last_tool_results}}")]]
-
-
-# -- a JWKS on loopback ---------------------------------------------------------------
-
-
-class JwksServer:
-    """Serves ``document`` at ``/jwks`` and counts the fetches."""
-
-    def __init__(self) -> None:
-        self.document: dict[str, Any] = {"keys": []}
-        self.fetches = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                outer.fetches += 1
-                body = json.dumps(outer.document).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/jwks"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def publish(self, *keys: RSAKey | ECKey | OKPKey) -> None:
-        self.document = {"keys": [key.as_dict(private=False) for key in keys]}
 
 
 @pytest.fixture
 def jwks() -> Iterator[JwksServer]:
-    server = JwksServer()
-    server.thread.start()
-    try:
+    with JwksServer() as server:
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
 
 
 RSA = RSAKey.generate_key(2048, parameters={"kid": "rsa-1"})
@@ -98,18 +57,6 @@ EC = ECKey.generate_key("P-256", parameters={"kid": "ec-1"})
 ED = OKPKey.generate_key("Ed25519", parameters={"kid": "ed-1"})
 ROTATED = RSAKey.generate_key(2048, parameters={"kid": "rsa-2"})
 STRANGER = RSAKey.generate_key(2048, parameters={"kid": "rsa-1"})  # same kid, other key
-
-
-def claims(**changes: Any) -> dict[str, Any]:
-    now = int(time.time())
-    found = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 600}
-    found.update(changes)
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def sign(key: RSAKey | ECKey | OKPKey, alg: str = "RS256", **changes: Any) -> str:
-    header = {"alg": alg, "kid": key.kid}
-    return jwt.encode(header, claims(**changes), key, algorithms=[alg])
 
 
 def _b64(data: bytes) -> str:
@@ -301,6 +248,23 @@ async def test_unknown_kids_refetch_the_jwks_at_a_bounded_pace(jwks: JwksServer)
     now[0] += 300  # the TTL: a known kid refreshes too
     await keys.ensure("rsa-1")
     assert jwks.fetches == 3
+
+
+async def test_requests_arriving_during_the_first_jwks_fetch_wait_for_its_keys(
+    jwks: JwksServer,
+) -> None:
+    """A page's first requests come at once: those that arrive while the first fetch is
+    under way wait for it rather than read the empty cache (and answer 401), and the
+    JWKS is still fetched once."""
+    jwks.publish(RSA)
+    keys = KeySource(jwks_url=jwks.url, ttl_s=300, refetch_s=30)
+
+    async def key_after_ensure() -> bool:
+        await keys.ensure("rsa-1")
+        return keys.get("rsa-1") is not None
+
+    assert await asyncio.gather(*(key_after_ensure() for _ in range(4))) == [True] * 4
+    assert jwks.fetches == 1
 
 
 async def test_a_configured_public_key_verifies_and_sessions_are_not_offered(

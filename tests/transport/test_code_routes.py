@@ -13,7 +13,16 @@ from redis.asyncio import Redis
 
 from parkway.runner.canonical import canonical_json
 from parkway.runner.demo import get_sales
-from tests.helpers.support import Api, ServerThread, agent_doc, call, server_thread, text
+from parkway.transport.api.sessions import SessionAuthenticator
+from tests.helpers.support import (
+    TEST_SECRET,
+    Api,
+    ServerThread,
+    agent_doc,
+    call,
+    server_thread,
+    text,
+)
 
 SALES_TOOL = {"type": "function", "name": "get_sales", "ref": "parkway.runner.demo:get_sales"}
 CODE_TOOL = {"type": "platform", "op": "execute_code"}
@@ -95,7 +104,7 @@ async def test_the_code_review_widget_carries_escaped_highlighted_code_and_the_i
         assert len(lines) == 2
         assert "&lt;script&gt;" in lines[0] and "<script>" not in lines[0]
         assert '<span class="tok-nb">print</span>' in lines[0]
-        assert widget["artifactsUrl"] == "/api/chats/review/artifacts"
+        assert widget["artifactsUrl"] == f"/api/chats/review/calls/{widget['toolCallId']}/artifacts"
         assert set(widget["sandbox"]) >= {"available", "isolation", "limits"}
         # the run's own limits: the template's runtime, the call's lower memory
         limits = widget["sandbox"]["limits"]
@@ -176,3 +185,80 @@ async def test_the_library_routes_list_versions_and_refuse_unknown_names(
             assert response.json()["error"]["code"] == "function_not_found"
     finally:
         await api.aclose()
+
+
+APPROVER = "usr_code-reviewer"
+REVIEWED_AGENT = agent_doc(
+    [
+        [call("get_sales", {"month": "2026-09"})],
+        [call("get_sales", {"month": "2026-10"})],
+        [
+            call(
+                "execute_code",
+                {"code": PROGRAM, "inputs": {"oct": "{{result.get_sales.artifact_id}}"}},
+            )
+        ],
+        [text("done")],
+    ],
+    tools=[SALES_TOOL, CODE_TOOL],
+)
+
+
+async def test_an_approver_reads_exactly_the_artifacts_the_code_it_reviews_mounts(
+    redis_url: str, redis: Redis
+) -> None:
+    """A reviewer who may not see the code's inputs cannot judge it: the approver of an
+    execute_code call (code_self_approval off, so it is left to the approver role) reads
+    the artifacts that call mounts, through the call, read-only. Nothing else of the chat:
+    not its other artifact, not the chat's own artifact routes; a principal who may not
+    answer the call gets 404, as for every route of someone else's chat."""
+    del redis
+    with server_thread(
+        redis_url, REVIEWED_AGENT, code_self_approval=False, approvers=(APPROVER,)
+    ) as server:
+        alice, mallory = await Api(server.base_url).login(), await Api(server.base_url).login()
+        _, token = SessionAuthenticator(TEST_SECRET).issue(APPROVER)
+        approver = httpx.AsyncClient(
+            base_url=server.base_url, headers={"authorization": f"Bearer {token}"}, timeout=30
+        )
+        try:
+            chunks = await alice.say("reviewed", "compare the months")
+            outputs = [c["output"] for c in parts(chunks, "tool-output-available")]
+            other_id, mounted_id = (o["artifact_id"] for o in outputs)  # September, October
+            [widget] = [c["data"] for c in parts(chunks, "data-parkway-widget")]
+            assert widget["kind"] == "code" and widget["approvers"] == "approver"
+            listed_by_owner = (await alice.http.get("/api/chats/reviewed/artifacts")).json()
+            assert len(listed_by_owner["artifacts"]) == 2
+
+            # the approver finds the call in their queue, and its inputs through it
+            [queued] = (await approver.get("/api/approvals")).json()["approvals"]
+            url = queued["widget"]["artifactsUrl"]
+            assert url == f"/api/chats/reviewed/calls/{widget['toolCallId']}/artifacts"
+            listed = (await approver.get(url)).json()["artifacts"]
+            assert [a["artifact_id"] for a in listed] == [mounted_id]
+            got = await approver.get(f"{url}/{mounted_id}")
+            assert got.status_code == 200
+            assert got.content == canonical_json(get_sales({"month": "2026-10"})).encode()
+            assert got.headers["content-disposition"] == f'attachment; filename="{mounted_id}.json"'
+            assert got.headers["cache-control"] == "private, no-store"
+
+            # nothing else of the chat, and nothing for anyone else
+            for client, path in (
+                (approver, f"{url}/{other_id}"),
+                (approver, f"{url}/art_AAAAAAAAAAAAAAAA"),
+                (approver, "/api/chats/reviewed/artifacts"),
+                (approver, f"/api/chats/reviewed/artifacts/{mounted_id}"),
+                (mallory.http, url),
+                (mallory.http, f"{url}/{mounted_id}"),
+            ):
+                answer = await client.get(path)
+                assert answer.status_code == 404, (path, answer.text)
+                assert "preview" not in answer.text
+            # read-only: the routes take no writes
+            assert (await approver.post(url)).status_code == 405
+            # the owner reads them through the call too
+            assert (await alice.http.get(f"{url}/{mounted_id}")).status_code == 200
+        finally:
+            await approver.aclose()
+            await alice.aclose()
+            await mallory.aclose()

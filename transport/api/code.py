@@ -3,6 +3,9 @@
 - ``GET /api/chats/{chat_id}/artifacts``: the chat's artifacts (owner only);
 - ``GET /api/chats/{chat_id}/artifacts/{artifact_id}``: one artifact's bytes, as a
   download (owner only; another principal's chat reads as missing);
+- ``GET /api/chats/{chat_id}/calls/{call_id}/artifacts`` and ``.../{artifact_id}``: the
+  artifacts an ``execute_code`` call mounts, for whoever may read the call (its chat's
+  owner, or an approver it is left to), and nothing else of the chat;
 - ``GET /api/agent/library`` and ``GET /api/agent/library/{name}``: the agent's saved
   functions, and every version of one (any session, as ``GET /api/agent``);
 - ``GET /api/sandbox``: whether this server can run code, and how (any session): the
@@ -21,7 +24,8 @@ from starlette.routing import Route
 
 from parkway.runner.codemode import FUNCTION_NAME, CodeMode, FunctionLibrary
 from parkway.runner.sandbox import BwrapProvider, Limits, SandboxProvider, UnconfinedProvider
-from parkway.transport.api.requests import chat_id_of, principal_of, runner_of
+from parkway.runner.store import Artifact, check_call_id
+from parkway.transport.api.requests import chat_id_of, principal_of, roles_of, runner_of
 from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
 
@@ -68,6 +72,35 @@ async def get_artifact(request: Request) -> Response:
     chat_id = chat_id_of(request)
     artifact_id = str(request.path_params["artifact_id"])
     artifact, data = await runner_of(request).artifacts.for_owner(chat_id, principal, artifact_id)
+    return _download(artifact, data)
+
+
+def _call_id(request: Request) -> str:
+    return check_call_id(str(request.path_params["call_id"]))
+
+
+async def list_call_inputs(request: Request) -> Response:
+    """The artifacts a call mounts: what its reviewer needs to read, nothing more."""
+    principal = principal_of(request)
+    chat_id = chat_id_of(request)
+    found = await runner_of(request).call_inputs(
+        chat_id, principal, _call_id(request), roles=roles_of(request)
+    )
+    return JSONResponse({"artifacts": [a.as_dict() for a in found]})
+
+
+async def get_call_input(request: Request) -> Response:
+    principal = principal_of(request)
+    chat_id = chat_id_of(request)
+    artifact_id = str(request.path_params["artifact_id"])
+    artifact, data = await runner_of(request).call_input(
+        chat_id, principal, _call_id(request), artifact_id, roles=roles_of(request)
+    )
+    return _download(artifact, data)
+
+
+def _download(artifact: Artifact, data: bytes) -> Response:
+    artifact_id = artifact.artifact_id
     extension = _EXTENSIONS.get(artifact.media_type, "txt")
     return Response(
         data,
@@ -137,6 +170,12 @@ def code_routes() -> list[Route]:
         Route("/api/sandbox", sandbox_status, methods=["GET"]),
         Route("/api/chats/{chat_id}/artifacts", list_artifacts, methods=["GET"]),
         Route("/api/chats/{chat_id}/artifacts/{artifact_id}", get_artifact, methods=["GET"]),
+        Route("/api/chats/{chat_id}/calls/{call_id}/artifacts", list_call_inputs, methods=["GET"]),
+        Route(
+            "/api/chats/{chat_id}/calls/{call_id}/artifacts/{artifact_id}",
+            get_call_input,
+            methods=["GET"],
+        ),
         Route("/api/agent/library", list_library, methods=["GET"]),
         Route("/api/agent/library/{name}", get_library_function, methods=["GET"]),
     ]

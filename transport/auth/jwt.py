@@ -120,8 +120,11 @@ class KeySource:
 
     async def ensure(self, kid: str | None) -> None:
         """Fetch the JWKS when the cache is stale or lacks ``kid``, at most once per
-        ``refetch_s``. A failed fetch keeps the keys already known."""
-        if not self._due(kid):
+        ``refetch_s``; while a fetch is under way, wait for it. A failed fetch keeps the
+        keys already known."""
+        # A fetch under way may bring the key this token needs: wait for it rather than
+        # answer from the cache it is replacing (the page's first requests come at once).
+        if not self._due(kid) and not self._lock.locked():
             return
         async with self._lock:
             if not self._due(kid):  # another request fetched meanwhile

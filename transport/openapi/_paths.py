@@ -209,6 +209,27 @@ _CHATS = [
             404: "chat_not_found or artifact_not_found",
         },
     ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}/calls/{call_id}/artifacts",
+        "The artifacts an execute_code call mounts (its owner, or an approver it is left to)",
+        "code",
+        {200: Json(ArtifactList, "the records of the call's inputs"), 404: _CHAT_404},
+    ),
+    Operation(
+        "GET",
+        "/api/chats/{chat_id}/calls/{call_id}/artifacts/{artifact_id}",
+        "One artifact an execute_code call mounts, as a download",
+        "code",
+        {
+            200: Content(
+                ("application/json", "text/plain"),
+                "the artifact",
+                {"content-disposition": "attachment; filename=<artifact id>.<json|txt>"},
+            ),
+            404: "chat_not_found, call_not_found or artifact_not_found (the call mounts none such)",
+        },
+    ),
 ]
 
 # -- sessions, the agent, its library ------------------------------------------------------

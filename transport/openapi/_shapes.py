@@ -39,6 +39,8 @@ __all__ = [
     "SandboxStatus",
     "SessionIssued",
     "SettleResult",
+    "StartTicket",
+    "StartTicketRequest",
     "Stopping",
     "UseConnectionRequest",
     "UseConnectionResult",
@@ -285,6 +287,19 @@ class ConnectionView(_Out):
 
 class ConnectionList(_Out):
     connections: list[ConnectionView]
+
+
+class StartTicketRequest(_Out):
+    """Ask for a start link whose ticket names the caller (docs/embedding.md)."""
+
+    chatId: str = Field(min_length=1, max_length=256)
+    toolCallId: str = Field(min_length=1, max_length=256)
+    retry: bool = Field(False, description="a new flow for a call that ended unconnected")
+
+
+class StartTicket(_Out):
+    startUrl: str = Field(description="the start link to open in the popup, with its ticket")
+    expiresAt: int = Field(description="when the ticket expires, epoch milliseconds")
 
 
 class UseConnectionResult(_Out):

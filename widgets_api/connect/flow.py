@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -30,7 +31,7 @@ from parkway.runner.errors import (
 from parkway.runner.ops import logcontext
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import AuditSource, RedisClient
-from parkway.widgets_api.connect._http import json_error, read_use_body
+from parkway.widgets_api.connect._http import json_error, read_ticket_body, read_use_body
 from parkway.widgets_api.connect.connections import (
     AuditNote,
     ConnectionStore,
@@ -134,13 +135,19 @@ class ConnectFlow:
         repeated = len(params.multi_items()) != len(params.keys())
         if extra or repeated or any(len(v) > _MAX_PARAM for _, v in params.multi_items()):
             return self._fail(400, "Invalid request", "The connect link has unexpected parameters.")
+        chat_id, call_id = str(params.get("chat", "")), str(params.get("call", ""))
+        grant = self.start_tokens.open(params.get("token"), provider.name, chat_id, call_id)
         principal = self._principal(request)
+        if principal is None and grant is not None and grant.kind == "ticket":
+            # a page holding its user's token in memory (no cookie): the ticket it got
+            # with that token names the principal (start_tokens.py, "Tickets")
+            principal = grant.principal
         if principal is None:
             return self._fail(401, "Not signed in", "Sign in to the playground first.")
         origin = (params.get("origin") or self.own_origin).lower().rstrip("/")
         if origin not in self.allowed_origins:
             return self._fail(400, "Invalid request", "That origin is not allowed here.")
-        call = await self._call(params.get("chat", ""), params.get("call", ""), principal)
+        call = await self._call(chat_id, call_id, principal)
         if call is None or call.tool_name != REQUEST_CONNECTION:
             return self._fail(404, "Request not found", "There is no such connection request.")
         asked = call.input if isinstance(call.input, dict) else {}
@@ -148,9 +155,16 @@ class ConnectFlow:
             return self._fail(400, "Wrong provider", "This request is for another provider.")
         # Only from the page that shows the widget: a navigation from elsewhere (the
         # cookie rides along) carries no token, or one already spent (start_tokens.py).
-        if not await self.start_tokens.spend(
-            params.get("token"), provider.name, str(params.get("chat", "")), call.tool_call_id
-        ):
+        # A ticket names its principal, and works only in a navigation the playground's
+        # own origin made (Fetch Metadata): a ticket link sent to someone else would
+        # otherwise run the sender's flow in their browser, connecting their account
+        # to the sender's principal.
+        ticket_ok = (
+            grant is None
+            or grant.kind != "ticket"
+            or (grant.principal == principal and self._same_origin_navigation(request))
+        )
+        if not ticket_ok or not await self.start_tokens.spend(grant, chat_id, call.tool_call_id):
             log.warning("connect start refused (no valid start token): call %s", call.tool_call_id)
             return self._fail(
                 403,
@@ -172,7 +186,7 @@ class ConnectFlow:
         verifier = secrets.token_urlsafe(64) if provider.pkce == "s256" else None
         scopes = list(provider.requested_scopes(asked.get("scopes") or ()))
         record = FlowRecord(
-            chat=str(params.get("chat", "")),
+            chat=chat_id,
             call=call.tool_call_id,
             principal=principal,
             provider=provider.name,
@@ -184,6 +198,7 @@ class ConnectFlow:
             scopes=scopes,
             retry=retry,
             created=self.clock(),
+            ticket=grant is not None and grant.kind == "ticket",
         )
         await self.flows.save(digest, record)  # one live flow per call: the older dies
         client = oauth_client(
@@ -213,6 +228,46 @@ class ConnectFlow:
             secure=self.cookie_secure,
         )
         return response
+
+    @staticmethod
+    def _same_origin_navigation(request: Request) -> bool:
+        """A navigation the server's own origin made (``Sec-Fetch-Site: same-origin``,
+        which browsers send and pages cannot set): the playground opening its popup,
+        not a link followed from another site, typed or pasted (``cross-site``,
+        ``same-site``, ``none``), nor a client that sends no Fetch Metadata."""
+        return request.headers.getlist("sec-fetch-site") == ["same-origin"]
+
+    async def ticket(self, request: Request) -> Response:
+        """``POST /connect/{provider}/ticket``: a ticket for the start link, for a page
+        that authenticates with a bearer token (its popup cannot carry one)."""
+        provider = self.providers.get(request.path_params["provider"])
+        principal = self._principal(request)
+        if principal is None:
+            return json_error(401, "unauthenticated", "no valid session")
+        if provider is None:
+            return json_error(404, "not_found", "no such provider")
+        body = await read_ticket_body(request)
+        if body is None:
+            return json_error(
+                422, "invalid_body", "send {chatId, toolCallId} as strings, and retry as a boolean"
+            )
+        chat_id, call_id, retry = body
+        call = await self._call(chat_id, call_id, principal)
+        if call is None or call.tool_name != REQUEST_CONNECTION:
+            return json_error(404, "not_found", "no such connection request")
+        asked = call.input if isinstance(call.input, dict) else {}
+        if asked.get("provider") != provider.name:
+            return json_error(409, "wrong_provider", "the request is for another provider")
+        ticket = self.start_tokens.issue_ticket(provider.name, chat_id, call_id, principal)
+        query = urlencode({"chat": chat_id, "call": call_id, "token": ticket})
+        url = f"{self.prefix}/connect/{quote(provider.name, safe='')}/start?{query}"
+        if retry:
+            url += "&retry=1"
+        expires = int(self.clock()) + self.start_tokens.ticket_ttl_s
+        return JSONResponse(
+            {"startUrl": url, "expiresAt": expires * 1000},
+            headers={"cache-control": "no-store"},
+        )
 
     # -- callback ---------------------------------------------------------------------
 
@@ -325,7 +380,13 @@ class ConnectFlow:
         if cookie is None or not secrets.compare_digest(_sha(cookie), flow.cookie_hash):
             return "cookie"  # finished in a browser that did not start it
         principal = self._principal(request)
-        if principal is None or not secrets.compare_digest(principal, flow.principal):
+        if principal is None and flow.ticket:
+            # Started with a ticket by a page whose user's token lives in its memory:
+            # the popup has no identity to show. The principal was proven when the
+            # ticket was issued, the ticket was spent by a same-origin navigation of
+            # this browser, and the flow cookie proves the answer comes back to it.
+            pass
+        elif principal is None or not secrets.compare_digest(principal, flow.principal):
             return "principal"
         iss = request.query_params.get("iss")
         if provider.iss_parameter and (iss is None or iss != flow.issuer):

@@ -35,6 +35,8 @@ class FlowRecord(BaseModel):
     scopes: list[str]
     retry: bool
     created: float
+    # started with a ticket (start_tokens.py): the callback's popup may have no identity
+    ticket: bool = False
 
 
 def outcome_summary(outcome: dict[str, Any] | None) -> str:

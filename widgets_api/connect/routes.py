@@ -42,6 +42,11 @@ async def _use(request: Request) -> Response:
     return _no_providers() if flow is None else await flow.use(request)
 
 
+async def _ticket(request: Request) -> Response:
+    flow = _flow(request)
+    return _no_providers() if flow is None else await flow.ticket(request)
+
+
 async def _list_connections(request: Request) -> Response:
     flow = _flow(request)
     return _no_providers() if flow is None else await flow.list_connections(request)
@@ -58,6 +63,7 @@ def connect_routes() -> list[Route]:
         Route("/connect/{provider}/start", _start, methods=["GET"]),
         Route("/connect/{provider}/callback", _callback, methods=["GET"]),
         Route("/connect/{provider}/use", _use, methods=["POST"]),
+        Route("/connect/{provider}/ticket", _ticket, methods=["POST"]),
         Route("/api/connections", _list_connections, methods=["GET"]),
         Route("/api/connections/{connection_id}", _delete_connection, methods=["DELETE"]),
     ]

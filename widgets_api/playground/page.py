@@ -14,6 +14,10 @@ Security headers, and the threat each one answers:
   injected string in a tool's input or output (which the page shows) cannot run code,
   and the page loads nothing from other origins. ``frame-ancestors 'none'``: no other
   site can frame the page to click its Approve button for the user (clickjacking).
+  Only the origins a deployment trusts as its host applications (``allowed_origins``,
+  which may already send state-changing requests) may frame it, to embed the
+  playground and hand it their user's token (docs/embedding.md); the page then names
+  them in ``frame-ancestors`` and sends no ``X-Frame-Options`` (which has no list).
 - ``Referrer-Policy: no-referrer``: chat ids in the URL never leak to the connect
   popup's provider or anywhere else.
 - No ``Cross-Origin-Opener-Policy``: the connect widget keeps a handle on its OAuth
@@ -25,6 +29,8 @@ Security headers, and the threat each one answers:
 
 from __future__ import annotations
 
+import html
+from collections.abc import Awaitable, Callable, Sequence
 from functools import cache
 from importlib import resources
 
@@ -34,19 +40,17 @@ from starlette.routing import BaseRoute, Route
 
 __all__ = ["CONTENT_SECURITY_POLICY", "STATIC_FILES", "page_routes"]
 
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
+_POLICY = [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+]
+CONTENT_SECURITY_POLICY = "; ".join([*_POLICY, "frame-ancestors 'none'"])
 
 #: The only names ``/static/{name}`` serves, with their content types. ``overlay.js``
 #: is the build-kit overlay merge shared with the server's tests; the other
@@ -58,6 +62,7 @@ STATIC_FILES: dict[str, str] = {
     "playground.css": "text/css; charset=utf-8",
     "playground.js": _JS,
     "playground-base.js": _JS,
+    "host-token.js": _JS,
     "canonical.js": _JS,
     "ui-stream.js": _JS,
     "chat.js": _JS,
@@ -117,12 +122,35 @@ def _not_found() -> Response:
     return JSONResponse(body, status_code=404, headers={"x-content-type-options": "nosniff"})
 
 
-async def playground(request: Request) -> Response:
-    """``GET /``: the playground page."""
+# Where the page learns which parents may hand it a token (host-token.js reads it).
+_EMBED_META = b'<meta name="parkway-embed-origins" content="">'
+
+
+def _page(embed_origins: Sequence[str]) -> tuple[bytes, dict[str, str]] | None:
+    """The page's bytes and headers: framable by ``embed_origins`` only, which the page
+    also names in a meta tag, the parents it takes a token from."""
     content = _read("playground.html")
-    if content is None:  # a broken install; say so rather than serve nothing
-        return _not_found()
-    return Response(content, media_type=STATIC_FILES["playground.html"], headers=_HEADERS)
+    if content is None:
+        return None
+    if not embed_origins:
+        return content, _HEADERS
+    listed = " ".join(embed_origins)
+    meta = f'<meta name="parkway-embed-origins" content="{html.escape(listed)}">'
+    headers = {k: v for k, v in _HEADERS.items() if k != "x-frame-options"}
+    headers["content-security-policy"] = "; ".join([*_POLICY, f"frame-ancestors {listed}"])
+    return content.replace(_EMBED_META, meta.encode()), headers
+
+
+def _playground(embed_origins: Sequence[str]) -> Callable[[Request], Awaitable[Response]]:
+    async def playground(request: Request) -> Response:
+        """``GET /``: the playground page."""
+        page = _page(embed_origins)
+        if page is None:  # a broken install; say so rather than serve nothing
+            return _not_found()
+        content, headers = page
+        return Response(content, media_type=STATIC_FILES["playground.html"], headers=headers)
+
+    return playground
 
 
 async def static_file(request: Request) -> Response:
@@ -140,10 +168,11 @@ async def favicon(request: Request) -> Response:
     return Response(_FAVICON, media_type="image/svg+xml", headers=_HEADERS)
 
 
-def page_routes() -> list[BaseRoute]:
-    """The page's routes: ``GET /``, ``GET /static/{name}`` and the icon."""
+def page_routes(embed_origins: Sequence[str] = ()) -> list[BaseRoute]:
+    """The page's routes: ``GET /``, ``GET /static/{name}`` and the icon. The origins in
+    ``embed_origins`` may frame the page and hand it their user's token."""
     return [
-        Route("/", playground, methods=["GET"]),
+        Route("/", _playground(tuple(embed_origins)), methods=["GET"]),
         Route("/static/{name}", static_file, methods=["GET"]),
         Route("/favicon.svg", favicon, methods=["GET"]),
         Route("/favicon.ico", favicon, methods=["GET"]),

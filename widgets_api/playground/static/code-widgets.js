@@ -2,7 +2,7 @@
 //
 //   - CodeReviewWidget (descriptor kind `code`, execute_code): the program with line
 //     numbers and highlighting, its arguments, the mounted inputs with their sizes (from
-//     the chat's artifact list), the limits and the isolation, then Approve, Edit (the
+//     the call's artifact list), the limits and the isolation, then Approve, Edit (the
 //     edited program is what runs) and Deny; once approved, the run's result.
 //   - LibraryChangeWidget (kind `library_change`, save_function): the function's name,
 //     description and code, and a line diff against the version saved now.
@@ -116,7 +116,7 @@ class CodeApprovalWidget extends ApprovalWidget {
 export class CodeReviewWidget extends CodeApprovalWidget {
   constructor(id, chat) {
     super(id, chat, "code");
-    this.artifacts = null; // artifact_id -> the chat's artifact record, once read
+    this.artifacts = null; // artifact_id -> the record of an artifact the call mounts, once read
     this.artifactsError = "";
     this.fetching = false;
   }
@@ -191,12 +191,13 @@ export class CodeReviewWidget extends CodeApprovalWidget {
     ];
   }
 
-  /** The chat's artifact list, read once: each input's size. */
+  /** The artifacts this call mounts (readable by its owner and by its approver), read
+   *  once: each input's size. */
   async fetchArtifacts(ctx) {
-    const missing = "The server did not say where this chat's artifacts are.";
+    const missing = "The server did not say where this call's inputs are.";
     this.artifactsError = await readOnce(this, ctx.desc.artifactsUrl, missing, (result) => {
       const list = result.ok && result.data && Array.isArray(result.data.artifacts) ? result.data.artifacts : null;
-      if (!list) return `The chat's artifacts could not be read: ${errorMessage(result.data, result.status)}`;
+      if (!list) return `The inputs could not be read: ${errorMessage(result.data, result.status)}`;
       this.artifacts = new Map(list.map((a) => [a.artifact_id, a]));
       return null;
     });

@@ -3,10 +3,12 @@
 // (polling it; the popup's postMessage is only a hint), confirms a Retry on an ended
 // call against the server's connection list, and remembers a flow in progress for this
 // tab (sessionStorage), so a reload while the popup is open still shows "Connecting…".
+// A page that authenticates with its host's token (no cookie) opens the popup at a start
+// link with a ticket it asks for with that token.
 //
 // An ES module imported by connect-widget.js; no build step.
 
-import { API_ORIGIN } from "./playground-base.js";
+import { API_ORIGIN, errorMessage, sameOrigin } from "./playground-base.js";
 
 const CONNECT_POLL_MS = 1000;
 const POPUP_CLOSED_GRACE_MS = 3000;
@@ -55,14 +57,55 @@ export class ConnectFlow {
    *  is blocked); on a block, offer it as a link. */
   open(url, phase) {
     this.retryNote = "";
-    const popup = window.open(url, `parkway-connect-${this.widget.id}`, "popup=yes,width=520,height=720");
+    // A page holding its user's token in memory (host-token.js) has no cookie, and a
+    // popup's navigation carries no Authorization header: the popup opens blank at once
+    // (still inside the click), then goes to a start link whose ticket the page asks for
+    // with its token.
+    const ticketUrl = this.chat.api.bearer ? sameOrigin(this.widget.ctx().desc.ticketUrl) : null;
+    const popup = window.open(ticketUrl ? "about:blank" : url, `parkway-connect-${this.widget.id}`, "popup=yes,width=520,height=720");
     if (!popup) {
-      this.blocked = url;
       this.blockedPhase = phase;
+      if (ticketUrl) {
+        this.ticketed(ticketUrl, phase).then((ticketed) => {
+          this.blocked = ticketed;
+          this.widget.update();
+        });
+        return;
+      }
+      this.blocked = url;
       this.widget.update();
       return;
     }
     this.begin(popup, phase);
+    if (ticketUrl) this.navigate(popup, ticketUrl, phase);
+  }
+
+  /** A start link with a fresh ticket (POST ticketUrl with the page's token), or null
+   *  (the widget then says the sign-in could not start). */
+  async ticketed(ticketUrl, phase) {
+    const body = { chatId: this.chat.id, toolCallId: this.widget.id, retry: phase === "retrying" };
+    let result = null;
+    try {
+      result = await this.chat.api.json(ticketUrl, { method: "POST", body });
+    } catch {
+      result = null;
+    }
+    const url = result && result.ok && result.data ? sameOrigin(result.data.startUrl) : null;
+    if (!url) {
+      this.widget.error = result ? `The sign-in could not start: ${errorMessage(result.data, result.status)}` : "Could not reach the server.";
+    }
+    return url;
+  }
+
+  async navigate(popup, ticketUrl, phase) {
+    const url = await this.ticketed(ticketUrl, phase);
+    if (!url) {
+      this.closePopup();
+      this.end();
+      this.widget.update();
+      return;
+    }
+    popup.location.replace(new URL(url, API_ORIGIN).href);
   }
 
   /** Retry on an ended call: a new sign-in, confirmed only by a connection the server

@@ -1,6 +1,6 @@
 // Parkway playground: the helpers every part of the page shares (DOM builder, ids,
 // canonical JSON, same-origin URLs) and the API client (Api: the cookie session made
-// before the first request, JSON errors). An ES module imported by the page's other
+// before the first request, or the host application's token; JSON errors). An ES module imported by the page's other
 // modules; it holds no state of its own (playground.js makes the one Api and passes it
 // on). No build step.
 
@@ -71,17 +71,33 @@ export function errorMessage(body, status) {
 /** The API client. `start()` makes sure of a session before the page's first request
  *  (POST /api/sessions keeps the principal of a valid cookie, and makes one otherwise),
  *  so a first visit does not begin with a 401 in the console; a request that still meets
- *  a 401 (the session expired meanwhile) makes a new session and is retried once. */
+ *  a 401 (the session expired meanwhile) makes a new session and is retried once.
+ *
+ *  With a host token (`hostToken`, host-token.js: a page embedded by a host application
+ *  that signs its users in) the page asks the host for the user's token instead, sends it
+ *  as `Authorization: Bearer` with every request, and on a 401 asks the host for a fresh
+ *  one and retries once. */
 export class Api {
-  constructor() {
+  constructor(hostToken = null) {
+    this.hostToken = hostToken;
     this.sessionPromise = null;
     this.ready = Promise.resolve();
   }
 
-  /** Begin the session bootstrap; every request waits for it. A server that issues no
-   *  sessions (another authenticator) answers 404: the requests then go out as they are. */
+  /** True when requests carry the host's token (no cookie): a popup, which cannot carry
+   *  it, needs a ticket (connect-flow.js). */
+  get bearer() {
+    return Boolean(this.hostToken && this.hostToken.token);
+  }
+
+  /** Begin the session bootstrap (or wait for the host's first token); every request
+   *  waits for it. A server that issues no sessions (another authenticator) answers 404:
+   *  the requests then go out as they are. */
   start() {
-    this.ready = this.ensureSession().catch(() => undefined);
+    const first = this.hostToken ? this.hostToken.start() : Promise.resolve(null);
+    this.ready = first
+      .then((token) => (token ? undefined : this.ensureSession()))
+      .catch(() => undefined);
     return this.ready;
   }
 
@@ -99,8 +115,8 @@ export class Api {
     return this.sessionPromise;
   }
 
-  /** fetch, after the session bootstrap, with a new session and one retry on 401.
-   *  `path` is a path of the app (see appUrl). */
+  /** fetch, after the session bootstrap, with a new session (or a fresh host token) and
+   *  one retry on 401. `path` is a path of the app (see appUrl). */
   async fetch(path, { method = "GET", body, signal } = {}) {
     await this.ready;
     const url = appUrl(path);
@@ -109,10 +125,18 @@ export class Api {
       init.headers["content-type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    let response = await fetch(url, init);
+    const host = this.hostToken;
+    const send = () => {
+      const token = host ? host.token : null;
+      if (token) init.headers.authorization = `Bearer ${token}`;
+      return fetch(url, init).then((response) => ({ response, token }));
+    };
+    let { response, token } = await send();
     if (response.status === 401) {
-      await this.ensureSession();
-      response = await fetch(url, init);
+      if (!host) await this.ensureSession();
+      // a token that came meanwhile is tried at once; else the host is asked for one
+      else if (host.token === token) await host.ask("unauthorized");
+      ({ response } = await send());
     }
     return response;
   }

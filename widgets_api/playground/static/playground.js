@@ -12,6 +12,7 @@
 // This module is the page's entry point: it wires the parts together and boots. The
 // ES modules it pulls in, one concern each:
 //   playground-base.js   shared helpers (DOM builder, ids, canonical JSON) and the API client
+//   host-token.js        the host application's token, for an embedded page (postMessage)
 //   canonical.js         RFC 8785 canonical JSON and the parkedCallKey, as the server has them
 //   ui-stream.js         tool-part helpers; reading an SSE body into chunks; the UI message
 //                        reducer (chunks -> message parts)
@@ -40,6 +41,7 @@ import { AgentPanel } from "./agent-panel.js";
 import { ApprovalsView } from "./approvals-view.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
+import { HostToken } from "./host-token.js";
 import { Api } from "./playground-base.js";
 import { DecisionsList, View } from "./view.js";
 
@@ -48,7 +50,7 @@ const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 /** Build the page's parts (one of each, passed to whoever needs them: nothing global)
  *  and start them. */
 function boot() {
-  const api = new Api();
+  const api = new Api(HostToken.forPage());
   api.start();
   const panel = new AgentPanel(api, document.getElementById("agent-panel"));
   const chat = new Chat({ api, panel });
