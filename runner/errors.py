@@ -39,6 +39,11 @@ The tree::
 (the runner turns it into the call's result), so nothing that handles the runner's
 errors may catch it by accident.
 
+Redis being unreachable is not a ``ParkwayError`` either: it surfaces as redis-py's
+``ConnectionError`` or ``TimeoutError`` (the store's circuit breaker refuses with
+``RedisUnavailableError``, one of them), which
+:func:`parkway.runner.store.is_redis_outage` recognises; the HTTP layer answers 503.
+
 Control flow (a call parks) is not an exception: the run loop returns a parked step.
 """
 

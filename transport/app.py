@@ -38,7 +38,14 @@ from parkway.runner.engine import Runner, RunnerConfig, Sweeper
 from parkway.runner.errors import ParkwayError, QuotaExceededError, SettleConflictError
 from parkway.runner.llm import ModelCatalog, ModelTape, ModelTimeouts, RetryPolicy
 from parkway.runner.ops import REDIS_ERRORS
-from parkway.runner.store import EmbeddedRedis, Quotas, RedisClient, connect, is_redis_outage
+from parkway.runner.store import (
+    EmbeddedRedis,
+    Quotas,
+    RedisClient,
+    RedisUnavailableError,
+    connect,
+    is_redis_outage,
+)
 from parkway.transport.api import (
     Admission,
     Authenticator,
@@ -167,9 +174,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     if is_redis_outage(exc):
-        REDIS_ERRORS.labels("http").inc()
-        log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
-        return await _http_error(request, redis_unavailable())
+        return await _redis_down(request, exc)
     ref = secrets.token_hex(4)
     log.error(
         "unhandled error (ref %s) on %s %s", ref, request.method, request.url.path, exc_info=exc
@@ -180,7 +185,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
     REDIS_ERRORS.labels("http").inc()
-    log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
+    # A request refused by the open breaker is one of many during an outage, which the
+    # breaker logged once when it opened (runner/store/breaker.py).
+    level = logging.DEBUG if isinstance(exc, RedisUnavailableError) else logging.WARNING
+    log.log(level, "Redis unavailable on %s %s: %s", request.method, request.url.path, exc)
     return await _http_error(request, redis_unavailable())
 
 
@@ -262,18 +270,33 @@ def model_catalog(
     return models
 
 
+# How long startup keeps trying to reach Redis (one started alongside the server).
+REACH_S = 5.0
+
+
 async def _reach(redis: RedisClient, settings: Settings) -> None:
-    """Ping Redis once at startup: an unreachable one stops the server with one line
-    naming the setting (``parkway serve`` prints it and exits 2), not a traceback."""
-    try:
-        await redis.ping()
-    except Exception as exc:
-        if not is_redis_outage(exc):
-            raise
-        raise SettingsError(
-            f"redis_url ({flag_and_variable('redis_url')}): cannot reach Redis at "
-            f"{settings.redacted_redis_url()}: {exc}"
-        ) from None
+    """Ping Redis at startup, for up to :data:`REACH_S` (the client's breaker refuses
+    the tries at once after the first failure, and lets one through each cool-down): an
+    unreachable one then stops the server with one line naming the setting (``parkway
+    serve`` prints it and exits 2) and the first failure's cause, not a traceback."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REACH_S
+    cause: Exception | None = None
+    while True:
+        try:
+            await redis.ping()
+            return
+        except Exception as exc:
+            if not is_redis_outage(exc):
+                raise
+            if cause is None or isinstance(cause, RedisUnavailableError):
+                cause = exc
+        if loop.time() >= deadline:
+            raise SettingsError(
+                f"redis_url ({flag_and_variable('redis_url')}): cannot reach Redis at "
+                f"{settings.redacted_redis_url()}: {cause}"
+            )
+        await asyncio.sleep(0.1)
 
 
 async def memory_warning(redis: RedisClient) -> str | None:

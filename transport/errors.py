@@ -67,7 +67,8 @@ REDIS_RETRY_AFTER_S = 2
 
 def redis_unavailable() -> HTTPError:
     """The answer while Redis cannot be reached (or this worker has no free connection
-    to it within the pool's wait): nothing was changed; send the request again."""
+    to it within the pool's wait, or its client's breaker knows Redis is away and
+    refused the command unsent): nothing was changed; send the request again."""
     return HTTPError(
         503,
         "redis_unavailable",

@@ -50,7 +50,7 @@ from parkway.runner.ops import (
     span,
 )
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store import ChatStore, LogBatch, is_redis_outage
+from parkway.runner.store import ChatStore, LogBatch, breaker_of, is_redis_outage
 
 __all__ = ["RunSupervisor", "RunWatch", "Work"]
 
@@ -80,6 +80,7 @@ class RunWatch:
         self._watched: dict[str, RunState] = {}  # by lease token
         self._lost: set[str] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._failing = False  # the last check for stop requests failed
 
     @contextlib.contextmanager
     def watching(self, state: RunState) -> Iterator[None]:
@@ -119,9 +120,15 @@ class RunWatch:
             return
         try:
             stopped = await self.store.stops_requested([(s.keys, s.token) for s in states])
-        except Exception:
-            log.warning("could not check %d runs for stop requests", len(states))
+        except Exception as exc:
+            # (every STOP_POLL_S during an outage: logged when it starts, not each time)
+            if not self._failing:
+                log.warning("could not check %d runs for stop requests: %s", len(states), exc)
+            self._failing = True
             return
+        if self._failing:
+            log.info("checking runs for stop requests works again")
+            self._failing = False
         for state, stop in zip(states, stopped, strict=True):
             if stop:
                 state.stop.set()
@@ -353,15 +360,36 @@ class RunSupervisor:
             log.exception("run failed (chat %s, ref %s)", state.chat_id, ref)
             # Nothing the run did not commit is written now: a step whose commit
             # failed (its parked calls included) is dropped whole, never stored as
-            # calls without records. If even this fails, the lease lapses instead.
-            with contextlib.suppress(Exception):
-                await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
+            # calls without records.
+            released = await self._fail()
             self.emit(RunFailed(f"The run failed (reference {ref}). {FAILED_HINT}"))
+            if not released:
+                await self._fail_once_back()
         finally:
             self.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(writer), LOG_FLUSH_S)
             self._log_over()
+
+    async def _fail(self) -> bool:
+        """Run ``FAIL`` (the chat leaves ``running``); whether it was written."""
+        state = self.state
+        try:
+            await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
+        except Exception:
+            return False
+        return True
+
+    async def _fail_once_back(self) -> None:
+        """``FAIL`` could not be written (Redis unreachable): write it once the client's
+        breaker finds Redis back, if that is before the lease lapses (after, the next
+        turn or resume takes the chat over anyway). Without this, a Redis restart of a
+        second would leave the chats whose runs it cut ``running`` for a whole lease."""
+        breaker = breaker_of(self.store.redis)
+        if breaker is None:
+            return
+        if await breaker.wait_closed(self.config.lease_s) and not await self._fail():
+            log.warning("run of chat %s could not release its chat", self.state.chat_id)
 
     async def _write_log(self) -> None:
         """Append the run's events to the chat's log, a batch at a time, until the run is

@@ -54,6 +54,7 @@ __all__ = [
     "MODEL_REQUESTS",
     "MODEL_TOKENS",
     "PARK_SECONDS",
+    "REDIS_BREAKER_OPEN",
     "REDIS_ERRORS",
     "RESUME_SECONDS",
     "RUNS",
@@ -132,6 +133,12 @@ REDIS_ERRORS = Counter(
     "Redis unreachable or out of pool connections, by where it was met (http, run, "
     "event_log, sweeper, watch).",
     ["where"],
+)
+REDIS_BREAKER_OPEN = Gauge(
+    "parkway_redis_breaker_open",
+    "1 while this worker's Redis circuit breaker is open (Redis known unreachable: "
+    "calls fail at once), else 0.",
+    multiprocess_mode="max",
 )
 MODEL_REQUESTS = Counter(
     "parkway_model_requests",

@@ -6,6 +6,8 @@
 - :mod:`~parkway.runner.store.replies`: what the scripts hand back, decoded;
 - :mod:`~parkway.runner.store.keys`: every key name, its type, contents and lifetime;
 - :mod:`~parkway.runner.store.client`: Redis clients (URL parsing, retries, outages);
+- :mod:`~parkway.runner.store.breaker`: each client's circuit breaker (fail fast while
+  Redis is unreachable, probe, recover);
 - :mod:`~parkway.runner.store.embedded`: the embedded Redis of a local server;
 - :mod:`~parkway.runner.store.history`: the chat history's entries;
 - :mod:`~parkway.runner.store.histcache`: each chat's history as this worker last decoded it;
@@ -32,10 +34,18 @@ from parkway.runner.store.audit import (
     read_page,
     settle_audit,
 )
+from parkway.runner.store.breaker import (
+    COOL_DOWN_S,
+    PROBE_TIMEOUT_S,
+    Breaker,
+    BreakerState,
+    RedisUnavailableError,
+)
 from parkway.runner.store.chats import SCHEMA_VERSION, ChatRecord, ChatStore, LogBatch, ResumeClaim
 from parkway.runner.store.client import (
     RedisClient,
     as_text,
+    breaker_of,
     connect,
     is_redis_outage,
     parse_redis_url,
@@ -75,10 +85,12 @@ __all__ = [
     "AUDIT_FUNCTION",
     "AUDIT_KEEP_S",
     "CHAT_ID",
+    "COOL_DOWN_S",
     "LOGWATCH_CHANNEL",
     "MAX_APPROVALS_PAGE",
     "MAX_CALL_ID",
     "MAX_PAGE",
+    "PROBE_TIMEOUT_S",
     "SCHEMA_VERSION",
     "UNKNOWN_RESULT",
     "AgentKeys",
@@ -88,6 +100,8 @@ __all__ = [
     "ArtifactStore",
     "AuditPage",
     "AuditSource",
+    "Breaker",
+    "BreakerState",
     "ChatKeys",
     "ChatRecord",
     "ChatStore",
@@ -98,11 +112,13 @@ __all__ = [
     "ModelView",
     "Quotas",
     "RedisClient",
+    "RedisUnavailableError",
     "ResumeClaim",
     "SettleEntry",
     "TurnClaim",
     "as_text",
     "assistant_entry",
+    "breaker_of",
     "call_entry",
     "chat_audit",
     "chat_keys",

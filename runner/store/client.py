@@ -33,6 +33,16 @@ The connection budget and faults (docs/operations.md, "Redis connections and out
   never surfaces as an error. Replaying a command whose reply was lost is safe because
   every script is idempotent under replay (each script's header in
   :mod:`parkway.runner.store.scripts` says why).
+- On one server and behind Sentinel, each client has a circuit breaker
+  (:mod:`parkway.runner.store.breaker`): a connection that cannot be opened (refused,
+  reset, timed out while connecting) opens it, and from then on calls fail at once with
+  :class:`~parkway.runner.store.breaker.RedisUnavailableError` instead of paying the
+  retries and the pool's wait, until a probe finds Redis answering again. The wiring
+  is here: the connections trip it and ask it before connecting (:class:`_Guarded`),
+  the pool asks it before handing out a connection and stops waiters when it opens
+  (:class:`_GuardedPool`), and the retry stops once it is open (:class:`_GuardedRetry`).
+  A Cluster client has none: its nodes fail and move one by one, and redis-py's
+  cluster client already refuses at a node's cap instead of waiting.
 - A connection idle for ``health_check_interval`` seconds is checked with a PING before
   use.
 
@@ -43,8 +53,11 @@ asyncio client packs in Python, which costs a commit of a parking step about 20 
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
@@ -58,12 +71,19 @@ from redis.asyncio.connection import (
     parse_url,
 )
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import AuthenticationError, MaxConnectionsError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parkway.runner.errors import CallerError
+from parkway.runner.store.breaker import Breaker, RedisUnavailableError
 
 try:
     from hiredis import pack_command as _pack_in_c
@@ -76,6 +96,7 @@ __all__ = [
     "RedisClient",
     "RedisTarget",
     "as_text",
+    "breaker_of",
     "connect",
     "is_redis_outage",
     "parse_redis_url",
@@ -119,8 +140,28 @@ def as_text(value: Any) -> str:
 
 def is_redis_outage(exc: BaseException) -> bool:
     """Whether ``exc`` means Redis cannot be reached (or this worker has no free
-    connection to it) rather than a fault of the request: the caller answers 503."""
+    connection to it, or its breaker is open) rather than a fault of the request: the
+    caller answers 503."""
     return isinstance(exc, RedisConnectionError | RedisTimeoutError)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a failure to open a connection says Redis cannot be reached (which opens
+    the breaker), rather than a fault of the configuration: refused credentials or a
+    refused TLS handshake would fail the same way on every retry, and are no outage."""
+    if isinstance(exc, RedisUnavailableError | AuthenticationError | ssl.SSLError):
+        return False
+    if isinstance(exc.__context__, ssl.SSLError):  # redis-py wraps it in ConnectionError
+        return False
+    return isinstance(exc, OSError | TimeoutError | RedisConnectionError | RedisTimeoutError)
+
+
+def breaker_of(client: Any) -> Breaker | None:
+    """The circuit breaker of a client :func:`connect` built (None for a Cluster, or a
+    client built elsewhere)."""
+    pool = getattr(client, "connection_pool", None)
+    breaker = getattr(pool, "breaker", None)
+    return breaker if isinstance(breaker, Breaker) else None
 
 
 # Query options that authenticate to the Sentinels, and the client option each becomes.
@@ -229,16 +270,82 @@ class _CPacking(AbstractConnection):
             return super().pack_command(*args)
 
 
-class _PackedConnection(_CPacking, Connection):
+class _Guarded(AbstractConnection):
+    """A connection that reports to its client's breaker (``breaker``, passed by the
+    pool; None for the breaker's own probe).
+
+    - Opening it asks the breaker first: an open breaker refuses at once.
+    - Failing to open it (the socket, or the handshake that follows) opens the breaker.
+    - :meth:`connect` (the pool opening a connection for a command not sent yet) stops
+      retrying once the breaker is open: the command has not run, and waiting cannot
+      help it.
+    - A command that was sent keeps the client's retries (each a new connection, refused
+      at once while the breaker is open): its reply may have been lost after it ran, and
+      a Redis back within the retries gets the replay (every script replays safely).
+    """
+
+    def __init__(self, *args: Any, breaker: Breaker | None = None, **kwargs: Any) -> None:
+        self.breaker = breaker
+        super().__init__(*args, **kwargs)
+
+    async def connect(self) -> None:
+        breaker = self.breaker
+        if breaker is None:
+            await super().connect()  # type: ignore[no-untyped-call]
+            return
+        await self.retry.call_with_retry(
+            self._open_once,
+            lambda error, count: self.disconnect(error=error, failure_count=count),
+            is_retryable=lambda _: breaker.closed,
+            with_failure_count=True,
+        )
+
+    async def _open_once(self) -> None:
+        """One attempt at opening the connection (as redis-py's ``connect`` makes it)."""
+        await self.connect_check_health(check_health=True, retry_socket_connect=False)
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        breaker = self.breaker
+        if breaker is None or self.is_connected:
+            await super().connect_check_health(check_health, retry_socket_connect)
+            return
+        if not breaker.closed:
+            await breaker.admit()
+        try:
+            # One attempt: the retry around it (the command's, or :meth:`connect`'s)
+            # decides on another, never a second loop of redis-py's own inside it.
+            await super().connect_check_health(check_health, retry_socket_connect=False)
+        except Exception as exc:
+            if _unreachable(exc):
+                breaker.trip(exc)
+            raise
+        breaker.connected()
+
+
+class _PackedConnection(_Guarded, _CPacking, Connection):
     """TCP (``redis://``)."""
 
 
-class _PackedSSLConnection(_CPacking, SSLConnection):
+class _PackedSSLConnection(_Guarded, _CPacking, SSLConnection):
     """TLS (``rediss://``)."""
 
 
-class _PackedUnixConnection(_CPacking, UnixDomainSocketConnection):
+class _PackedUnixConnection(_Guarded, _CPacking, UnixDomainSocketConnection):
     """A Unix socket (``unix://``: the embedded Redis)."""
+
+
+class _GuardedSentinelConnection(_Guarded, SentinelManagedConnection):
+    """The Sentinel primary's connection (``redis+sentinel://``)."""
+
+    async def _open_once(self) -> None:
+        # asks the Sentinels for the primary, then connects to it
+        await self._connect_retry()  # type: ignore[no-untyped-call]
+
+
+class _GuardedSentinelSSLConnection(_GuardedSentinelConnection, SentinelManagedSSLConnection):
+    """The same over TLS (``rediss+sentinel://``)."""
 
 
 _PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {
@@ -255,7 +362,89 @@ def _packed_class(url: str) -> dict[str, Any]:
     return {} if packed is None else {"connection_class": packed}
 
 
-class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+class _GuardedPool(BlockingConnectionPool):
+    """A blocking pool that asks its client's breaker (its connections' ``breaker``)
+    before it hands out a connection: while the breaker is open it refuses at once,
+    never waiting for a free connection, and commands already waiting for one stop
+    waiting when it opens (they take a free connection if there is one, whose command
+    then fails on its own unless Redis is back, else they are refused)."""
+
+    @property
+    def breaker(self) -> Breaker | None:
+        breaker = self.connection_kwargs.get("breaker")
+        return breaker if isinstance(breaker, Breaker) else None
+
+    def guard(self) -> None:
+        """Listen to the breaker (once the pool is built)."""
+        breaker = self.breaker
+        if breaker is not None:
+            self._wakers: set[asyncio.Task[None]] = set()
+            breaker.on_open(self._breaker_opened)
+            breaker.use_probe(partial(_probe, self, breaker.probe_timeout_s))
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        breaker = self.breaker
+        if breaker is not None and not breaker.closed:
+            await breaker.admit()
+        try:
+            connection: AbstractConnection = await super().get_connection(  # type: ignore[no-untyped-call]
+                *args, **kwargs
+            )
+        except MaxConnectionsError as exc:
+            # a waiter woken by the breaker's opening (:meth:`can_get_connection`) finds
+            # every connection still taken
+            if breaker is not None and not breaker.closed:
+                raise breaker.unavailable() from exc
+            raise
+        return connection
+
+    def can_get_connection(self) -> bool:
+        # (the blocking pool's waiters wait for this to be true)
+        breaker = self.breaker
+        return bool(super().can_get_connection()) or (breaker is not None and not breaker.closed)
+
+    def _breaker_opened(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # opened outside a loop: nobody can be waiting
+            return
+        task = loop.create_task(self._wake_waiters())
+        self._wakers.add(task)
+        task.add_done_callback(self._wakers.discard)
+
+    async def _wake_waiters(self) -> None:
+        async with self._condition:
+            self._condition.notify_all()
+
+    async def aclose(self) -> None:
+        breaker = self.breaker
+        if breaker is not None:
+            await breaker.aclose()
+        await super().aclose()
+
+
+async def _probe(pool: BlockingConnectionPool, timeout_s: float) -> None:
+    """The breaker's probe: a PING on a connection of its own (made as the pool makes
+    its connections, but with short timeouts, no retry and no breaker), then closed."""
+    options = {
+        **pool.connection_kwargs,
+        "breaker": None,
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_error": [],
+        "socket_connect_timeout": timeout_s,
+        "socket_timeout": timeout_s,
+        "health_check_interval": 0,
+    }
+    connection = pool.connection_class(**options)
+    try:
+        await connection.connect()  # type: ignore[no-untyped-call]
+        await connection.send_command("PING", check_health=False)
+        await connection.read_response()
+    finally:
+        await connection.disconnect()
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, _GuardedPool):
     """The Sentinel primary's pool, blocking as the one-server pool does: a command that
     finds every connection busy waits (up to its timeout) instead of failing."""
 
@@ -271,9 +460,17 @@ class _SentinelPrimary(Redis):
             await manager.aclose()
 
 
-def connect(url: str, *, max_connections: int = 32, pool_timeout_s: float = 5.0) -> RedisClient:
-    """A client for ``url`` (see the module docstring for the schemes and the connection
-    budget). Nothing connects until the first command."""
+def connect(
+    url: str,
+    *,
+    max_connections: int = 32,
+    pool_timeout_s: float = 5.0,
+    breaker: Breaker | None = None,
+) -> RedisClient:
+    """A client for ``url`` (see the module docstring for the schemes, the connection
+    budget and the breaker). ``breaker``: the client's circuit breaker, for a test that
+    drives its clock; by default a new one (none for a Cluster). Nothing connects until
+    the first command."""
     target = parse_redis_url(url)
     faults = _fault_options()
     if target.kind == "cluster":
@@ -282,26 +479,37 @@ def connect(url: str, *, max_connections: int = 32, pool_timeout_s: float = 5.0)
             max_connections=max_connections,
             **{**_TIMEOUTS, **faults, **target.options},
         )
+    breaker = breaker or Breaker()
     if target.kind == "sentinel":
         sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
             list(target.nodes),
             sentinel_kwargs={**_TIMEOUTS, **target.sentinel_options},
             **{**_TIMEOUTS, **faults, **target.options},
         )
+        tls = bool(target.options.get("ssl"))
         primary: _SentinelPrimary = sentinel.master_for(
             target.service,
             redis_class=_SentinelPrimary,
             connection_pool_class=_BlockingSentinelPool,
+            connection_class=_GuardedSentinelSSLConnection if tls else _GuardedSentinelConnection,
+            breaker=breaker,
             max_connections=max_connections,
             timeout=pool_timeout_s,
         )
+        _guard(primary.connection_pool)
         return primary
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=pool_timeout_s,
-        **_TIMEOUTS,
-        **faults,
-        **_packed_class(url),
+    # As ``from_url`` builds it (the URL's query options win over these), except that the
+    # connection class is always ours: ``from_url`` would put back the URL's own for
+    # ``unix://`` and ``rediss://``, which neither packs in C nor reports to the breaker.
+    options = {**_TIMEOUTS, **faults, **parse_url(url), **_packed_class(url)}
+    pool = _GuardedPool(
+        max_connections=max_connections, timeout=pool_timeout_s, breaker=breaker, **options
     )
+    _guard(pool)
     return Redis.from_pool(pool)  # the client owns the pool: closing it closes both
+
+
+def _guard(pool: Any) -> None:
+    if not isinstance(pool, _GuardedPool):  # pragma: no cover  (built just above)
+        raise TypeError(f"not a guarded pool: {pool!r}")
+    pool.guard()

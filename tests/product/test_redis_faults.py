@@ -384,7 +384,12 @@ async def test_an_outage_answers_503_ends_streams_with_an_error_and_recovers(
         assert (await api.http.get("/readyz")).status_code == 503
         assert (await api.http.get("/healthz")).status_code == 200
         proxy.up()
-        assert (await api.http.get("/readyz")).status_code == 200
+
+        async def is_ready() -> bool:
+            return (await api.http.get("/readyz")).status_code == 200
+
+        # the worker's breaker lets a probe through a cool-down after it opened
+        await eventually(is_ready, within_s=10, every_s=0.05, what="ready again")
         settled = await api.settle(
             "o1", call_id, {"outcome": "output", "output": {"choice": "red"}}
         )
