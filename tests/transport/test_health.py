@@ -27,7 +27,14 @@ from parkway.transport.settings import Settings
 from tests.helpers.connect_rig import TOKEN_KEY
 from tests.helpers.faults import RedisProxy, RestartableRedis
 from tests.helpers.openapi_check import ApiDocument
-from tests.helpers.support import TEST_SECRET, ServerThread, agent_doc, server_thread, text
+from tests.helpers.support import (
+    TEST_SECRET,
+    ServerThread,
+    agent_doc,
+    eventually,
+    server_thread,
+    text,
+)
 
 TURNS = [[text("hello")]]
 CODE_AGENT = agent_doc(TURNS, tools=[{"type": "platform", "op": "execute_code"}])
@@ -108,7 +115,14 @@ async def test_redis_down_is_not_ready_but_alive_and_ready_again_when_back(
             not_ready = await client.get("/readyz")
             live = await client.get("/healthz")
             proxy.up()
-            ready_again = await client.get("/readyz")
+
+            async def ready() -> httpx.Response | None:
+                response = await client.get("/readyz")
+                return response if response.status_code == 200 else None
+
+            # (the worker's breaker lets a probe through after its cool-down:
+            # docs/operations.md, "Connections, outages and limits")
+            ready_again = await eventually(ready, within_s=15, every_s=0.1, what="ready")
     finally:
         await asyncio.to_thread(server.stop)
     assert not_ready.status_code == 503

@@ -20,6 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner.agent.credentials import ConnectionUnavailableError
+from parkway.transport.logs import QUIET_LOGGERS
 from parkway.widgets_api.connect.cipher import TokenCipher, generate_token_key
 from parkway.widgets_api.connect.connections import ConnectionStore
 from parkway.widgets_api.connect.providers import ProviderRegistry
@@ -42,6 +43,16 @@ from tests.helpers.oauth_support import (
     userinfo_status,
 )
 from tests.helpers.oidc_peer import OidcPeer, oidc_peer
+
+
+def debug_everything(caplog: pytest.LogCaptureFixture) -> None:
+    """Every logger at DEBUG for this test, the libraries the server holds at WARNING
+    (transport/logs.py, QUIET_LOGGERS) included: an earlier test in this process may have
+    applied the server's logging, and a token must not be logged at any level."""
+    caplog.set_level(logging.DEBUG)
+    for name in QUIET_LOGGERS:
+        caplog.set_level(logging.DEBUG, logger=name)
+
 
 NARROW = "openid offline_access profile"
 
@@ -111,7 +122,7 @@ async def test_expired_token_refreshes_once_and_persists_the_rotated_refresh_tok
 ) -> None:
     """§27 with rotation: the refresh token that was just issued must be the one stored,
     or the next refresh presents a dead token and the grant is lost."""
-    caplog.set_level(logging.DEBUG)
+    debug_everything(caplog)
     store = ConnectionStore(redis, cipher, await peer_registry(peer), clock=clock)
     connection_id, token = await save_real(store, peer)
     start = refreshes(peer)
@@ -159,7 +170,7 @@ async def test_concurrent_callers_across_workers_cause_exactly_one_refresh(
 ) -> None:
     """§28: without a cross-process lock a rotating provider sees the same refresh token
     twice, treats it as theft and revokes the grant for everyone."""
-    caplog.set_level(logging.DEBUG)
+    debug_everything(caplog)
     registry = await peer_registry(peer)
     stores = [ConnectionStore(client, cipher, registry, clock=clock) for client in workers]
     connection_id, token = await save_real(stores[0], peer)
@@ -272,7 +283,7 @@ async def test_invalid_grant_marks_needs_reconnect_without_retrying(
 ) -> None:
     """§29: a dead grant must turn into "connect again" for the model, once, not into a
     refresh loop hammering the provider."""
-    caplog.set_level(logging.DEBUG)
+    debug_everything(caplog)
     store = ConnectionStore(redis, cipher, await peer_registry(peer), clock=clock)
     connection_id, token = await save_real(store, peer)
     seen = [token["access_token"], token["refresh_token"]]
@@ -368,7 +379,7 @@ async def test_token_endpoint_failure_on_refresh_is_provider_error_and_changes_n
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A provider outage is "try later", not "connect again": the grant is still good."""
-    caplog.set_level(logging.DEBUG)
+    debug_everything(caplog)
     with LoopbackServer(lambda m, p: reply).running() as server:
         provider = offline_provider(token_endpoint=f"{server.url}/token")
         store = ConnectionStore(redis, cipher, ProviderRegistry([provider]), clock=clock)
