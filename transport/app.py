@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from parkway.runner.agent import AgentFile, AgentStore, load_agent_file, parse_agent_file
+from parkway.runner.agent import AgentFile, AgentStore, is_agent_ref, load_agent, parse_agent_file
 from parkway.runner.codemode import CodeMode
 from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.engine import Runner, RunnerConfig, Sweeper
@@ -227,7 +227,11 @@ def _unauthenticated_hint(authenticator: Authenticator) -> str | None:
 
 def agent_id_for(settings: Settings, agent: AgentFile) -> str:
     """The agent's id for its revisions: ``demo`` for the built-in demo, the agent file's
-    name, or (an agent given in code) a digest of its template."""
+    name, an :class:`~parkway.runner.Agent`'s name, or (an agent given in code otherwise)
+    a digest of its template."""
+    in_python = settings.agent_file is None or is_agent_ref(settings.agent_file)
+    if agent.name is not None and in_python:
+        return re.sub(r"[^A-Za-z0-9_.-]", "-", agent.name)[:64] or "agent"
     if settings.agent_file is not None:
         stem = re.sub(r"[^A-Za-z0-9_.-]", "-", settings.agent_file.stem)[:64]
         return stem or "agent"
@@ -533,7 +537,7 @@ def create_app(
         access_log.addFilter(_ACCESS_FILTER)
     if agent is None:
         agent = (
-            load_agent_file(settings.agent_file)
+            load_agent(settings.agent_file)
             if settings.agent_file is not None
             else parse_agent_file(DEMO_AGENT)
         )

@@ -1,7 +1,10 @@
 """The ``parkway`` command line. ``parkway serve`` runs the app with uvicorn (``parkway
 record CASSETTE`` is ``parkway serve --record CASSETTE``);
 ``parkway replay FILE`` replays a recorded chat (a cassette) against a fresh server;
-``parkway agent reset`` commits the agent file's version of the agent again."""
+``parkway agent reset`` commits the agent file's version of the agent again;
+``parkway agent export module:attribute`` prints the template an agent defined in Python
+compiles to. Wherever an agent file is named, ``module:attribute`` may name an
+:class:`~parkway.runner.Agent` instead."""
 
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ DESCRIPTION = (
     "Parkway: human-in-the-loop tool calls for AI agents. 'parkway serve' runs the "
     "server; 'parkway record CASSETTE' runs it recording every chat to a cassette; "
     "'parkway replay FILE' replays a recorded chat (a cassette) against a fresh "
-    "server; 'parkway agent reset' commits the agent file's version of the agent again. "
+    "server; 'parkway agent reset' commits the agent file's version of the agent again; "
+    "'parkway agent export module:attr' prints the template of an agent defined in Python. "
     "Settings come from these flags and from PARKWAY_* environment variables (see "
     "docs/operations.md)."
 )
@@ -124,9 +128,27 @@ def _parser() -> argparse.ArgumentParser:
         help="commit the agent file's template as a new revision (history is kept), "
         "undoing what was committed since; run it against the server's Redis",
     )
-    reset.add_argument("--agent", dest="agent_file", help="agent file (default: the demo)")
+    reset.add_argument(
+        "--agent",
+        dest="agent_file",
+        help="agent file, or module:attribute naming an Agent (default: the demo)",
+    )
     reset.add_argument("--redis-url", help="Redis URL (default: the embedded Redis)")
     reset.add_argument("--data-dir", help="data folder of the embedded Redis (default .parkway)")
+    export = agent_sub.add_parser(
+        "export",
+        help="print the agent template (JSON) that an agent defined in Python compiles to",
+    )
+    export.add_argument(
+        "target", help="module:attribute naming the Agent, e.g. expenses.agent:agent"
+    )
+    export.add_argument(
+        "--agent-file",
+        dest="as_agent_file",
+        action="store_true",
+        help="print an agent file instead ({template, model}), for an agent whose model is "
+        "given by name",
+    )
     # -- parkway agent (end) --
     return parser
 
@@ -143,7 +165,9 @@ def _serve_options(serve: argparse.ArgumentParser, *, agent_required: bool = Fal
         "--agent",
         dest="agent_file",
         required=agent_required,
-        help="agent file" + ("" if agent_required else " (default: the demo agent)"),
+        help="agent file, or module:attribute naming an Agent defined in Python (e.g. "
+        "expenses.agent:agent, imported from the working directory)"
+        + ("" if agent_required else "; default: the demo agent"),
     )
     serve.add_argument(
         "--model",
@@ -287,7 +311,7 @@ def _replay(
 def _agent_reset(flags: dict[str, str | None]) -> int:
     """``parkway agent reset``: the agent file's version as the head again. The agent
     is found as the server finds it (same agent file, same Redis, same id)."""
-    from parkway.runner.agent import AgentStore, load_agent_file, parse_agent_file
+    from parkway.runner.agent import AgentStore, load_agent, parse_agent_file
     from parkway.runner.demo import DEMO_AGENT
     from parkway.runner.errors import ParkwayError
     from parkway.runner.store import EmbeddedRedis, connect
@@ -296,7 +320,7 @@ def _agent_reset(flags: dict[str, str | None]) -> int:
 
     async def reset(settings: Settings) -> str:
         agent = (
-            load_agent_file(settings.agent_file)
+            load_agent(settings.agent_file)
             if settings.agent_file is not None
             else parse_agent_file(DEMO_AGENT)
         )
@@ -326,6 +350,40 @@ def _agent_reset(flags: dict[str, str | None]) -> int:
     except (SettingsError, ParkwayError) as exc:
         print(f"parkway agent reset: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _agent_export(target: str, *, as_agent_file: bool) -> int:
+    """``parkway agent export``: the template (or agent file) of an agent defined in
+    Python, as JSON on stdout; a bad target is one line on stderr and exit code 2."""
+    import json
+
+    from parkway.runner.agent import is_agent_ref, make_importable
+    from parkway.runner.errors import ParkwayError
+
+    if not is_agent_ref(target):
+        print(
+            f"parkway agent export: {target!r} is not module:attribute (e.g. "
+            "expenses.agent:agent); an agent file is already its JSON",
+            file=sys.stderr,
+        )
+        return 2
+    module_name, _, attribute = target.partition(":")
+    make_importable(None)
+    try:
+        import importlib
+
+        found: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        export = getattr(found, "agent_file_document" if as_agent_file else "to_template", None)
+        if not callable(export):
+            raise ParkwayError(f"{target} is a {type(found).__name__}, not a parkway Agent")
+        document = export()
+    except (ImportError, AttributeError, ParkwayError) as exc:
+        print(f"parkway agent export: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(document, indent=2, ensure_ascii=False), flush=True)
     return 0
 
 
@@ -517,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             record_mode=args.replay_record_mode,
         )
     if args.command == "agent":  # -- parkway agent --
+        if args.agent_command == "export":
+            return _agent_export(args.target, as_agent_file=args.as_agent_file)
         flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
         return _agent_reset(flags)
     if args.command not in {"serve", "record"}:  # pragma: no cover - argparse's choice

@@ -1,6 +1,10 @@
 """The agent: its template, where it comes from, and the tools it names.
 
 - :mod:`~parkway.runner.agent.template`: :class:`AgentTemplate`, the validated template;
+- :mod:`~parkway.runner.agent.agent`: :class:`Agent`, an agent defined in Python, compiled
+  to a template (:mod:`~parkway.runner.agent.signatures` reads its tools' signatures,
+  :mod:`~parkway.runner.agent.docstrings` their docstrings,
+  :mod:`~parkway.runner.agent.functions` binds them to their template entries);
 - :mod:`~parkway.runner.agent.agentfile`: the agent file a server starts from;
 - :mod:`~parkway.runner.agent.revisions`: :class:`AgentStore`, the template's versions in Redis;
 - :mod:`~parkway.runner.agent.merge`: laying a partial template over a template;
@@ -13,10 +17,14 @@
 It imports the store and the model layer, never the engine or code mode.
 """
 
+from parkway.runner.agent.agent import Agent, AgentModel, ApprovalDecision
 from parkway.runner.agent.agentfile import (
     AgentFile,
+    is_agent_ref,
+    load_agent,
     load_agent_file,
     make_importable,
+    model_of,
     parse_agent_file,
 )
 from parkway.runner.agent.commits import COMMIT_CONFIG
@@ -37,7 +45,13 @@ from parkway.runner.agent.revisions import (
     check_function_tools,
     check_working_copy,
 )
-from parkway.runner.agent.template import AgentTemplate, ToolSpec, load_template, load_template_json
+from parkway.runner.agent.template import (
+    PER_CALL,
+    AgentTemplate,
+    ToolSpec,
+    load_template,
+    load_template_json,
+)
 from parkway.runner.agent.tools import ToolContext, ToolRun, execute_tool, input_problem
 from parkway.runner.agent.workflows import REQUEST_CONNECTION, RESERVED_WORKFLOWS
 
@@ -45,13 +59,17 @@ __all__ = [
     "AUTHORING_SKILLS",
     "COMMIT_CONFIG",
     "LIST_SECTIONS",
+    "PER_CALL",
     "PLATFORM_OPS",
     "REQUEST_CONNECTION",
     "RESERVED_WORKFLOWS",
     "SANDBOX_PERMISSIONS",
+    "Agent",
     "AgentFile",
+    "AgentModel",
     "AgentStore",
     "AgentTemplate",
+    "ApprovalDecision",
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
@@ -67,11 +85,14 @@ __all__ = [
     "entry_identity",
     "execute_tool",
     "input_problem",
+    "is_agent_ref",
+    "load_agent",
     "load_agent_file",
     "load_template",
     "load_template_json",
     "make_importable",
     "merge_overlay",
+    "model_of",
     "parse_agent_file",
     "register_platform_op",
 ]

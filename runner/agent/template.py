@@ -19,9 +19,9 @@ import importlib
 import importlib.util
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -34,7 +34,15 @@ from parkway.runner.errors import NotPlainJSONError, TemplateError
 from parkway.runner.llm import ModelSpec, parse_model_spec
 from parkway.runner.validation import describe_first_error
 
-__all__ = ["AgentTemplate", "ToolSpec", "load_template", "load_template_json"]
+__all__ = [
+    "PER_CALL",
+    "TOOL_BINDING",
+    "AgentTemplate",
+    "ToolBinding",
+    "ToolSpec",
+    "load_template",
+    "load_template_json",
+]
 
 TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
@@ -42,6 +50,35 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 ROLE_NAME = r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$"
 
 ToolKind = Literal["function", "client", "platform"]
+
+# The approval policy of a tool whose Python definition decides per call
+# (``@agent.tool(needs_approval=<function>)``): the function is found through the
+# entry's ``ref``. A server that does not know the name asks every time (fail safe).
+PER_CALL = "per_call"
+# The attribute under which a function defined with ``@agent.tool`` carries its
+# :class:`ToolBinding` (runner/agent/functions.py), found through the entry's ``ref``.
+TOOL_BINDING = "__parkway_tool__"
+
+
+class ToolBinding(Protocol):
+    """What a function defined with ``@agent.tool`` brings to its template entry: how
+    to call it with a JSON input, the schema of that input, the check pydantic makes of
+    it, and (when its ``needs_approval`` is a function) the per-call decision."""
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def decides_approval(self) -> bool: ...
+
+    def invoke(self, tool_input: Any, ctx: Any) -> Awaitable[Any]: ...
+
+    def problem(self, tool_input: Any) -> str | None: ...
+
+    def asks_approval(self, tool_input: Any, ctx: Any) -> bool: ...
 
 
 class _Entry(BaseModel):
@@ -112,11 +149,28 @@ class ToolSpec:
     result_style: str | None = None
     source: str = ""
     func: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    # A tool defined in Python: the check its typed arguments make of an input beyond
+    # the JSON Schema (None: valid), and its per-call approval decision (policy
+    # ``per_call``: the input and a ToolContext in, whether to ask out).
+    check_input: Callable[[Any], str | None] | None = field(default=None, compare=False, repr=False)
+    approval_rule: Callable[[Any, Any], bool] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def parks(self) -> bool:
-        """Whether a call of this tool waits for the browser or a human."""
+        """Whether a call of this tool may wait for the browser or a human (a tool
+        whose approval is decided per call may)."""
         return self.kind == "client" or self.needs_approval
+
+    def asks_approval(self, tool_input: Any, ctx: Any) -> bool:
+        """Whether this call, with ``tool_input`` (already valid), waits for an
+        approval: the tool's static ``needs_approval``, or its per-call rule's
+        decision; ``ctx`` is the :class:`~parkway.runner.agent.tools.ToolContext` the
+        rule is given."""
+        if self.approval_rule is None:
+            return self.needs_approval
+        return self.approval_rule(tool_input, ctx)
 
 
 @dataclass(frozen=True)
@@ -183,8 +237,9 @@ def _policy(needs_approval: bool | str) -> str | None:
 
 def _approval(needs_approval: bool | str) -> tuple[bool, str | None, bool]:
     """(asks, policy name, denied) for a tool's ``needs_approval``: the policies
-    ``allow`` (runs without asking), ``ask`` (parks an approval) and ``deny`` (refused
-    without asking); ``true``/``false`` mean ask/allow; any other name asks (fail safe)."""
+    ``allow`` (runs without asking), ``ask`` (parks an approval), ``deny`` (refused
+    without asking) and ``per_call`` (the tool's Python definition decides each call, so
+    it may ask); ``true``/``false`` mean ask/allow; any other name asks (fail safe)."""
     policy = _policy(needs_approval)
     if policy == "allow":
         return False, policy, False
@@ -218,14 +273,33 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
     if kind == "function":
         fn_entry = FunctionToolEntry.model_validate(entry)
         func = _import_ref(fn_entry.ref)
-        schema = fn_entry.input_schema or getattr(func, "input_schema", None) or ANY_OBJECT
+        binding: ToolBinding | None = getattr(func, TOOL_BINDING, None)
+        default_schema = binding.input_schema if binding is not None else None
+        schema = (
+            fn_entry.input_schema
+            or default_schema
+            or getattr(func, "input_schema", None)
+            or ANY_OBJECT
+        )
         _check_schema(schema, "input_schema")
         asks, policy, denied = _approval(fn_entry.needs_approval)
         approvers, self_approval = _answerers(asks, fn_entry.approvers, fn_entry.self_approval)
+        rule = None
+        if policy == PER_CALL:
+            if binding is None or not binding.decides_approval:
+                raise ValueError(
+                    f"needs_approval {PER_CALL!r} needs a function defined with "
+                    "@agent.tool(needs_approval=<function>); "
+                    f"{fn_entry.ref!r} has no such decision"
+                )
+            rule = binding.asks_approval
+        described = binding.description if binding is not None else None
+        if described is None:
+            described = (func.__doc__ or "").strip().split("\n")[0]
         return ToolSpec(
             name=fn_entry.name,
             kind="function",
-            description=fn_entry.description or (func.__doc__ or "").strip().split("\n")[0],
+            description=fn_entry.description or described,
             input_schema=schema,
             needs_approval=asks,
             approval_policy=policy,
@@ -237,7 +311,9 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             timeout_s=fn_entry.timeout_s,
             deadline_s=fn_entry.deadline_s,
             source=where,
-            func=func,
+            func=binding.invoke if binding is not None else func,
+            check_input=binding.problem if binding is not None else None,
+            approval_rule=rule,
         )
     if kind == "client":
         cl_entry = ClientToolEntry.model_validate(entry)
@@ -264,6 +340,8 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
             raise ValueError(f"unknown platform op {pl_entry.op!r} (known: {known})")
         approval = op.needs_approval if pl_entry.needs_approval is None else pl_entry.needs_approval
         asks, policy, denied = _approval(approval)
+        if policy == PER_CALL:
+            raise ValueError(f"needs_approval {PER_CALL!r} is for function tools defined in Python")
         approvers, self_approval = _answerers(asks, pl_entry.approvers, pl_entry.self_approval)
         return ToolSpec(
             name=op.name,

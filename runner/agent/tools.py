@@ -2,8 +2,11 @@
 
 A function tool's callable takes the input object, and optionally a :class:`ToolContext`
 as a second argument; it may be sync (run in a worker thread) or async. It returns plain
-JSON. To show the model (and the user) an error message, raise :class:`ToolError`; any
-other exception becomes a generic error result, so internal details never leak.
+JSON. (A function defined with ``@agent.tool`` is called through its binding in
+runner/agent/functions.py, which validates the input into typed arguments first and
+dumps the result to JSON after.) To show the model (and the user) an error message,
+raise :class:`ToolError`; any other exception becomes a generic error result, so
+internal details never leak.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a server tool is told about its call: the second argument of a function
-    tool's callable that accepts two (``def lookup(data, ctx)``), made by the runner
-    for each call. docs/protocol.md ("The agent template") lists the same.
+    """What a server tool is told about its call, made by the runner for each call.
+
+    A tool defined with ``@agent.tool`` receives it as its first parameter when that is
+    typed ``ToolContext`` (``def lookup(ctx: ToolContext, city: str)``); a function named
+    by ``ref`` in an agent file, as its second positional argument (``def lookup(data,
+    ctx)``). docs/python-api.md and docs/protocol.md ("The agent template") list the same.
 
     Who and what:
 
@@ -48,6 +54,11 @@ class ToolContext:
       ``execute_code`` call's id.
     - ``tool_name``: the tool's name in the template (one callable may serve several).
 
+    Connections, by reference: a ``request_connection`` result gives the model a
+    ``connection_id``, never a token; the tool takes that id as an argument and calls
+    :meth:`access_token`, which looks the token up (and refreshes it) on the server, for
+    this ``principal`` only. The token never reaches the model, the browser or a log.
+
     What the server lends the tool (None where the server has none, or for a tool an
     ``execute_code`` program calls, which gets ``credentials``, ``agents`` and
     ``template`` only):
@@ -57,15 +68,35 @@ class ToolContext:
     - ``agents``: the agent's revisions (:class:`~parkway.runner.agent.revisions.AgentStore`),
       which the platform ops read and commit.
     - ``template``: the template the run uses
-    (:class:`~parkway.runner.agent.template.AgentTemplate`;
-      ``template.raw`` is its JSON): brokered tool calls look their tools up in it.
+      (:class:`~parkway.runner.agent.template.AgentTemplate`; ``template.raw`` is its
+      JSON): brokered tool calls look their tools up in it.
     - ``artifacts``: the chat's artifacts
-      (:class:`~parkway.runner.store.artifacts.ArtifactStore`), used by the code ops.
+      (:class:`~parkway.runner.store.artifacts.ArtifactStore`), used by the code ops; a
+      tool's own output over the artifact threshold is kept there by the runner, so a tool
+      returns large results as it would small ones.
     - ``code``: the code sandbox (a :class:`~parkway.runner.codemode.runtime.CodeMode`,
       typed ``object`` here because the agent layer sits below code mode), used by
       ``execute_code``.
     - ``parts``: the data parts :meth:`publish` queued, in order; the runner puts
       them on the stream after the tool's output. Use :meth:`publish`, not this list.
+
+    A ``needs_approval`` function that takes a context gets one with ``chat_id``,
+    ``principal``, ``tool_call_id``, ``tool_name`` and ``template`` only: it decides
+    before the tool runs, and nothing is lent yet.
+
+    Logging: the context has no logger. Use ``logging.getLogger(__name__)``; a record
+    made while the tool runs carries the run's ``chat_id`` and ``run_id`` in Parkway's
+    JSON log lines (:mod:`parkway.runner.ops.logcontext`). Log no input, output or token.
+
+    Cancellation: the context has no cancellation signal. A call is bounded by its
+    tool's ``timeout_s`` (default 30 s): an async tool is cancelled there
+    (``CancelledError`` at its next ``await``) and the model gets a timeout error; a
+    sync tool runs in a worker thread, which Python cannot interrupt, so it runs on
+    and its result is dropped. A worker shutting down lets running turns finish for
+    its grace period, then cancels them (async tools as above). A user's stop request
+    cuts the model's stream short and ends the run before its next model step; a tool
+    already running finishes. A worker that dies during a call leaves the model a
+    "result unknown" error, never a silent second run.
     """
 
     chat_id: str
@@ -138,7 +169,10 @@ def input_problem(spec: ToolSpec, tool_input: Any) -> str | None:
         key=lambda e: ([str(p) for p in e.absolute_path], e.message),
     )
     if not errors:
-        return None
+        # A tool defined in Python checks what its typed arguments accept beyond the
+        # schema (validators, formats), so the model hears of that here as well.
+        problem = spec.check_input(tool_input) if spec.check_input is not None else None
+        return None if problem is None else f"invalid input for tool {spec.name!r} at {problem}"
     first = errors[0]
     where = "/".join(str(p) for p in first.absolute_path) or "(root)"
     return f"invalid input for tool {spec.name!r} at {where}: {first.message}"

@@ -148,7 +148,7 @@ def _broker(ctx: ToolContext, limits: Limits) -> Any:
         spec = None if template is None else template.tool(name)
         if spec is None or spec.kind != "function" or spec.func is None:
             raise BrokerError(f"{name!r} is not a server tool of this agent")
-        if spec.needs_approval or spec.denied_by_policy:
+        if spec.denied_by_policy or (spec.needs_approval and spec.approval_rule is None):
             raise BrokerError(f"{name!r} asks a human first (or is denied), so code cannot call it")
         if not isinstance(tool_input, dict):
             raise BrokerError("a tool's input is a JSON object")
@@ -164,6 +164,10 @@ def _broker(ctx: ToolContext, limits: Limits) -> Any:
             ctx.agents,
             template=template,
         )
+        # A tool deciding approval per call (needs_approval "per_call"): code may call
+        # it only with an input its rule lets through without a human.
+        if spec.asks_approval(tool_input, sub):
+            raise BrokerError(f"{name!r} asks a human first for this input, so code cannot call it")
         run = await execute_tool(spec, tool_input, sub, max_bytes=limits.result_bytes)
         if run.error is not None:
             raise BrokerError(run.error)

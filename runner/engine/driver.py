@@ -155,6 +155,7 @@ class StepDriver:
             message_id=state.message_id,
             now=self.clock(),
             requester=state.principal,
+            chat_id=state.chat_id,
         )
         state.unsaved.extend(sorted_calls.refused)
         parked, to_run = sorted_calls.parked, sorted_calls.to_run

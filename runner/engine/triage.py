@@ -4,6 +4,13 @@ A call the model got wrong (an unknown tool, input that is not JSON, input its s
 refuses, a value that is not plain JSON) is refused: the model gets an error result it
 can correct. A server tool runs now. A client tool or an approval-gated tool parks, with
 its deadline, its widget description and the schemas its answer is judged by.
+
+Whether a server tool's call needs approval is its spec's decision for that input
+(:meth:`~parkway.runner.agent.ToolSpec.asks_approval`): the template's static
+``needs_approval``, or, for a tool defined in Python with a ``needs_approval`` function
+(policy ``per_call``), that function's answer for the validated arguments, decided here,
+on the server, before anything runs. A call it lets through runs like any server tool;
+one it stops parks an approval like any other.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parkway.runner.agent import AgentTemplate, ToolSpec, input_problem
+from parkway.runner.agent import AgentTemplate, ToolContext, ToolSpec, input_problem
 from parkway.runner.canonical import parked_call_key
 from parkway.runner.engine.run import RunnerConfig, new_id
 from parkway.runner.errors import NotPlainJSONError
@@ -49,9 +56,11 @@ def triage(
     message_id: str,
     now: float,
     requester: str | None = None,
+    chat_id: str = "",
 ) -> Triage:
     """Sort a step's calls (see the module doc); ``now`` is the step's time in seconds,
-    ``requester`` the chat's owner (an approval someone else answers records it)."""
+    ``requester`` the chat's owner (an approval someone else answers records it; a
+    per-call approval rule reads it as ``ctx.principal``), ``chat_id`` the chat."""
     parked: list[ParkedCall] = []
     to_run: list[ModelToolCall] = []
     events: list[Event] = []
@@ -78,7 +87,7 @@ def triage(
             events.append(ToolInputRejected(call_id, call.name, call.input, problem))
             continue
         events.append(ToolCallIssued(call_id, call.name, call.input))
-        if not spec.parks:
+        if not _parks(spec, call, template, chat_id, requester):
             to_run.append(call)
             continue
         kind: Literal["client", "approval"] = "client" if spec.kind == "client" else "approval"
@@ -116,6 +125,24 @@ def triage(
             events.append(ApprovalRequested(call_id, parked_call.approval_id))
         events.append(CallParked(parked_call))
     return Triage(parked, to_run, events, refused)
+
+
+def _parks(
+    spec: ToolSpec,
+    call: ModelToolCall,
+    template: AgentTemplate,
+    chat_id: str,
+    requester: str | None,
+) -> bool:
+    """Whether this (valid) call waits: a client tool always, a server tool when its
+    approval is asked for this input. A per-call rule sees what the call is: its chat,
+    requester, id and tool (nothing the server lends a running tool)."""
+    if spec.kind == "client":
+        return True
+    if not spec.parks:  # never asks: no rule to consult
+        return False
+    ctx = ToolContext(chat_id, requester or "", call.id or "", call.name, template=template)
+    return spec.asks_approval(call.input, ctx)
 
 
 def _answerers(spec: ToolSpec, config: RunnerConfig) -> tuple[str | None, bool]:

@@ -44,6 +44,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parkway.runner.agent import is_agent_ref
 from parkway.runner.demo import DEMO_AGENT
 from parkway.transport.cassettes._format import (
     Cassette,
@@ -306,6 +307,11 @@ def recording_writer(settings: Settings, agent_in_code: bool) -> CassetteWriter:
         raise SettingsError(f"{where}: {path} is a folder, not a cassette file")
     if agent_in_code:
         raise SettingsError(f"{where}: recording needs the agent as a file (agent_file)")
+    if settings.agent_file is not None and is_agent_ref(settings.agent_file):
+        raise SettingsError(
+            f"{where}: recording needs the agent as a file; write one with `parkway agent "
+            f"export {settings.agent_file} --agent-file > agent.json` and serve that"
+        )
     if settings.agent_file is not None:
         try:
             document = json.loads(settings.agent_file.read_text(encoding="utf-8"))
