@@ -1,4 +1,5 @@
-"""Pytest fixtures for cassettes: ``parkway_cassette``, ``parkway_replay`` and
+"""Pytest fixtures: ``parkway_runtime`` (a :class:`~parkway.runner.Runtime` on a private
+Redis), the cassette fixtures ``parkway_cassette``, ``parkway_replay`` and
 ``parkway_record``, and pytest's ``--record-mode`` option.
 
 Parkway registers this module as a pytest plugin (the ``pytest11`` entry point
@@ -9,6 +10,15 @@ Parkway registers this module as a pytest plugin (the ``pytest11`` entry point
 
     def test_the_trip_chat_survives_kill_9(parkway_replay):
         parkway_replay("cassettes/trip.json", cold=True)  # the agent file it names
+
+``parkway_runtime`` opens runtimes, each on its own embedded Redis (in a temporary folder)
+unless ``redis_url`` is given, and closes them when the test ends; it is an async
+fixture, so it needs ``pytest-asyncio`` (in ``auto`` or ``strict`` mode alike)::
+
+    async def test_the_agent_asks_before_publishing(parkway_runtime):
+        rt = await parkway_runtime(agent, model=TestModel())
+        result = await rt.send("chat-1", "publish it")
+        assert result.parked[0].kind == "approval"
 
 ``parkway_replay`` starts a real ``parkway serve`` process for each replay (on a private
 Redis in a temporary folder unless ``redis_url`` is given) and fails the test with the
@@ -25,13 +35,18 @@ VCR.py users expect: ``drive(client)`` talks to a recording ``parkway serve`` th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 import httpx2
 import pytest
 
+from parkway.runner.agent import AgentFile
+from parkway.runner.engine import RunnerConfig
+from parkway.runner.llm import Model
+from parkway.runner.runtime import DEFAULT_PRINCIPAL, AgentSource, Runtime
 from parkway.transport.cassettes import (
     RECORD_MODES,
     Cassette,
@@ -51,9 +66,11 @@ __all__ = [
     "CassetteLoader",
     "CassetteRecorder",
     "CassetteReplayer",
+    "RuntimeFactory",
     "parkway_cassette",
     "parkway_record",
     "parkway_replay",
+    "parkway_runtime",
     "pytest_addoption",
 ]
 
@@ -303,3 +320,81 @@ def parkway_record(
         return None
 
     return run
+
+
+# -- the runtime ----------------------------------------------------------------------
+
+
+class RuntimeFactory(Protocol):
+    """``await parkway_runtime(agent, ...)``: a started :class:`Runtime` for ``agent``
+    (an agent file or an agent defined in code), closed when the test ends. The keywords
+    are :class:`Runtime`'s; with no ``redis_url`` each runtime has its own embedded Redis
+    in a temporary folder, removed with it."""
+
+    async def __call__(
+        self,
+        agent: AgentFile | AgentSource,
+        *,
+        redis_url: str | None = None,
+        model: Model | str | None = None,
+        config: RunnerConfig | None = None,
+        principal: str = DEFAULT_PRINCIPAL,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        sweep_interval_s: float | None = 0.25,
+    ) -> Runtime: ...
+
+
+async def _runtimes() -> AsyncIterator[RuntimeFactory]:
+    opened: list[Runtime] = []
+
+    async def open_runtime(
+        agent: AgentFile | AgentSource,
+        *,
+        redis_url: str | None = None,
+        model: Model | str | None = None,
+        config: RunnerConfig | None = None,
+        principal: str = DEFAULT_PRINCIPAL,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        sweep_interval_s: float | None = 0.25,
+    ) -> Runtime:
+        runtime = Runtime(
+            agent,
+            redis_url=redis_url,
+            model=model,
+            config=config,
+            principal=principal,
+            environ=environ,
+            clock=clock,
+            sweep_interval_s=sweep_interval_s,
+        )
+        await runtime.start()
+        opened.append(runtime)
+        return runtime
+
+    try:
+        yield open_runtime
+    finally:
+        for runtime in reversed(opened):
+            await runtime.aclose()
+
+
+def _async_fixture(body: Callable[[], AsyncIterator[RuntimeFactory]]) -> Any:
+    """``body`` as an async fixture of pytest-asyncio (which runs it in the test's event
+    loop, in strict mode too); without pytest-asyncio, a fixture that fails the test
+    saying what to install."""
+    try:
+        import pytest_asyncio  # noqa: PLC0415 - optional: only projects that test async code have it
+    except ImportError:
+
+        @pytest.fixture(name="parkway_runtime")
+        def missing() -> NoReturn:
+            _fail("parkway_runtime is an async fixture: install pytest-asyncio to use it")
+
+        return missing
+    return pytest_asyncio.fixture(body, name="parkway_runtime")
+
+
+parkway_runtime = _async_fixture(_runtimes)
+"""A factory of started runtimes, closed at the test's end (:class:`RuntimeFactory`)."""

@@ -102,7 +102,9 @@ class StepDriver:
         except ModelError as exc:
             await end_failed(emit, state, None, exc, supervisor.commit)
             return
-        spec = self.models.chosen(template.llm) or self.models.default_spec
+        spec = self.models.chosen(template.llm)
+        if spec is None and self.models.pinned is None:
+            spec = self.models.default_spec
         if spec is not None:
             label = ModelLabel.of(spec.name)
         elif isinstance(model, ScriptedModel):

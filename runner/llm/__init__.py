@@ -5,6 +5,10 @@ providers over pydantic-ai's model layer (see docs/models.md).
   messages and streamed events);
 - :mod:`parkway.runner.llm.scripted`: :class:`ScriptedModel`, the agent file's scripted
   turns (the demo, tests, replays);
+- :mod:`parkway.runner.llm.function`: :class:`FunctionModel`, a model a Python function
+  steers (tests, demos);
+- :mod:`parkway.runner.llm.testmodel`: :class:`TestModel`, which calls every tool once
+  with arguments made from its schema (:mod:`parkway.runner.llm.samples`), then sums up;
 - :mod:`parkway.runner.llm.tape`: model tapes, a real model's steps recorded in a
   cassette and served back;
 - :mod:`parkway.runner.llm.spec`: model names, settings, and what each provider needs;
@@ -16,6 +20,13 @@ providers over pydantic-ai's model layer (see docs/models.md).
 """
 
 from parkway.runner.llm.catalog import ModelCatalog, build_model
+from parkway.runner.llm.function import (
+    FunctionInfo,
+    FunctionModel,
+    Reply,
+    ReplyFunction,
+    ToolCall,
+)
 from parkway.runner.llm.model import (
     AssistantTurn,
     Model,
@@ -34,14 +45,18 @@ from parkway.runner.llm.model import (
     UserTurn,
 )
 from parkway.runner.llm.policy import ModelTimeouts, RetryPolicy
+from parkway.runner.llm.samples import SampleError, sample
 from parkway.runner.llm.scripted import END_OF_SCRIPT, ScriptedModel
 from parkway.runner.llm.spec import PROVIDERS, ModelSpec, missing_environment, parse_model_spec
 from parkway.runner.llm.tape import ModelTape, TapeMode, TapeStep, event_from_json
+from parkway.runner.llm.testmodel import TestModel
 
 __all__ = [
     "END_OF_SCRIPT",
     "PROVIDERS",
     "AssistantTurn",
+    "FunctionInfo",
+    "FunctionModel",
     "Model",
     "ModelCatalog",
     "ModelEvent",
@@ -57,10 +72,15 @@ __all__ = [
     "ModelToolInputDelta",
     "ModelToolInputStart",
     "ModelUsage",
+    "Reply",
+    "ReplyFunction",
     "RetryPolicy",
+    "SampleError",
     "ScriptedModel",
     "TapeMode",
     "TapeStep",
+    "TestModel",
+    "ToolCall",
     "ToolDescription",
     "ToolResult",
     "UserTurn",
@@ -68,4 +88,5 @@ __all__ = [
     "event_from_json",
     "missing_environment",
     "parse_model_spec",
+    "sample",
 ]

@@ -122,8 +122,12 @@ class ModelCatalog:
         retry: RetryPolicy | None = None,
         sleep: Sleep | None = None,
         tape: ModelTape | None = None,
+        pinned: Model | None = None,
     ) -> None:
         self.default = default
+        # A model object every run uses, whatever its template names (a test's model
+        # swapped in for the agent's: Runtime(..., model=FunctionModel(...))).
+        self.pinned = pinned
         # A cassette's model tape (replays of real-model chats): provider models are
         # served through it, and built only when a step goes to the real model.
         self.tape = tape
@@ -137,7 +141,10 @@ class ModelCatalog:
         self._built: dict[str, Model] = {}
 
     def chosen(self, llm: ModelSpec | None) -> ModelSpec | None:
-        """The spec a run with this template ``llm`` uses (None: the default model)."""
+        """The spec a run with this template ``llm`` uses (None: the default model, or
+        the pinned one)."""
+        if self.pinned is not None:
+            return None
         if self.override is not None:
             return self.override
         if llm is not None:
@@ -154,6 +161,8 @@ class ModelCatalog:
 
     def model_for(self, llm: ModelSpec | None) -> Model:
         """The model of a run whose template says ``llm`` (None: the agent file's)."""
+        if self.pinned is not None:
+            return self.pinned
         spec = self.chosen(llm)
         if spec is None:
             if self.default is None:

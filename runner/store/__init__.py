@@ -61,6 +61,7 @@ from parkway.runner.store.history import (
     messages_metadata,
     part_ids,
     result_entry,
+    stored_messages,
     user_entry,
 )
 from parkway.runner.store.keys import (
@@ -135,6 +136,7 @@ __all__ = [
     "read_page",
     "result_entry",
     "settle_audit",
+    "stored_messages",
     "usage_keys",
     "user_entry",
 ]

@@ -53,6 +53,7 @@ __all__ = [
     "message_metadata",
     "messages_metadata",
     "result_entry",
+    "stored_messages",
     "to_model_messages",
     "user_entry",
 ]
@@ -227,6 +228,22 @@ def decode_entries(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
 def to_model_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:
     """The conversation as the model sees it, with every tool call answered."""
     return ModelView().update(entries)
+
+
+def stored_messages(entries: Sequence[Mapping[str, Any]]) -> tuple[ModelMessage, ...]:
+    """The conversation as it is stored, in model messages: unlike
+    :func:`to_model_messages`, a call with no result yet (it is parked) stays without
+    one, rather than being answered "result unknown"."""
+    out: list[ModelMessage] = []
+    for entry in entries:
+        tag = entry["t"]
+        if tag == "user":
+            out.append(UserTurn(entry["text"]))
+        elif tag == "assistant":
+            out.append(_assistant_turn(entry))
+        elif tag == "result":
+            out.append(_tool_result(entry))
+    return tuple(out)
 
 
 def _assistant_turn(entry: Mapping[str, Any]) -> AssistantTurn:

@@ -34,7 +34,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"agent"},
         {"codemode"},
         {"engine"},
-        {"demo"},
+        {"demo", "runtime"},
     ],
     "widgets_api": [
         {"keys", "highlight"},
