@@ -44,8 +44,10 @@ def test_the_runtime_example_parks_in_one_process_and_resumes_in_another(
     user_install: UserInstall, folder: Path
 ) -> None:
     """The first process parks the chat and exits (its embedded Redis stops with it);
-    the second starts afresh on the same data folder, answers and resumes: the page's
-    output, line for line."""
+    the second starts afresh on the same data folder, answers and resumes (a 75 EUR
+    order, no approval), then takes a 150 EUR order through its approval: the page's
+    output, line for line. The agent is an `Agent` with a client tool, a typed pydantic
+    argument and a per-call approval rule."""
 
     def run(script: str) -> str:
         done = subprocess.run(
@@ -62,7 +64,11 @@ def test_the_runtime_example_parks_in_one_process_and_resumes_in_another(
 
     assert run("park.py") == "Which size? -> parked pick_size {'options': ['S', 'M', 'L']}\n"
     assert not (folder / "parkway-data" / "redis.sock").exists()  # no server kept it alive
-    assert run("resume.py") == "Ordered a shirt in size M.\n"
+    assert run("resume.py") == (
+        "Done: 3 shirts in M, 75 EUR.\n"
+        "approval: {'order': {'size': 'L', 'quantity': 6}}\n"
+        "Done: 6 shirts in L, 150 EUR.\n"
+    )
 
 
 def test_the_runtime_example_passes_mypy_strict(folder: Path, tmp_path: Path) -> None:
