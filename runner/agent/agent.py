@@ -194,6 +194,7 @@ class Agent:
                     "ref": ref_of(fn),
                     "description": description or binding.description,
                     "input_schema": dict(binding.input_schema),
+                    "arguments": "typed",
                 }
                 if policy is not False:
                     compiled["needs_approval"] = policy

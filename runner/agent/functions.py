@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from parkway.runner.agent.signatures import ToolSignature, wants_context
-from parkway.runner.agent.template import TOOL_BINDING
+from parkway.runner.agent.template import TOOL_BINDING, TYPED_BINDERS
 from parkway.runner.agent.tools import ToolContext
 from parkway.runner.errors import ToolError
 from parkway.runner.validation import describe_first_error
@@ -205,3 +205,11 @@ def ref_of(func: Callable[..., Any]) -> str:
             "outermost decorator"
         )
     return f"{module}:{qualname}"
+
+
+def _bind_typed(func: Callable[..., Any]) -> FunctionTool:
+    """A typed function named by a template entry that nothing bound in this process."""
+    return bind_function(func, None)
+
+
+TYPED_BINDERS.append(_bind_typed)

@@ -37,6 +37,7 @@ from parkway.runner.validation import describe_first_error
 __all__ = [
     "PER_CALL",
     "TOOL_BINDING",
+    "TYPED_BINDERS",
     "AgentTemplate",
     "ToolBinding",
     "ToolSpec",
@@ -58,6 +59,12 @@ PER_CALL = "per_call"
 # The attribute under which a function defined with ``@agent.tool`` carries its
 # :class:`ToolBinding` (runner/agent/functions.py), found through the entry's ``ref``.
 TOOL_BINDING = "__parkway_tool__"
+# How a function entry whose ``arguments`` are ``"typed"`` is bound when nothing bound
+# its function in this process (an exported agent file served on its own, its tools
+# declared on an ``Agent`` in another module): runner/agent/functions.py puts its binder
+# here when the package is imported (it imports this module, so it cannot be imported
+# from here).
+TYPED_BINDERS: list[Callable[[Callable[..., Any]], ToolBinding]] = []
 
 
 class ToolBinding(Protocol):
@@ -102,6 +109,9 @@ class FunctionToolEntry(_Entry):
     allow_edits: bool = False
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     deadline_s: float | None = Field(default=None, gt=0)
+    # "input": the function takes the tool's input (and perhaps a ToolContext); "typed":
+    # its own parameters, validated from its signature (an @agent.tool function)
+    arguments: Literal["input", "typed"] = "input"
 
 
 class ClientToolEntry(_Entry):
@@ -274,6 +284,8 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         fn_entry = FunctionToolEntry.model_validate(entry)
         func = _import_ref(fn_entry.ref)
         binding: ToolBinding | None = getattr(func, TOOL_BINDING, None)
+        if binding is None and fn_entry.arguments == "typed" and TYPED_BINDERS:
+            binding = TYPED_BINDERS[0](func)
         default_schema = binding.input_schema if binding is not None else None
         schema = (
             fn_entry.input_schema

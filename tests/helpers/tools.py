@@ -73,3 +73,9 @@ def note(tool_input: dict[str, Any]) -> dict[str, Any]:
     with Path(tool_input["path"]).open("a") as out:
         out.write(f"{tool_input['line']}\n")
     return {"noted": True}
+
+
+def typed_add(a: int, b: int = 1) -> int:
+    """Add two numbers (a typed function no decorator bound: an exported agent file's
+    ``"arguments": "typed"`` entry binds it from its signature)."""
+    return a + b

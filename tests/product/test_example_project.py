@@ -82,6 +82,25 @@ def test_the_committed_cassette_replays_cold_with_no_key(user_python: Path, proj
     assert "site-packages" in where.stdout, where.stdout
 
 
+def test_the_agent_file_is_the_python_agent_exported(user_python: Path, project: Path) -> None:
+    """The agent is written in Python (trip_project/agent.py); agents/trip.agent.json, which
+    the cassette replays, is exactly its export by the installed ``parkway`` command."""
+    parkway = user_python.parent / "parkway"
+    exported = subprocess.run(
+        [str(parkway), "agent", "export", "trip_project.agent:agent", "--agent-file"],
+        cwd=project,
+        env=user_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert exported.returncode == 0, exported.stderr
+    committed = json.loads((project / "agents" / "trip.agent.json").read_text())
+    assert json.loads(exported.stdout) == committed
+    kinds = {tool["name"]: tool["type"] for tool in committed["template"]["tools"]}
+    assert kinds == {"forecast": "function", "book_stay": "function", "choose_city": "client"}
+
+
 def test_edited_instructions_fail_naming_the_model_step_and_field(
     user_python: Path, project: Path
 ) -> None:

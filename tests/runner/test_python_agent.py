@@ -459,3 +459,28 @@ def test_a_needs_approval_function_takes_only_the_tools_parameters() -> None:
     local = Agent("rules", model="openai:gpt-5-mini")
     with pytest.raises(TypeError, match="'total' is not one of"):
         local.tool(needs_approval=lambda total: total > 1)(expenses_agent.refuse_expense)
+
+
+async def test_an_exported_typed_tool_is_bound_from_its_signature_when_served_alone(
+    redis: Redis,
+) -> None:
+    """An agent file exported from an Agent names its typed functions with
+    ``"arguments": "typed"``: served on its own, where no ``@agent.tool`` ran in this
+    process, the function is still called with its own typed, validated arguments (an
+    entry without it gets the input as one dict, as agent files always did)."""
+    from parkway.runner import parse_agent_file
+
+    entry = {"type": "function", "name": "add", "ref": "tests.helpers.tools:typed_add",
+             "arguments": "typed"}  # fmt: skip
+    doc = {
+        "template": {"instructions": "", "tools": [entry]},
+        "model": {
+            "scripted": {"turns": [[call("add", {"a": 2})], [text("{{last_tool_results}}")]]}
+        },
+    }
+    agent = parse_agent_file(doc)
+    spec = agent.template.tool("add")
+    assert spec is not None and set(spec.input_schema["properties"]) == {"a", "b"}
+    runner = Runner(redis, agent.model, agent.template)
+    events = await (await runner.start_turn("typed-alone", "alice", "go")).collect()
+    assert said(events) == '[{"result":3,"tool":"add"}]'
