@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from tests.helpers.support import (
     Api,
@@ -108,7 +109,10 @@ async def test_startup_warns_about_redis_without_maxmemory(redis: Redis) -> None
     Redis is not."""
     from parkway.transport.app import memory_warning
 
-    config = await redis.config_get("maxmemory*")
+    try:
+        config = await redis.config_get("maxmemory*")
+    except ResponseError as exc:  # (a Redis that refuses CONFIG is not judged: below)
+        pytest.skip(f"this Redis refuses CONFIG: {exc}")
     try:
         await redis.config_set("maxmemory", 0)
         await redis.config_set("maxmemory-policy", "noeviction")
