@@ -66,6 +66,7 @@ from parkway.transport.api import (
     separate_approvals,
     warn_of_drift,
 )
+from parkway.transport.api.agui import agui_routes
 from parkway.transport.auth import (
     HeaderAuthenticator,
     JwtAuthenticator,
@@ -578,6 +579,7 @@ def create_app(
     app = Starlette(
         routes=[
             *api_routes(),
+            *agui_routes(),
             *approval_routes(),
             *agent_routes(),
             *code_routes(),

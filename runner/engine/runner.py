@@ -277,6 +277,12 @@ class Runner:
 
         return self._start(state, work)
 
+    async def current_template(self) -> AgentTemplate:
+        """The template a new turn runs when its request brings none (the agent's head,
+        or the agent file's)."""
+        template, _ = await self._head_template()
+        return template
+
     async def _head_template(
         self, *, fresh: bool = False
     ) -> tuple[AgentTemplate, tuple[str, int] | None]:

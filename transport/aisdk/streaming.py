@@ -31,7 +31,16 @@ from parkway.transport.aisdk.chunks import ErrorChunk
 from parkway.transport.aisdk.encoder import encode_event
 from parkway.widgets_api.descriptors import describe_call
 
-__all__ = ["STREAM_HEADERS", "Describer", "follow_response", "replay_response", "stream_response"]
+__all__ = [
+    "STREAM_HEADERS",
+    "Describer",
+    "aclose",
+    "failure_text",
+    "follow_response",
+    "replay_response",
+    "run_events",
+    "stream_response",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +71,7 @@ def _dump(chunk: dict[str, Any]) -> str:
     return json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
 
 
-def _failure(exc: Exception) -> str:
+def failure_text(exc: Exception) -> str:
     """The error chunk's text for a stream that cannot go on, logged here."""
     if is_redis_outage(exc):
         log.warning("stream ended: Redis unavailable (%s)", exc)
@@ -86,13 +95,13 @@ async def _encode(chunks: Chunks, ready: asyncio.Queue[str], *, run: bool) -> No
             # The stream cannot go on (Redis went away mid-follow, or a bug): end it with
             # an error chunk the client shows, never a torn connection. The run itself
             # is not affected; a reconnect follows it again.
-            await ready.put(_dump(ErrorChunk(error_text=_failure(exc)).to_dict()))
+            await ready.put(_dump(ErrorChunk(error_text=failure_text(exc)).to_dict()))
         await ready.put(DONE)
     finally:
         await chunks.aclose()
 
 
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
+async def aclose(iterator: AsyncIterator[Any]) -> None:
     """Close ``iterator`` now, if it is a generator: one left unfinished (a follower
     stopped at its run's last event) would otherwise be closed only once collected."""
     aclose = getattr(iterator, "aclose", None)
@@ -137,34 +146,36 @@ def _encoded(
             async for event in events:
                 yield encode_event(event, describe).to_dict()
         finally:
-            await _aclose(events)
+            await aclose(events)
 
     return chunks()
+
+
+async def run_events(chat_id: str, runner: Runner, run: Run) -> AsyncIterator[Event]:
+    """The events of ``run``, followed in the chat's log from its first entry (any wire
+    streams a run this way, so a client may follow it from another worker too)."""
+    try:
+        start = await asyncio.wait_for(asyncio.shield(run.log_start), LOG_START_TIMEOUT_S)
+    except Exception:
+        # The log cannot be written: the run still persists its steps, so stream its
+        # events straight from this process rather than leave the client hanging.
+        log.warning("chat %s: event log unavailable, streaming directly", chat_id)
+        async for event in run.events():
+            yield event
+        return
+    follower = runner.follow(chat_id, start)
+    try:
+        async for event in follower:
+            yield event
+    finally:
+        await aclose(follower)
 
 
 def stream_response(
     chat_id: str, runner: Runner, run: Run, describer: Describer = describe_call
 ) -> EventSourceResponse:
     """An AI SDK UI message stream response that follows ``run`` in the chat's log."""
-
-    async def events() -> AsyncIterator[Event]:
-        try:
-            start = await asyncio.wait_for(asyncio.shield(run.log_start), LOG_START_TIMEOUT_S)
-        except Exception:
-            # The log cannot be written: the run still persists its steps, so stream its
-            # events straight from this process rather than leave the client hanging.
-            log.warning("chat %s: event log unavailable, streaming directly", chat_id)
-            async for event in run.events():
-                yield event
-            return
-        follower = runner.follow(chat_id, start)
-        try:
-            async for event in follower:
-                yield event
-        finally:
-            await _aclose(follower)
-
-    return _sse(_encoded(chat_id, events(), describer), run=True)
+    return _sse(_encoded(chat_id, run_events(chat_id, runner, run), describer), run=True)
 
 
 def follow_response(

@@ -49,7 +49,7 @@ from parkway.transport.auth import TrustedProxies
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 
-__all__ = ["api_routes", "call_view"]
+__all__ = ["api_routes", "call_view", "client_of", "run_streamed", "streamed"]
 
 
 def _call_id(request: Request) -> str:
@@ -116,18 +116,23 @@ def client_of(request: Request, principal: str) -> str:
     return principal
 
 
-def _streamed(request: Request, principal: str, response: Response) -> Response:
+def streamed(request: Request, principal: str, response: Response) -> Response:
     """``response`` (an SSE stream) if this worker admits one more stream, else 429."""
     admission: Admission = request.app.state.admission
     client = client_of(request, principal)
     return AdmittedStream(response, admission.admit("stream", principal, client))
 
 
-async def _run_streamed(
-    request: Request, principal: str, chat_id: str, start: Callable[[], Awaitable[Run]]
+async def run_streamed(
+    request: Request,
+    principal: str,
+    chat_id: str,
+    start: Callable[[], Awaitable[Run]],
+    respond: Callable[[Run], Response] | None = None,
 ) -> Response:
-    """Start a run (``start``: a turn or a resume) and stream it, if this worker admits
-    one more run and one more stream for ``principal``; else 429, with nothing started."""
+    """Start a run (``start``: a turn or a resume) and stream it (``respond``: the wire's
+    response for the run; the AI SDK stream by default), if this worker admits one more
+    run and one more stream for ``principal``; else 429, with nothing started."""
     admission: Admission = request.app.state.admission
     client = client_of(request, principal)
     release_run = admission.admit("run", principal, client)
@@ -146,7 +151,10 @@ async def _run_streamed(
         release_run()
     else:
         run.task.add_done_callback(lambda _: release_run())
-    response = stream_response(chat_id, runner_of(request), run, _describer(request))
+    if respond is None:
+        response = stream_response(chat_id, runner_of(request), run, _describer(request))
+    else:
+        response = respond(run)
     return AdmittedStream(response, release_stream)
 
 
@@ -179,7 +187,7 @@ async def post_chat(request: Request) -> Response:
             seed=agents.seed,
         )
     user_text = post.user_text
-    return await _run_streamed(
+    return await run_streamed(
         request,
         principal,
         post.chat_id,
@@ -219,7 +227,7 @@ async def _answer_and_resume(request: Request, principal: str, post: ChatPost) -
         return run
 
     try:
-        return await _run_streamed(request, principal, post.chat_id, start)
+        return await run_streamed(request, principal, post.chat_id, start)
     except _StillPending as still:
         settled, pending = still.report.settled, still.report.pending
     except NothingToResumeError as exc:
@@ -287,7 +295,7 @@ async def resume_stream(request: Request) -> Response:
             # A new message: the run's own start opens it. Else its earlier parts are
             # rebuilt and the run's own start is skipped.
             prefix = [] if message is None else replay_message(message, None)
-            return _streamed(
+            return streamed(
                 request,
                 principal,
                 follow_response(
@@ -389,7 +397,7 @@ async def resume_chat(request: Request) -> Response:
     principal = principal_of(request)
     chat_id = chat_id_of(request)
     runner = runner_of(request)
-    return await _run_streamed(
+    return await run_streamed(
         request, principal, chat_id, lambda: runner.resume(chat_id, principal)
     )
 
