@@ -331,6 +331,7 @@ class Runner:
         answers: Sequence[Answer],
         *,
         roles: frozenset[str] = frozenset(),
+        echo: frozenset[str] = frozenset(),
     ) -> tuple[AnswerReport, Run | None]:
         """Settle the pending calls ``answers`` answer and, when none is left pending,
         resume the chat (the AI SDK path: a client sends tool outputs and reads the run's
@@ -338,7 +339,8 @@ class Runner:
 
         On the worker that parked the step, in one round trip (the ANSWER script);
         otherwise, or when the chat has moved on, as :meth:`answer` then :meth:`resume`.
-        The answered client calls are not echoed back (``skip_echo``).
+        The answered client calls are not echoed back (``skip_echo``), except those named
+        in ``echo`` (a caller that answered them for someone else's view, say).
         """
         self._refuse_if_closing()
         if not answers:
@@ -366,14 +368,15 @@ class Runner:
                     principal,
                     token,
                     claimed,
-                    frozenset(plan.call_ids),
+                    frozenset(plan.call_ids) - echo,
                     claimed_at=claimed_at,
                 )
                 return AnswerReport(plan.call_ids, 0), run
         report = await self.answer(chat_id, principal, answers, roles=roles)
         if report.pending:
             return report, None
-        return report, await self.resume(chat_id, principal, skip_echo=frozenset(report.settled))
+        skip = frozenset(report.settled) - echo
+        return report, await self.resume(chat_id, principal, skip_echo=skip)
 
     async def _resumed(
         self,

@@ -13,6 +13,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ from pydantic import TypeAdapter
 
 from tests.helpers import tools as test_tools
 from tests.helpers.support import (
+    PICK_TOOL,
+    PUBLISH_TOOL,
     Api,
     agent_doc,
     call,
@@ -308,6 +311,263 @@ def test_a_frontend_tool_is_answered_by_the_next_runs_tool_message(redis_url: st
         [parked] = [c for c in state["calls"] if c["toolCallId"] == call_id]
         assert parked["outcome"] == {"outcome": "output", "output": {"color": "red"}}
         await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def _resolved(interrupt_id: str, payload: Any = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"interruptId": interrupt_id, "status": "resolved"}
+    if payload is not None:
+        entry["payload"] = payload
+    return entry
+
+
+def _run_error(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    assert events[-1]["type"] == "RUN_ERROR", events[-1]
+    return dict(events[-1])
+
+
+def test_an_approval_with_edited_arguments_runs_what_the_human_approved(redis_url: str) -> None:
+    agent = agent_doc([[call("publish_editable", {"title": "draft"})], [text("ok")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        assert "editedArgs" in interrupt["responseSchema"]["properties"]
+        assert interrupt["metadata"]["parkway"]["allowEdits"] is True
+        done = await client.run(
+            resume=[
+                _resolved(interrupt["id"], {"approved": True, "editedArgs": {"title": "Final"}})
+            ]
+        )
+        assert results(done) == {interrupt["id"]: {"published": "Final"}}
+        assert [e["input"] for e in test_tools.EXECUTIONS] == [{"title": "Final"}]
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_resumes_the_rules_refuse_change_nothing(redis_url: str) -> None:
+    agent = agent_doc(
+        [[call("publish", {"title": "A"}), call("publish", {"title": "B"})], [text("ok")]]
+    )
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        first, second = outcome(await client.say("go"))["interrupts"]
+        yes = {"approved": True}
+        refused = {
+            "unknown_interrupt": [_resolved(first["id"], yes), _resolved("nope", yes)],
+            "duplicate_resume": [_resolved(first["id"], yes), _resolved(first["id"], yes)],
+            "resume_incomplete": [_resolved(first["id"], yes)],
+            "invalid_resume": [_resolved(first["id"], {"ok": 1}), _resolved(second["id"], yes)],
+        }
+        for code, resume in refused.items():
+            status, events, raw = await client.post(resume=resume)
+            assert status == 200, raw
+            error = _run_error(events)
+            assert error["code"] == code, error
+            assert [e["type"] for e in events] == ["RUN_STARTED", "RUN_ERROR"]
+        # edits where the tool allows none are refused as well
+        status, events, _ = await client.post(
+            resume=[
+                _resolved(first["id"], {"approved": True, "editedArgs": {"title": "Z"}}),
+                _resolved(second["id"], yes),
+            ]
+        )
+        assert _run_error(events)["code"] == "invalid_resume"
+        state = await api.state(client.thread_id)
+        assert [c["status"] for c in state["calls"]] == ["pending", "pending"]
+        assert not test_tools.EXECUTIONS
+        # a bare boolean is read as {approved}
+        done = await client.run(resume=[_resolved(first["id"], True), _resolved(second["id"], yes)])
+        assert len(results(done)) == 2 and texts(done) == "ok"
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_a_repeated_resume_is_idempotent_and_a_different_one_is_refused(redis_url: str) -> None:
+    agent = agent_doc([[call("publish", {"title": "A"})], [text("ok")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        resume = [_resolved(interrupt["id"], {"approved": True})]
+        assert texts(await client.run(resume=resume)) == "ok"
+        again = await client.run(resume=resume)
+        assert outcome(again) == {"type": "success"}
+        assert not results(again) and not texts(again)
+        snapshot = next(e for e in again if e["type"] == "MESSAGES_SNAPSHOT")
+        assert snapshot["messages"][-1]["content"] == "ok"
+        _status, events, _ = await client.post(
+            resume=[_resolved(interrupt["id"], {"approved": False})]
+        )
+        assert _run_error(events)["code"] == "already_settled"
+        cancel = await client.run(resume=[{"interruptId": interrupt["id"], "status": "cancelled"}])
+        assert outcome(cancel) == {"type": "success"}
+        assert len(test_tools.EXECUTIONS) == 1
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_an_expired_interrupt_can_only_be_cancelled(redis_url: str) -> None:
+    quick = {**PUBLISH_TOOL, "deadline_s": 1}
+    agent = agent_doc([[call("publish", {"title": "A"})], [text("after")]], tools=[quick])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        expires = datetime.fromisoformat(interrupt["expiresAt"].replace("Z", "+00:00"))
+        while datetime.now(UTC) <= expires:  # the deadline passes (a condition, not a guess)
+            await asyncio.sleep(0.05)
+        _status, events, _ = await client.post(
+            resume=[_resolved(interrupt["id"], {"approved": True})]
+        )
+        error = _run_error(events)
+        assert error["code"] == "interrupt_expired"
+        assert "cancel it" in error["message"]
+        done = await client.run(resume=[{"interruptId": interrupt["id"], "status": "cancelled"}])
+        assert outcome(done) == {"type": "success"}
+        [result] = results(done).values()
+        assert result["approved"] is False
+        assert texts(done) == "after"
+        assert not test_tools.EXECUTIONS
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_a_new_message_supersedes_open_interrupts(redis_url: str) -> None:
+    agent = agent_doc([[call("publish", {"title": "A"})], [text("fresh turn")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        turn = await client.say("never mind")
+        assert texts(turn) == "fresh turn" and outcome(turn) == {"type": "success"}
+        state = await api.state(client.thread_id)
+        [parked] = state["calls"]
+        assert parked["toolCallId"] == interrupt["id"]
+        assert parked["outcome"]["reason"] == "superseded_by_user_message"
+        assert not test_tools.EXECUTIONS
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_a_settle_on_another_wire_is_the_same_one_winner_settle(redis_url: str) -> None:
+    agent = agent_doc([[call("publish", {"title": "A"})], [text("ok")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        settled = await api.settle(client.thread_id, interrupt["id"], {"outcome": "denied"})
+        assert settled.status_code == 200, settled.text
+        # the interrupt is no longer open: a reload finds none, and the run goes on
+        _status, events, _ = await client.post(
+            resume=[_resolved(interrupt["id"], {"approved": True})]
+        )
+        assert _run_error(events)["code"] == "already_settled"
+        done = await client.run(resume=[{"interruptId": interrupt["id"], "status": "cancelled"}])
+        assert results(done) == {interrupt["id"]: {"approved": False, "reason": "denied"}}
+        assert texts(done) == "ok"
+        assert not test_tools.EXECUTIONS
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_a_client_tool_no_frontend_declares_is_an_interrupt(redis_url: str) -> None:
+    agent = agent_doc([[call("pick", {"q": "which?"})], [text("picked")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        assert interrupt["reason"] == "client_tool"
+        assert interrupt["message"] == "Pick one option."
+        assert interrupt["responseSchema"] == PICK_TOOL["output_schema"]
+        _status, events, _ = await client.post(resume=[_resolved(interrupt["id"], {"wrong": 1})])
+        assert _run_error(events)["code"] == "invalid_resume"
+        done = await client.run(resume=[_resolved(interrupt["id"], {"choice": "x"})])
+        assert results(done) == {interrupt["id"]: {"choice": "x"}}
+        assert texts(done) == "picked"
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_bad_inputs_get_json_errors_and_store_nothing(redis_url: str) -> None:
+    agent = agent_doc([[text("hi")]])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        base = {"threadId": "t-bad", "runId": "r-1", "messages": []}
+        user = {"id": "u1", "role": "user", "content": "hi"}
+        cases: list[tuple[Any, int, str]] = [
+            ([1, 2], 422, "invalid_body"),
+            ({"threadId": "t-bad"}, 422, "invalid_body"),
+            ({**base, "threadId": "x" * 500}, 400, "invalid_request"),
+            ({**base, "runId": ""}, 400, "invalid_request"),
+            (
+                {**base, "messages": [{**user, "content": [{"type": "image", "source": {}}]}]},
+                422,
+                "",
+            ),
+            (
+                {
+                    **base,
+                    "messages": [user],
+                    "tools": [{"name": "get_weather", "description": "x"}],
+                },
+                422,
+                "tool_name_taken",
+            ),
+            (
+                {**base, "messages": [user], "tools": [{"name": "t", "description": "x"}] * 200},
+                413,
+                "too_many_tools",
+            ),
+        ]
+        for body, status, code in cases:
+            response = await api.http.post("/api/agui", json=body)
+            assert response.status_code == status, (body, response.text)
+            error = response.json()["error"]
+            if code:
+                assert error["code"] == code, error
+        anonymous = await api.http.post(
+            "/api/agui", json={**base, "messages": [user]}, headers={"authorization": ""}
+        )
+        assert anonymous.status_code == 401
+        state = await api.http.get("/api/chats/t-bad")
+        assert state.status_code == 404
+        # another principal's thread reads as missing: a no-input run shows nothing of it
+        owner = AguiClient(api, "t-owned")
+        await owner.say("mine")
+        other = await _login(url)
+        status, events, _ = await AguiClient(other, "t-owned").post()
+        snapshot = next(e for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+        assert snapshot["messages"] == []
+        stolen = await AguiClient(other, "t-owned").post(messages=[user | {"id": "u9"}])
+        assert stolen[0] == 404
+        await api.aclose()
+        await other.aclose()
 
     with server_thread(redis_url, agent) as server:
         asyncio.run(scenario(server.base_url))

@@ -50,7 +50,7 @@ from parkway.transport.agui.messages import (
 )
 from parkway.transport.agui.streaming import agui_response
 from parkway.transport.aisdk.streaming import run_events
-from parkway.transport.api.chats import run_streamed, streamed
+from parkway.transport.api.chats import run_start, run_streamed, streamed
 from parkway.transport.api.requests import principal_of, read_json, roles_of, runner_of
 from parkway.transport.errors import HTTPError
 from parkway.transport.settings import Settings
@@ -182,10 +182,21 @@ async def frontend_template(runner: Runner, tools: Sequence[Tool]) -> AgentTempl
         raise HTTPError(422, "invalid_tools", str(exc)) from None
 
 
-def _has_user_message(record: ChatRecord | None, message_id: str | None) -> bool:
+def _is_new_message(record: ChatRecord | None, message_id: str | None) -> bool:
+    """Whether the input's last user message starts a turn: the chat has not stored it,
+    or it is the chat's last entry, left unanswered by a run that failed or stopped
+    (sent again, it is a retry, as an AI SDK ``regenerate()`` is)."""
     if record is None or not message_id:
-        return False
-    return any(e["t"] == "user" and e.get("uid") == message_id for e in record.entries)
+        return True
+    if not any(e["t"] == "user" and e.get("uid") == message_id for e in record.entries):
+        return True
+    last = record.entries[-1] if record.entries else None
+    return (
+        last is not None
+        and last["t"] == "user"
+        and last.get("uid") == message_id
+        and record.meta.get("state", "idle") == "idle"
+    )
 
 
 async def post_agui(request: Request) -> Response:
@@ -201,7 +212,7 @@ async def post_agui(request: Request) -> Response:
         record: ChatRecord | None = await runner.chat(ctx.chat_id, principal)
     except ChatNotFoundError:
         record = None
-    new_message = post.user_text is not None and not _has_user_message(record, post.user_message_id)
+    new_message = post.user_text is not None and _is_new_message(record, post.user_message_id)
     answers = list(post.answers)
     if post.resume:
         calls = [] if record is None else list(record.calls)
@@ -222,6 +233,10 @@ async def post_agui(request: Request) -> Response:
         except ResumeProblem as problem:
             return streamed(request, principal, ctx.refused(problem))
         answers.extend(plan.answers)
+        # the client reads an interrupt's result on the run (it has no tool message)
+        echo = frozenset(a.tool_call_id for a in plan.answers)
+    else:
+        echo = frozenset()
     if new_message:
         assert post.user_text is not None
         template = await frontend_template(runner, post.tools)
@@ -246,25 +261,49 @@ async def post_agui(request: Request) -> Response:
     message_id = record.meta.get("message_id") or ""
     steps = steps_of(record, message_id)
     if answers:
-        return await _answer(ctx, answers, steps)
+        return await _answer(ctx, answers, steps, echo)
     state = record.meta.get("state")
     if state == "parked" and not any(c.outcome is None for c in record.calls):
         # every call was settled elsewhere (an OAuth callback, an approver, the settle
         # route, a deadline): the run goes on
         return await _resume(ctx, steps, record)
+    if state == "running":
+        start_id = record.meta.get("run_start") or await run_start(runner, ctx.chat_id)
+        if start_id is not None:
+            return _follow(ctx, record, start_id)
     return ctx.status(record)
+
+
+def _follow(ctx: _Context, record: ChatRecord, start_id: str) -> Response:
+    """A run in progress (on any worker), for a client that reconnects: the chat as it
+    was when the run began, then the run live from its first event. A run whose worker
+    died ends with the error that says so."""
+    stored = int(record.meta.get("run_hist", len(record.entries)))
+    earlier = ChatRecord(meta=record.meta, entries=record.entries[:stored], calls=record.calls)
+    message_id = record.meta.get("message_id") or ""
+    return streamed(
+        ctx.request,
+        ctx.principal,
+        agui_response(
+            ctx.encoder(steps_of(earlier, message_id)),
+            events=ctx.runner.follow(ctx.chat_id, start_id),
+            pending=ctx.pending,
+            interrupts=ctx.interrupts,
+            prefix=[MessagesSnapshotEvent(messages=agui_messages(earlier))],
+        ),
+    )
 
 
 class _StillPending(Exception):
     pass
 
 
-async def _answer(ctx: _Context, answers: list[Any], steps: int) -> Response:
+async def _answer(ctx: _Context, answers: list[Any], steps: int, echo: frozenset[str]) -> Response:
     request, runner = ctx.request, ctx.runner
 
     async def start() -> Run:
         _, run = await runner.answer_and_resume(
-            ctx.chat_id, ctx.principal, answers, roles=roles_of(request)
+            ctx.chat_id, ctx.principal, answers, roles=roles_of(request), echo=echo
         )
         if run is None:
             raise _StillPending

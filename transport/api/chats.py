@@ -49,7 +49,7 @@ from parkway.transport.auth import TrustedProxies
 from parkway.transport.errors import HTTPError, invalid_body
 from parkway.transport.settings import Settings
 
-__all__ = ["api_routes", "call_view", "client_of", "run_streamed", "streamed"]
+__all__ = ["api_routes", "call_view", "client_of", "run_start", "run_streamed", "streamed"]
 
 
 def _call_id(request: Request) -> str:
@@ -287,7 +287,7 @@ async def resume_stream(request: Request) -> Response:
     state = meta.get("state")
     now_ms = runner.clock() * 1000
     if state == "running" and float(meta.get("lease_until", "0")) >= now_ms:
-        start_id = meta.get("run_start") or await _run_start(runner, chat_id)
+        start_id = meta.get("run_start") or await run_start(runner, chat_id)
         if start_id is not None:
             stored = int(meta.get("run_hist", len(record.entries)))
             earlier = ChatRecord(meta=meta, entries=record.entries[:stored], calls=record.calls)
@@ -321,7 +321,7 @@ async def resume_stream(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _run_start(runner: Runner, chat_id: str) -> str | None:
+async def run_start(runner: Runner, chat_id: str) -> str | None:
     """A run that has just been claimed logs its first event within milliseconds."""
     for _ in range(40):
         info = await runner.store.run_info(chat_keys(chat_id))
