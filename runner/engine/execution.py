@@ -144,7 +144,7 @@ def record_outcomes(
         if emit is None or (call.kind == "client" and call.tool_call_id in state.skip_echo):
             continue  # a new message, or the caller supplied this output itself
         if status == "denied":
-            emit(ToolDenied(call.tool_call_id, outcome.get("reason")))
+            emit(ToolDenied(call.tool_call_id, str(res.get("reason") or "denied")))
         elif status == "error":
             emit(ToolFailed(call.tool_call_id, str(res.get("error", ""))))
         else:

@@ -88,7 +88,7 @@ async def test_an_expired_approval_is_a_refusal_and_the_tool_never_runs(redis: R
     clock.at_ms(deadline_ms(pending))
     assert (await Sweeper(runner).sweep_once()).settled == 1
     events = await resume(runner, "a1")
-    assert [e.reason for e in events if isinstance(e, ToolDenied)] == [None]
+    assert [e.reason for e in events if isinstance(e, ToolDenied)] == ["timeout"]
     assert json.loads(said(events)) == [
         {"tool": "publish", "result": {"approved": False, "reason": "timeout"}}
     ]
