@@ -20,10 +20,12 @@ import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
+from parkway.transport.api.sessions import SessionAuthenticator
 from tests.helpers import tools as test_tools
 from tests.helpers.support import (
     PICK_TOOL,
     PUBLISH_TOOL,
+    TEST_SECRET,
     Api,
     agent_doc,
     call,
@@ -570,4 +572,37 @@ def test_bad_inputs_get_json_errors_and_store_nothing(redis_url: str) -> None:
         await other.aclose()
 
     with server_thread(redis_url, agent) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_an_approval_left_to_an_approver_waits_for_them(redis_url: str) -> None:
+    """A requester's AG-UI client sees the interrupt (named as an approver's), may only
+    keep waiting on it (a resume without payload), and the run goes on once the approver
+    decides through the settle route."""
+    four_eyes = {**PUBLISH_TOOL, "approvers": "approver", "self_approval": False}
+    agent = agent_doc([[call("publish", {"title": "A"})], [text("decided")]], tools=[four_eyes])
+    approver_id = "usr_named-approver"
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        [interrupt] = outcome(await client.say("go"))["interrupts"]
+        about = interrupt["metadata"]["parkway"]
+        assert about["approvers"] == "approver" and about["selfApproval"] is False
+        _, events, _ = await client.post(resume=[_resolved(interrupt["id"], {"approved": True})])
+        assert _run_error(events)["code"] == "not_yours"
+        waiting = await client.run(resume=[_resolved(interrupt["id"])])
+        assert outcome(waiting)["interrupts"] == [interrupt]
+        approver = Api(url)
+        approver.principal, approver.token = SessionAuthenticator(TEST_SECRET).issue(approver_id)
+        approver.http.headers["authorization"] = f"Bearer {approver.token}"
+        settled = await approver.settle(client.thread_id, interrupt["id"], {"outcome": "approved"})
+        assert settled.status_code == 200, settled.text
+        done = await client.run(resume=[_resolved(interrupt["id"])])
+        assert results(done) == {interrupt["id"]: {"published": "A"}}
+        assert texts(done) == "decided"
+        await api.aclose()
+        await approver.aclose()
+
+    with server_thread(redis_url, agent, approvers=(approver_id,)) as server:
         asyncio.run(scenario(server.base_url))

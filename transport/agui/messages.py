@@ -391,6 +391,7 @@ def plan_resume(
     superseding: bool,
     now: float,
     max_bytes: int,
+    answerable: Callable[[ParkedCall], bool] = lambda _call: True,
 ) -> ResumePlan:
     """Check ``entries`` against the chat's parked ``calls`` and say what they settle.
 
@@ -402,6 +403,10 @@ def plan_resume(
     an answer the call accepts (``invalid_resume``). An entry for a call that is settled
     already is idempotent: the same answer, or a cancel, is acknowledged and changes
     nothing; a different answer is ``already_settled``.
+
+    An approval the caller may not answer (``answerable``: its policy leaves it to an
+    approver) is covered by an entry without a payload, which only says "still
+    waiting"; an answer to it is ``not_yours``.
     """
     by_id = {c.tool_call_id: c for c in calls}
     seen: set[str] = set()
@@ -428,12 +433,25 @@ def plan_resume(
                 + (f" at {_iso(call.deadline)}" if call.deadline is not None else "")
                 + " and can no longer be answered; cancel it to continue the thread",
             )
+        if call.outcome is None and not answerable(call):
+            if entry.payload is None:
+                continue  # waiting for its approver
+            raise ResumeProblem(
+                "not_yours",
+                f"interrupt {entry.interrupt_id!r} is an approval for "
+                + (
+                    f"a principal with the role {call.approvers!r}"
+                    if call.approvers
+                    else "someone else"
+                )
+                + " to answer; resume it without a payload to keep waiting",
+            )
+        if call.outcome is not None and (entry.status == "cancelled" or entry.payload is None):
+            acknowledged.append(call.tool_call_id)  # decided already: nothing to add
+            continue
         outcome = _entry_outcome(call, entry)
         if call.outcome is not None:
-            if entry.status == "cancelled" or outcome is None:
-                acknowledged.append(call.tool_call_id)
-                continue
-            if not _same_outcome(call, outcome, max_bytes):
+            if outcome is None or not _same_outcome(call, outcome, max_bytes):
                 raise ResumeProblem(
                     "already_settled",
                     f"interrupt {entry.interrupt_id!r} was answered already "

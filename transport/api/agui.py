@@ -36,7 +36,7 @@ from parkway.runner.agent.template import AgentTemplate, load_template_json
 from parkway.runner.canonical import canonical_json
 from parkway.runner.engine import Run, Runner
 from parkway.runner.errors import ChatNotFoundError, NothingToResumeError, TemplateError
-from parkway.runner.parking import ParkedCall
+from parkway.runner.parking import ParkedCall, may_answer
 from parkway.runner.store import ChatRecord, chat_keys, check_chat_id
 from parkway.transport.agui.encoder import AguiEncoder
 from parkway.transport.agui.messages import (
@@ -229,6 +229,9 @@ async def post_agui(request: Request) -> Response:
                 superseding=new_message,
                 now=runner.clock(),
                 max_bytes=settings.max_output_bytes,
+                answerable=lambda call: (
+                    may_answer(call, principal, roles_of(request), principal) == "yes"
+                ),
             )
         except ResumeProblem as problem:
             return streamed(request, principal, ctx.refused(problem))
