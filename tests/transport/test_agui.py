@@ -29,6 +29,7 @@ from tests.helpers.support import (
     Api,
     agent_doc,
     call,
+    eventually,
     server_thread,
     text,
 )
@@ -605,4 +606,57 @@ def test_an_approval_left_to_an_approver_waits_for_them(redis_url: str) -> None:
         await approver.aclose()
 
     with server_thread(redis_url, agent, approvers=(approver_id,)) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+GATED_TOOL = {
+    "type": "function",
+    "name": "gated",
+    "ref": "tests.helpers.tools:gated",
+    "input_schema": {"type": "object"},
+}
+
+
+def test_a_client_that_reconnects_follows_the_run_in_progress(redis_url: str) -> None:
+    """The first client goes away while the run waits in a tool; a run with no new input
+    (a reload, or another tab) gets the chat so far and then the run live, to its end."""
+    agent = agent_doc(
+        [[text("Working."), call("gated", {})], [text("Finished.")]], tools=[GATED_TOOL]
+    )
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        test_tools.GATE.clear()
+        client.messages.append({"id": "u-1", "role": "user", "content": "go"})
+        body = {"threadId": client.thread_id, "runId": "r-first", "messages": client.messages}
+        async with api.http.stream("POST", "/api/agui", json=body) as response:
+            async for line in response.aiter_lines():
+                if '"TOOL_CALL_END"' in line:
+                    break  # the client leaves mid-run
+
+        async def running() -> bool:
+            return (await api.state(client.thread_id))["state"] == "running"
+
+        await eventually(running)
+        again = {"threadId": client.thread_id, "runId": "r-again", "messages": []}
+        lines = []
+        async with api.http.stream("POST", "/api/agui", json=again) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                lines.append(line)
+                if '"MESSAGES_SNAPSHOT"' in line:
+                    test_tools.GATE.set()  # the run goes on once this client follows it
+        events = agui_events("\n".join(lines))
+        check_frame(events, client.thread_id, "r-again")
+        snapshot = next(e for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+        # the chat before the run, with the turn's message (its step, stored before
+        # the tool ran, comes from the run's log); then the run from its first event
+        assert [(m["id"], m["role"]) for m in snapshot["messages"]] == [("u-1", "user")]
+        assert texts(events) == "Working.Finished."
+        assert results(events)  # the tool's result, from the run's log
+        assert outcome(events) == {"type": "success"}
+        await api.aclose()
+
+    with server_thread(redis_url, agent) as server:
         asyncio.run(scenario(server.base_url))

@@ -282,7 +282,12 @@ def _follow(ctx: _Context, record: ChatRecord, start_id: str) -> Response:
     was when the run began, then the run live from its first event. A run whose worker
     died ends with the error that says so."""
     stored = int(record.meta.get("run_hist", len(record.entries)))
-    earlier = ChatRecord(meta=record.meta, entries=record.entries[:stored], calls=record.calls)
+    # what the run has stored so far comes again from its log; the turn's user message
+    # (stored with the run's first step) does not
+    users = [e for e in record.entries[stored:] if e["t"] == "user"]
+    earlier = ChatRecord(
+        meta=record.meta, entries=[*record.entries[:stored], *users], calls=record.calls
+    )
     message_id = record.meta.get("message_id") or ""
     return streamed(
         ctx.request,
