@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -55,13 +55,17 @@ WIRE_NAMES = [
     "output", "errorText", "approval", "approved", "reason", "outcome", "message",
     "template", "expectedVersion", "summary", "chatId", "connectionId", "messages",
     "trigger", "messageId", "agentTemplate", "instructions", "tools", "name",
+    "threadId", "runId", "interruptId", "payload", "editedArgs", "connected", "choice",
 ]  # fmt: skip
 WIRE_VALUES = [
     "user", "assistant", "system", "text", "step-start", "tool-pick", "dynamic-tool",
     "output-available", "output-error", "approval-responded", "output-denied",
     "output", "declined", "cancelled", "approved", "denied", "error", "timeout",
     "submit-message", "regenerate-message", "demo", CHAT, OWN, "",
+    "tool", "resolved", "pick", "get_weather",
 ]  # fmt: skip
+# The routes that start runs (fuzzed a second time, with the stranger's plausible bodies).
+RUN_ROUTES = {("POST", "/api/chat"), ("POST", "/api/agui")}
 # Error bodies are short: nothing a client sent is echoed back at length.
 MAX_ERROR_BYTES = 2048
 
@@ -131,44 +135,81 @@ keys = mostly(
     st.sampled_from(LONE_SURROGATES),
     st.integers(200, 5000).map(lambda n: "k" * n),
 )
+# Properties that name a chat or a call take real ones half the time, so that bodies
+# reach the chats (the owner's, the stranger's) and their parked calls.
+KNOWN_VALUES: dict[str, Callable[[], list[str]]] = {
+    "threadId": lambda: [CHAT, OWN],
+    "chatId": lambda: [CHAT, OWN],
+    "interruptId": lambda: LIVE_IDS,
+    "toolCallId": lambda: LIVE_IDS,
+}
 any_json = st.recursive(
     scalars,
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
     max_leaves=12,
 )
+# What a plausible body holds (:func:`from_schema` with ``wild`` off): the wire's names and
+# ids, short text, small numbers; nothing the reader refuses.
+plain_strings = st.one_of(
+    st.deferred(lambda: st.sampled_from(WIRE_VALUES + LIVE_IDS)), st.text(max_size=30)
+)
+plain_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), plain_strings),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(WIRE_NAMES), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @st.composite
-def from_schema(draw: st.DrawFn, schema: dict[str, Any], defs: dict[str, Any]) -> Any:
+def from_schema(
+    draw: st.DrawFn, schema: dict[str, Any], defs: dict[str, Any], wild: bool = True
+) -> Any:
     """A value shaped by ``schema`` (the JSON Schema subset pydantic writes; ``defs``:
     the schemas its refs name), now and then of another type, with required keys
-    dropped and unknown keys added."""
-    if draw(st.integers(0, 19)) == 0:
+    dropped and unknown keys added; with ``wild`` off, a plausible one (of the right
+    types, with its required keys, its strings and free values ``plain_*``)."""
+    if wild and draw(st.integers(0, 19)) == 0:
         return draw(any_json)  # a wrong type, anywhere
     if "$ref" in schema:
-        return draw(from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs))
-    if "anyOf" in schema:
-        return draw(from_schema(draw(st.sampled_from(schema["anyOf"])), defs))
+        return draw(from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, wild))
+    for union in ("anyOf", "oneOf"):
+        if union in schema:
+            return draw(from_schema(draw(st.sampled_from(schema[union])), defs, wild))
     if "enum" in schema:
         return draw(st.sampled_from(schema["enum"]))
+    if "const" in schema:
+        return schema["const"]
     kind = schema.get("type")
     if kind == "object":
         out: dict[str, Any] = {}
         for name, sub in schema.get("properties", {}).items():
-            wanted = name in schema.get("required", ()) or draw(st.booleans())
-            if wanted and draw(st.integers(0, 19)):  # a required key goes missing 1 in 20
-                out[name] = draw(from_schema(sub, defs))
-        if draw(st.integers(0, 3)) == 0:  # an unknown key, 1 in 4
+            # a constant is a union's tag (a message's role): there, as a required key is
+            tagged = name in schema.get("required", ()) or "const" in sub
+            wanted = tagged or draw(st.booleans())
+            if wanted and (not wild or draw(st.integers(0, 19))):  # else missing, 1 in 20
+                known = KNOWN_VALUES.get(name)
+                if known is not None and draw(st.booleans()):  # a real chat or call, 1 in 2
+                    out[name] = draw(st.sampled_from(known()))
+                else:
+                    out[name] = draw(from_schema(sub, defs, wild))
+        if wild and draw(st.integers(0, 3)) == 0:  # an unknown key, 1 in 4
             extra = draw(st.dictionaries(keys, any_json, min_size=1, max_size=2))
             out.update({k: v for k, v in extra.items() if k not in out})
         return out
     if kind == "array":
-        return draw(st.lists(from_schema(schema.get("items", {}), defs), min_size=0, max_size=3))
+        items = from_schema(schema.get("items", {}), defs, wild)
+        return draw(st.lists(items, min_size=0, max_size=3))
     if kind == "string":
-        return draw(strings)
+        return draw(strings if wild else plain_strings)
     if kind == "integer":
         return draw(st.integers(-5, 5) | st.integers(-(2**70), 2**70))
-    return draw(any_json)
+    if kind == "boolean":
+        return draw(st.booleans())
+    if kind == "null":
+        return None
+    return draw(any_json if wild else plain_json)
 
 
 def encode(value: Any, style: int) -> bytes:
@@ -348,9 +389,9 @@ def path_of(target: Target, values: dict[str, str]) -> str:
 
 def test_no_route_answers_5xx_or_touches_a_parked_chat(redis_url: str) -> None:
     """Every route of the router, swept with each kind of hostile body and then fuzzed
-    for 1,500 requests: never a 5xx, every error a short one in its shape; the owner's
-    parked chat is byte-identical in Redis afterwards, and settling it and resuming
-    still works."""
+    for 1,500 requests, and the routes that start runs for 300 more of the stranger's:
+    never a 5xx, every error a short one in its shape; the owner's parked chat is
+    byte-identical in Redis afterwards, and settling it and resuming still works."""
     with asyncio.Runner() as loop:
         harness = loop.run(start(redis_url))
         try:
@@ -398,6 +439,29 @@ def test_no_route_answers_5xx_or_touches_a_parked_chat(redis_url: str) -> None:
                 loop.run(send(harness, target, who, path_of(target, values), body))
 
             fuzz()
+
+            # The routes that start runs take the deepest bodies (a conversation, answers,
+            # resumes, tools), which the draws above rarely get past the reader and the
+            # body's model: the stranger sends them a few hundred plausible ones more,
+            # aimed at both chats and their calls.
+            runs = [t for t in found if (t.method, t.path) in RUN_ROUTES]
+            assert len(runs) == len(RUN_ROUTES), "a run route is not documented"
+
+            @settings(
+                max_examples=300,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(st.data())
+            def fuzz_runs(data: st.DataObject) -> None:
+                target = data.draw(st.sampled_from(runs), label="route")
+                schemas = harness.doc.document["components"]["schemas"]
+                value = data.draw(from_schema(target.body, schemas, wild=False), label="value")
+                loop.run(send(harness, target, "stranger", target.path, encode(value, 0)))
+
+            fuzz_runs()
             assert loop.run(harness.dump()) == before
             loop.run(resumes(harness))
         finally:

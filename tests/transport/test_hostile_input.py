@@ -237,6 +237,39 @@ async def test_deeply_nested_json_on_the_session_route_is_400(server: ServerThre
         assert_error(key, 400, "invalid_json")
 
 
+async def test_json_text_nested_too_deep_in_an_agui_answer_is_read_as_text(
+    api: Api, redis: Redis
+) -> None:
+    """AG-UI carries a tool's result and a call's arguments as JSON text inside strings,
+    where the reader's depth check does not look: text nested too deep to parse was a
+    500 (RecursionError). It is read as text (an output that is a string, a call with
+    no input): here an output the call's output_schema refuses, with nothing changed."""
+    _, call_id = await park(api, "d1")
+    before = await dump_chat(redis, "d1")
+    deep = "[" * 5_000
+    run = {
+        "threadId": "d1",
+        "runId": "r1",
+        "messages": [
+            {"id": "u1", "role": "user", "content": "hi"},
+            {
+                "id": "a1",
+                "role": "assistant",
+                "toolCalls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "pick", "arguments": deep},
+                    }
+                ],
+            },
+            {"id": "t1", "role": "tool", "toolCallId": call_id, "content": deep},
+        ],
+    }
+    assert_error(await api.http.post("/api/agui", json=run), 422, "invalid_outcome")
+    assert await dump_chat(redis, "d1") == before
+
+
 async def test_a_lone_surrogate_is_400_on_every_route_and_the_chat_is_untouched(
     api: Api, redis: Redis
 ) -> None:

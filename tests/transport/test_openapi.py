@@ -185,10 +185,10 @@ def tool_call(chunks: list[dict[str, Any]], name: str) -> str:
 
 def test_a_whole_tour_answers_as_documented(server: ServerThread) -> None:
     """The demo agent end to end (park, answer over the AI SDK, settle, resume, the
-    connect flow through the demo provider, an approval, an artifact, reviewed code)
-    and the errors around it: every answer's status is documented for its route and
-    method, and its body matches the documented schema (each stream chunk the
-    UIMessageChunk union)."""
+    connect flow through the demo provider, an approval, an artifact, reviewed code),
+    its first stops again over AG-UI, and the errors around them: every answer's status
+    is documented for its route and method, and its body matches the documented schema
+    (each stream chunk the UIMessageChunk union, each AG-UI event the AguiEvent one)."""
     doc = ApiDocument(httpx.get(f"{server.base_url}/openapi.json").json())
     seen: set[tuple[str, str, int]] = set()
     with contextlib.ExitStack() as stack:
@@ -203,6 +203,7 @@ def test_a_whole_tour_answers_as_documented(server: ServerThread) -> None:
         assert user.post("/api/sessions", json={"principal": "me"}).status_code == 422
         refused(user, other)
         tour(user, server.base_url)
+        agui(user)
         agent_and_library(user)
         demo_provider(anon)
     statuses = {status for _, _, status in seen}
@@ -269,6 +270,41 @@ def tour(user: Checked, base_url: str) -> None:
     assert finished.status_code == 200, finished.text
     assert user.get("/api/chat/tour/stream").status_code in (200, 204)
     assert user.get("/api/chats/tour").json()["state"] != "parked"
+
+
+def agui(user: Checked) -> None:
+    """The demo agent's first two stops over AG-UI: a turn that parks (an interrupt), the
+    chat again (a run with nothing new), a resume the rules refuse (RUN_ERROR), a resume
+    that continues to the connection's interrupt; and bodies the route refuses."""
+    run = {
+        "threadId": "tour-agui",
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": "hi"}],
+        "tools": [],
+        "context": [],
+        "state": None,
+        "forwardedProps": None,
+    }
+    parked = user.post("/api/agui", json=run)
+    assert parked.status_code == 200, parked.text
+    [choose] = sse_chunks(parked.text)[-1]["outcome"]["interrupts"]
+    assert choose["reason"] == "client_tool"
+    again = user.post("/api/agui", json={**run, "runId": "run-2"})
+    assert [e["type"] for e in sse_chunks(again.text)][1] == "MESSAGES_SNAPSHOT"
+    nope = [{"interruptId": "nope", "status": "resolved", "payload": {"choice": "Oslo"}}]
+    refused = user.post("/api/agui", json={**run, "runId": "run-3", "resume": nope})
+    assert sse_chunks(refused.text)[-1]["code"] == "unknown_interrupt"
+    answer = [{"interruptId": choose["id"], "status": "resolved", "payload": {"choice": "Oslo"}}]
+    resumed = user.post("/api/agui", json={**run, "runId": "run-4", "resume": answer})
+    assert resumed.status_code == 200, resumed.text
+    [connect] = sse_chunks(resumed.text)[-1]["outcome"]["interrupts"]
+    assert connect["reason"] == "connection"
+    assert connect["metadata"]["parkway"]["widget"]["startUrl"]
+    taken = [{"name": "get_weather", "description": "not the agent's"}]
+    turn = [*run["messages"], {"id": "u2", "role": "user", "content": "again"}]
+    assert user.post("/api/agui", json={**run, "messages": turn, "tools": taken}).status_code == 422
+    assert user.post("/api/agui", json={**run, "threadId": "not!an!id"}).status_code == 400
+    assert user.post("/api/agui", json={"threadId": "tour-agui"}).status_code == 422
 
 
 def connect_flow(user: Checked, base_url: str, call_id: str) -> None:

@@ -109,7 +109,7 @@ def _tool_answer(message: ToolMessage, calls: Mapping[str, ToolCall]) -> Answer:
         try:
             tool_input = json.loads(call.function.arguments or "{}")
             has_input = is_plain_json(tool_input)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's reach
             has_input = False
     outcome: dict[str, Any]
     if message.error:
@@ -118,7 +118,7 @@ def _tool_answer(message: ToolMessage, calls: Mapping[str, ToolCall]) -> Answer:
         text = _text_of(message.content, "a tool message")
         try:
             output: Any = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             output = text
         outcome = {"outcome": "output", "output": output}
     return Answer(

@@ -12,7 +12,8 @@ an entry names only what is particular to its route:
   ``origin_not_allowed`` (state-changing methods: the origin guard), 400 / 408 / 413
   from the body reader (``body`` or ``reads_body``), 422 ``invalid_body`` (``body``);
 - the schemas, from pydantic models (``model_json_schema``), collected once under
-  ``components/schemas``.
+  ``components/schemas``, with the union of one SSE event of each wire: the AI SDK's
+  ``UIMessageChunk`` and AG-UI's ``AguiEvent``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,27 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from ag_ui.core import (
+    CustomEvent,
+    MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
@@ -31,6 +53,7 @@ from parkway.transport.openapi._shapes import ErrorBody
 from parkway.transport.settings import Settings
 
 __all__ = [
+    "AguiStream",
     "Answer",
     "Content",
     "Html",
@@ -70,6 +93,14 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class AguiStream:
+    """The AG-UI event stream (SSE): one AG-UI event per ``data:`` line, the run's
+    ``RUN_FINISHED`` or ``RUN_ERROR`` last (no ``[DONE]``)."""
+
+    description: str
+
+
+@dataclass(frozen=True)
 class Html:
     description: str
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -95,7 +126,7 @@ class Content:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-Answer = Json | Stream | Html | Redirect | NoContent | Content
+Answer = Json | Stream | AguiStream | Html | Redirect | NoContent | Content
 
 
 @dataclass(frozen=True)
@@ -220,6 +251,7 @@ class _Builder:
 
     def components(self) -> dict[str, Any]:
         union = [self.ref(model, "serialization") for model in _chunk_models()]
+        events = [self.ref(model, "serialization") for model in AGUI_EVENTS]
         named, defs = models_json_schema(
             list(self.refs), ref_template=_REF, schema_generator=_Schemas
         )
@@ -233,12 +265,44 @@ class _Builder:
             "description": "One chunk of the AI SDK UI message stream (one SSE data line).",
             "oneOf": union,
         }
+        schemas["AguiEvent"] = {
+            "description": "One event of the AG-UI 1.0 stream (one SSE data line): the "
+            "events POST /api/agui sends, as the ag-ui-protocol package defines them.",
+            "oneOf": events,
+        }
         return schemas
 
 
 def _chunk_models() -> list[type[BaseModel]]:
     """Every chunk the encoder can send, from :mod:`parkway.transport.aisdk.chunks`."""
     return [getattr(chunks, name) for name in chunks.__all__ if name != "Chunk"]
+
+
+# Every AG-UI event ``POST /api/agui`` sends: those of its encoder
+# (transport/agui/encoder.py) and the route's MESSAGES_SNAPSHOT (transport/api/agui.py).
+# The tests hold real streams to their union, so an event added there fails until it is
+# named here too.
+AGUI_EVENTS: tuple[type[BaseModel], ...] = (
+    RunStartedEvent,
+    RunFinishedEvent,
+    RunErrorEvent,
+    StepStartedEvent,
+    StepFinishedEvent,
+    TextMessageStartEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    ReasoningStartEvent,
+    ReasoningMessageStartEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningEndEvent,
+    ToolCallStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    CustomEvent,
+    MessagesSnapshotEvent,
+)
 
 
 def _answer(builder: _Builder, response: _Response, answer: Answer | str, op: Operation) -> None:
@@ -262,6 +326,15 @@ def _answer(builder: _Builder, response: _Response, answer: Answer | str, op: Op
             }
         )
         return
+    elif isinstance(answer, AguiStream):
+        response.add(answer.description, "text/event-stream", _agui_stream_schema())
+        response.headers.update(
+            {
+                "cache-control": "no-cache",
+                "x-accel-buffering": "no: proxies pass each event on at once",
+            }
+        )
+        return
     elif isinstance(answer, Html):
         response.add(answer.description, "text/html", {"type": "string"})
     elif isinstance(answer, Content):
@@ -279,6 +352,16 @@ def _stream_schema() -> dict[str, Any]:
         "description": "Server-Sent Events: each event's data is one UIMessageChunk as JSON; "
         "the last is the literal [DONE]. Comment lines keep the connection alive.",
         "x-sse-data": {"$ref": _REF.format(model="UIMessageChunk")},
+    }
+
+
+def _agui_stream_schema() -> dict[str, Any]:
+    return {
+        "type": "string",
+        "description": "Server-Sent Events: each event's data is one AguiEvent as JSON; "
+        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last. Comment lines keep the "
+        "connection alive.",
+        "x-sse-data": {"$ref": _REF.format(model="AguiEvent")},
     }
 
 
@@ -394,8 +477,9 @@ def build_document(operations: Iterable[Operation], settings: Settings) -> dict[
             "title": "Parkway",
             "version": _version(),
             "description": "Human-in-the-loop client-tool round trips for AI agents: the "
-            "AI SDK UI message stream over SSE, parked calls, settles and resumes. Errors "
-            'of Parkway\'s own routes are {"error": {"code", "message"}}.',
+            "AI SDK UI message stream (POST /api/chat) and AG-UI 1.0 (POST /api/agui) "
+            "over SSE, parked calls, settles and resumes. Errors of Parkway's own routes "
+            'are {"error": {"code", "message"}}.',
         },
         "paths": dict(sorted(paths.items())),
         "components": {

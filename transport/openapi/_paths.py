@@ -15,10 +15,13 @@ wherever the route parses it: ``body`` models are the routes' own).
 
 from __future__ import annotations
 
+from ag_ui.core import RunAgentInput
+
 from parkway.runner.store import MAX_APPROVALS_PAGE
 from parkway.transport.api import CommitBody, SessionRequest, SettleBody
 from parkway.transport.openapi._audit import AUDIT_OPERATIONS
 from parkway.transport.openapi._build import (
+    AguiStream,
     Content,
     Json,
     NoContent,
@@ -93,6 +96,45 @@ _CHATS = [
         "user message starts a turn; answers in the last assistant message settle the "
         "calls they match and, once every parked call is settled, resume the run in the "
         "same response.",
+    ),
+    Operation(
+        "POST",
+        "/api/agui",
+        "Run the agent over AG-UI: a turn, a resume, or the chat as it is",
+        "chats",
+        {
+            200: AguiStream(
+                "the run, as AG-UI events; a resume the AG-UI rules refuse is a "
+                "RUN_ERROR in it, its code naming the rule, with nothing changed"
+            ),
+            400: "invalid_request: a threadId that is not a chat id, or a runId, message "
+            "id, toolCallId or interruptId that is empty or past 256 characters",
+            403: "outcome_not_allowed (a tool message reports what a client may not) or "
+            "approval_by_others (a resume of an approval left to someone else)",
+            404: "chat_not_found: a new user message on another principal's chat",
+            409: f"{_RUN_409}, answer_mismatch or already_settled (an answer lost a settle race)",
+            413: "message_too_large (user text past 100,000 characters), too_many_messages "
+            "(5000), too_many_tools (128) or too_many_resume_entries (256)",
+            422: "invalid_body (also an empty user message), unsupported_content (a "
+            "content part that is not text), invalid_tools, tool_name_taken (a frontend "
+            "tool named like one of the agent's server tools), invalid_template, "
+            "invalid_outcome or not_plain_json",
+            429: _TOO_MANY_OR_QUOTA,
+            503: _SHUTTING,
+        },
+        body=RunAgentInput,
+        description="The AG-UI 1.0 endpoint (@ag-ui/client's HttpAgent, CopilotKit); the "
+        "body is AG-UI's RunAgentInput. threadId is the chat id (1-128 characters of "
+        "letters, digits and _ . : -); runId comes back on RUN_STARTED and RUN_FINISHED. "
+        "The server reads the last message when it is the user's (text only), the tool "
+        "messages after the last user message, resume and tools (frontend tools, offered "
+        "to the model as client tools); state, context, forwardedProps and the rest of "
+        "the history are ignored. A new user message starts a turn; resume entries and "
+        "tool messages settle the interrupts and frontend tool calls they answer and, "
+        "once none is pending, continue the run; an input with nothing new answers a "
+        "MESSAGES_SNAPSHOT and the pending interrupts again. A run that parks ends with "
+        "RUN_FINISHED, outcome interrupt (an interrupt's id is its call's toolCallId) or "
+        "success with pendingToolCallIds (frontend tools).",
     ),
     Operation(
         "GET",
