@@ -54,6 +54,7 @@ from parkway.transport.api import (
     SessionAuthenticator,
     SessionThrottle,
     agent_routes,
+    agui_routes,
     api_routes,
     approval_routes,
     authenticator_from,
@@ -66,7 +67,6 @@ from parkway.transport.api import (
     separate_approvals,
     warn_of_drift,
 )
-from parkway.transport.api.agui import agui_routes
 from parkway.transport.auth import (
     HeaderAuthenticator,
     JwtAuthenticator,

@@ -47,6 +47,7 @@ LAYERS: dict[str, list[set[str]]] = {
     "transport": [
         {"errors", "settings", "sse", "logs", "lifecycle", "serving", "tracing"},
         {"aisdk"},
+        {"agui"},
         {"auth"},
         {"api"},
         {"openapi"},

@@ -7,7 +7,25 @@
 """
 
 from parkway.transport.agui.encoder import AguiEncoder
-from parkway.transport.agui.messages import AguiPost, agui_messages, parse_agui_post
+from parkway.transport.agui.messages import (
+    AguiPost,
+    ResumeProblem,
+    agui_messages,
+    interrupt_of,
+    parse_agui_post,
+    plan_resume,
+    steps_of,
+)
 from parkway.transport.agui.streaming import agui_response
 
-__all__ = ["AguiEncoder", "AguiPost", "agui_messages", "agui_response", "parse_agui_post"]
+__all__ = [
+    "AguiEncoder",
+    "AguiPost",
+    "ResumeProblem",
+    "agui_messages",
+    "agui_response",
+    "interrupt_of",
+    "parse_agui_post",
+    "plan_resume",
+    "steps_of",
+]

@@ -24,7 +24,7 @@ from starlette.responses import StreamingResponse
 from parkway.runner.events import Event
 from parkway.runner.parking import ParkedCall
 from parkway.transport.agui.encoder import AguiEncoder, Interrupts
-from parkway.transport.aisdk.streaming import aclose, failure_text
+from parkway.transport.aisdk import aclose, failure_text
 
 __all__ = ["AGUI_HEADERS", "agui_response"]
 

@@ -15,8 +15,11 @@ from parkway.transport.aisdk.encoder import WIDGET_PART, encode_event
 from parkway.transport.aisdk.rebuild import replay_message
 from parkway.transport.aisdk.streaming import (
     Describer,
+    aclose,
+    failure_text,
     follow_response,
     replay_response,
+    run_events,
     stream_response,
 )
 from parkway.transport.aisdk.uimessages import ChatBody, ChatPost, chat_messages, parse_chat_post
@@ -28,12 +31,15 @@ __all__ = [
     "Chunk",
     "Describer",
     "ErrorChunk",
+    "aclose",
     "chat_messages",
     "chunks",
     "encode_event",
+    "failure_text",
     "follow_response",
     "parse_chat_post",
     "replay_message",
     "replay_response",
+    "run_events",
     "stream_response",
 ]

@@ -20,6 +20,7 @@ from parkway.transport.api.agent import (
     separate_approvals,
     warn_of_drift,
 )
+from parkway.transport.api.agui import agui_routes
 from parkway.transport.api.approvals import approval_routes
 from parkway.transport.api.audit import AgentAudit, ChatAudit, ConnectionAudit
 from parkway.transport.api.chats import SessionRequest, SettleBody, api_routes
@@ -44,6 +45,7 @@ __all__ = [
     "SessionThrottle",
     "SettleBody",
     "agent_routes",
+    "agui_routes",
     "api_routes",
     "approval_routes",
     "authenticator_from",

@@ -32,24 +32,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from parkway.runner.agent.template import AgentTemplate, load_template_json
+from parkway.runner.agent import AgentTemplate, load_template_json
 from parkway.runner.canonical import canonical_json
 from parkway.runner.engine import Run, Runner
 from parkway.runner.errors import ChatNotFoundError, NothingToResumeError, TemplateError
 from parkway.runner.parking import ParkedCall, may_answer
 from parkway.runner.store import ChatRecord, chat_keys, check_chat_id
-from parkway.transport.agui.encoder import AguiEncoder
-from parkway.transport.agui.messages import (
+from parkway.transport.agui import (
+    AguiEncoder,
     AguiPost,
     ResumeProblem,
     agui_messages,
+    agui_response,
     interrupt_of,
     parse_agui_post,
     plan_resume,
     steps_of,
 )
-from parkway.transport.agui.streaming import agui_response
-from parkway.transport.aisdk.streaming import run_events
+from parkway.transport.aisdk import run_events
 from parkway.transport.api.chats import run_start, run_streamed, streamed
 from parkway.transport.api.requests import principal_of, read_json, roles_of, runner_of
 from parkway.transport.errors import HTTPError
