@@ -13,7 +13,9 @@ A cassette is a JSON file (format version 3; versions 1 and 2 are read and migra
         {"request":  {"method": "POST", "path": "/api/chat", "json": { …body… }},
          "response": {"status": 200, "chunks": [ {"type": "start", …}, … ]}},
         {"request":  {"method": "GET", "path": "/api/chat/c1/stream", "json": null},
-         "response": {"status": 204}}
+         "response": {"status": 204}},
+        {"request":  {"method": "POST", "path": "/api/agui", "json": { …RunAgentInput… }},
+         "response": {"status": 200, "events": [ {"type": "RUN_STARTED", …}, … ]}}
       ]
     }
 
@@ -23,14 +25,25 @@ A cassette is a JSON file (format version 3; versions 1 and 2 are read and migra
   ``agent`` only when asked. The report says whether the agent served differs from the
   one recorded.
 - ``exchanges`` are the client's requests in the order they were sent, each with the
-  answer it got (``chunks`` of a stream, ``json``, ``text``, or no body).
+  answer it got (``chunks`` of an AI SDK stream, ``events`` of an AG-UI one, ``json``,
+  ``text``, or no body).
+- ``events`` (no new version: only answers to ``POST /api/agui`` have them, and a
+  Parkway that predates them refuses such a cassette rather than misread it) are the
+  AG-UI run's events in order, each the parsed JSON of one ``data:`` frame of its SSE
+  body, as ``chunks`` are for the AI SDK.
 
 Replaying (:func:`replay`) sends the recorded requests in order to a server started for
 the replay and compares each answer with the recording. Generated ids (``msg_…``,
-``call_…``, ``apr_…``) are learnt from the answers and written into later requests;
-chat ids get a per-run suffix (so parallel replays on one Redis never meet) that is
-mapped back before comparing. ``cold=True`` kills the server with SIGKILL after every
-response that parks a turn and starts a new process on the same Redis before the next
+``call_…``, ``apr_…``) are learnt from the answers and written into later requests,
+also where an AG-UI client sends them back: ``resume[].interruptId``, tool messages'
+``toolCallId``, assistant messages' ``toolCalls[].id`` and the message ids made from
+the runner's (``msg_…-1``, ``call_…-result``). Chat ids (an AG-UI input's ``threadId``
+among them, and its ``runId``) get a per-run suffix (so parallel replays on one Redis
+never meet) that is mapped back before comparing; wall-clock values (deadlines, an AG-UI
+interrupt's ``expiresAt``, an event's ``timestamp``) compare as masks. ``cold=True``
+kills the server with SIGKILL after every response that parks a turn (an AI SDK
+``finish`` for tool calls; an AG-UI ``RUN_FINISHED`` with an interrupt, or a success
+with ``pendingToolCallIds``) and starts a new process on the same Redis before the next
 request: the proof that a parked run resumes from Redis alone. A cassette that cannot
 prove anything (no exchanges, no turn that ends, a cold replay with no park point) is
 an error, not a pass.

@@ -118,7 +118,10 @@ class Recorder:
         """Record one exchange by hand (for clients other than ``httpx2`` and ``httpx``)."""
         request = RequestRecord.model_validate({"method": method, "path": path, "json": body})
         self.exchanges.append(
-            Exchange(request=request, response=response_record(status, content_type, raw))
+            Exchange(
+                request=request,
+                response=response_record(status, content_type, raw, path=path),
+            )
         )
 
     def cassette(self) -> Cassette:

@@ -2,7 +2,8 @@
 :mod:`parkway.transport.cassettes`).
 
 Two things make a faithful replay differ byte for byte from its recording: ids the
-server generates (``msg_…``, ``call_…``, ``apr_…``) and deadlines (wall-clock times).
+server generates (``msg_…``, ``call_…``, ``apr_…``) and wall-clock times (deadlines, an
+AG-UI interrupt's ``expiresAt``, an event's ``timestamp``).
 Both sides are normalised first (:class:`IdTable`, in ``_cassette_ids``); what still
 differs is a :class:`Difference`, tagged with what a report needs to find its cause:
 its kind, the chunk type, and the call it concerns.
@@ -36,6 +37,10 @@ _DELTAS = {
     "text-delta": ("id", "delta"),
     "reasoning-delta": ("id", "delta"),
     "tool-input-delta": ("toolCallId", "inputTextDelta"),
+    # AG-UI events
+    "TEXT_MESSAGE_CONTENT": ("messageId", "delta"),
+    "REASONING_MESSAGE_CONTENT": ("messageId", "delta"),
+    "TOOL_CALL_ARGS": ("toolCallId", "delta"),
 }
 
 
@@ -179,14 +184,23 @@ def merge_deltas(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]
     return merged
 
 
+def _part_id(chunk: dict[str, Any]) -> Any:
+    """What part of the answer a chunk is about: its ``id``, its call; for an AG-UI
+    event (whose type is upper case) also its ``messageId`` (a text, a reasoning)."""
+    part = chunk.get("id", chunk.get("toolCallId", _call_of(chunk)))
+    if part is None and str(chunk.get("type", "")).isupper():
+        part = chunk.get("messageId")
+    return part
+
+
 def _label(chunk: dict[str, Any]) -> str:
     kind = str(chunk.get("type", "?"))
-    part = chunk.get("id", chunk.get("toolCallId", _call_of(chunk)))
+    part = _part_id(chunk)
     return f"{kind} {part}" if isinstance(part, str) else kind
 
 
 def _part(chunk: dict[str, Any]) -> tuple[str, Any]:
-    return str(chunk.get("type")), chunk.get("id", chunk.get("toolCallId", _call_of(chunk)))
+    return str(chunk.get("type")), _part_id(chunk)
 
 
 def diff_chunks(

@@ -8,6 +8,9 @@ the current agent file and says whether it changed; the agent document itself is
 optional copy. Version 3 adds ``model_steps``: each step of a real model, with the request
 that produced it and what the model streamed back (:mod:`parkway.runner.llm.tape`), so a
 replay serves the model offline. Versions 1 and 2 are read and migrated in memory.
+A response's ``events`` (the AG-UI stream of a ``POST /api/agui``, beside the AI SDK's
+``chunks``) came without a new version: a reader that predates them refuses them as an
+unknown key rather than misread them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from parkway.transport.cassettes._replay_server import CassetteError
 from parkway.transport.sse import sse_chunks
 
 __all__ = [
+    "AGUI_PATH",
     "FORMAT_VERSION",
     "Cassette",
     "Exchange",
@@ -41,6 +45,7 @@ __all__ = [
     "ResponseRecord",
     "agent_digest",
     "cassette_json",
+    "is_agui",
     "load_cassette",
     "model_name",
     "parse_cassette",
@@ -50,6 +55,14 @@ __all__ = [
 
 FORMAT_VERSION: Literal[3] = 3
 _CHAT_PATH = re.compile(r"^/api/chats?/([^/?]+)")
+# The AG-UI endpoint: its streams are kept as ``events``, its body names the chat as
+# ``threadId`` (transport/api/agui.py).
+AGUI_PATH = "/api/agui"
+
+
+def is_agui(path: str) -> bool:
+    """Whether a request to ``path`` (with or without its query) is an AG-UI run."""
+    return path.split("?", 1)[0] == AGUI_PATH
 
 
 def agent_digest(document: Any) -> str:
@@ -91,36 +104,65 @@ class RequestRecord(BaseModel):
 
 
 class ResponseRecord(BaseModel):
-    """An answer: its status and at most one body (SSE chunks, JSON, or text)."""
+    """An answer: its status and at most one body (AI SDK stream ``chunks``, AG-UI
+    stream ``events``, JSON, or text)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     status: int = Field(ge=100, le=599)
     chunks: list[dict[str, Any]] | None = None
+    events: list[dict[str, Any]] | None = None
     body: Any = Field(default=None, alias="json")
     text: str | None = None
 
     @model_validator(mode="after")
     def _one_body(self) -> ResponseRecord:
-        given = [self.chunks is not None, self.body is not None, self.text is not None]
+        given = [
+            self.chunks is not None,
+            self.events is not None,
+            self.body is not None,
+            self.text is not None,
+        ]
         if sum(given) > 1:
-            raise ValueError("a response has at most one of 'chunks', 'json' and 'text'")
+            raise ValueError("a response has at most one of 'chunks', 'events', 'json' and 'text'")
         return self
 
+    @property
+    def stream(self) -> list[dict[str, Any]] | None:
+        """The stream's items, whichever wire it came on (``chunks`` or ``events``)."""
+        return self.chunks if self.chunks is not None else self.events
+
     def parks(self) -> bool:
-        """True when this is a stream that ended a turn by parking it."""
+        """True when this is a stream that ended a turn by parking it: an AI SDK
+        ``finish`` for tool calls, or an AG-UI ``RUN_FINISHED`` whose outcome is an
+        interrupt, or a success that leaves frontend tool calls pending."""
+        if self.events:
+            last = self.events[-1]
+            if last.get("type") != "RUN_FINISHED":
+                return False
+            outcome = last.get("outcome")
+            if not isinstance(outcome, dict):
+                return False
+            if outcome.get("type") == "interrupt":
+                return True
+            return outcome.get("type") == "success" and bool(outcome.get("pendingToolCallIds"))
         if not self.chunks:
             return False
         last = self.chunks[-1]  # with a real model it also carries messageMetadata
         return last.get("type") == "finish" and last.get("finishReason") == "tool-calls"
 
     def finishes(self) -> bool:
-        """True when this is a stream that reached the end of a turn (a ``finish``)."""
+        """True when this is a stream that reached the end of a turn (an AI SDK
+        ``finish``, an AG-UI ``RUN_FINISHED``)."""
+        if any(event.get("type") == "RUN_FINISHED" for event in self.events or ()):
+            return True
         return any(chunk.get("type") == "finish" for chunk in self.chunks or ())
 
     def document(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
         if self.chunks is not None:
             out["chunks"] = self.chunks
+        elif self.events is not None:
+            out["events"] = self.events
         elif self.body is not None:
             out["json"] = self.body
         elif self.text is not None:
@@ -190,7 +232,8 @@ class Cassette(BaseModel):
         return folder / self.agent_file
 
     def chat_ids(self) -> list[str]:
-        """The chats the exchanges touch, in order of first use."""
+        """The chats the exchanges touch, in order of first use (an AG-UI run's chat is
+        its ``threadId``)."""
         found: list[str] = []
         for exchange in self.exchanges:
             body = exchange.request.body
@@ -198,9 +241,24 @@ class Cassette(BaseModel):
             candidates = [match.group(1) if match else None]
             if exchange.request.path.split("?", 1)[0] == "/api/chat" and isinstance(body, dict):
                 candidates.append(body.get("id"))
+            if is_agui(exchange.request.path) and isinstance(body, dict):
+                candidates.append(body.get("threadId"))
             for chat in candidates:
                 if isinstance(chat, str) and CHAT_ID.match(chat) and chat not in found:
                     found.append(chat)
+        return found
+
+    def run_ids(self) -> list[str]:
+        """The AG-UI run ids the requests name (``runId``, ``parentRunId``), in order."""
+        found: list[str] = []
+        for exchange in self.exchanges:
+            body = exchange.request.body
+            if not is_agui(exchange.request.path) or not isinstance(body, dict):
+                continue
+            for key in ("runId", "parentRunId"):
+                run = body.get(key)
+                if isinstance(run, str) and run and run not in found:
+                    found.append(run)
         return found
 
 
@@ -283,8 +341,9 @@ def cassette_json(cassette: Cassette, *, folder: Path | None = None) -> str:
     exchanges = []
     for exchange in cassette.exchanges:
         response = exchange.response.document()
-        if "chunks" in response:
-            response["chunks"] = [mark(c) for c in response["chunks"]]
+        for stream in ("chunks", "events"):
+            if stream in response:
+                response[stream] = [mark(c) for c in response[stream]]
         request = {
             "method": exchange.request.method,
             "path": exchange.request.path,
@@ -319,12 +378,18 @@ def save_cassette(cassette: Cassette, path: str | Path) -> None:
     target.write_text(cassette_json(cassette, folder=target.parent), encoding="utf-8")
 
 
-def response_record(status: int, content_type: str, raw: bytes) -> ResponseRecord:
-    """A response as a cassette keeps it, from its status, content type and body."""
+def response_record(
+    status: int, content_type: str, raw: bytes, *, path: str = ""
+) -> ResponseRecord:
+    """A response as a cassette keeps it, from its status, content type and body; a
+    stream answering ``path`` ``/api/agui`` is kept as AG-UI ``events``, any other as
+    AI SDK ``chunks`` (both are each SSE event's data, parsed)."""
     kind = content_type.split(";", 1)[0].strip().lower()
     text = raw.decode("utf-8", errors="replace")
     if kind == "text/event-stream":
         with contextlib.suppress(ValueError):  # a malformed stream is kept as text
+            if is_agui(path):
+                return ResponseRecord(status=status, events=sse_chunks(text))
             return ResponseRecord(status=status, chunks=sse_chunks(text))
     if not raw:
         return ResponseRecord(status=status)

@@ -6,6 +6,12 @@ A faithful replay differs from its recording in the ids the server generates
 (``msg#1``, ``call#1``, ``apr#1``) so both sides can be compared, and the same labels map
 a recorded id to the id the replaying server generated in its place.
 
+AG-UI names messages after the runner's ids (:mod:`parkway.transport.agui.encoder`): the
+assistant message of step ``k`` is ``msg_…-k``, its reasoning ``msg_…-k-rN``, a tool's
+result ``call_…-result``. Such a derived id is learnt as the generated id it is made
+from, and its suffix stays as it is (``msg#1-1``, ``call#2-result``): so a request that
+names it (an AG-UI client sends its messages back) is rewritten with the new id.
+
 The recorded side is labelled in order of first appearance. The replayed side is
 labelled against the recorded one (its *counterpart*): a call takes the label of the
 recorded call with the same parkedCallKey (``tool#canonical JSON input``; first in,
@@ -28,9 +34,19 @@ from parkway.runner.errors import NotPlainJSONError
 __all__ = ["GENERATED_PREFIXES", "IdTable", "map_strings", "translate", "walk"]
 
 # Generated-id prefixes, and the keys under which the server names such ids. A value
-# under one of these keys that starts with one of the prefixes is a generated id.
+# under one of these keys that starts with one of the prefixes is a generated id (the
+# AG-UI keys: a tool call's parent message, a finished run's pending frontend calls).
 GENERATED_PREFIXES = ("msg_", "call_", "apr_")
-_ID_KEYS = frozenset({"messageId", "toolCallId", "approvalId", "id"})
+_ID_KEYS = frozenset(
+    {"messageId", "toolCallId", "approvalId", "id", "parentMessageId", "pendingToolCallIds"}
+)
+# An id derived from a generated one (runner/engine/run.py new_id: the prefix and 16
+# characters of base64url) by the AG-UI encoder: a step's message ``-k``, its
+# reasoning ``-rN``, a tool's result ``-result``. The length is what tells the suffix
+# from the random part, which may itself end in ``-5``.
+_DERIVED = re.compile(
+    r"^((?:msg|call|apr)_[A-Za-z0-9_-]{16})(?:(?:-[0-9]+)?(?:-r[0-9]+)?|-result)$"
+)
 # Run failures and 500s name a random log reference; it carries no meaning in a diff.
 _REFERENCE = re.compile(r"\(reference [0-9a-f]+\)")
 # Stream chunk types that start with "tool-"; any other "tool-<name>" type is a UI
@@ -75,51 +91,82 @@ def _generated(item: Any, prefix: str = "") -> bool:
     return isinstance(item, str) and item.startswith(prefix or GENERATED_PREFIXES)
 
 
+def _base(generated: str) -> str:
+    """The generated id ``generated`` names: itself, or the id it is derived from."""
+    found = _DERIVED.match(generated)
+    return found.group(1) if found else generated
+
+
 class _Calls:
     """What a JSON value says about the tool calls it names: each call's tool, its
-    parkedCallKey where the input is known, and each approval's call."""
+    parkedCallKey where the input is known, and each approval's call. It reads the AI
+    SDK's chunks and parts, and AG-UI's events (``TOOL_CALL_START`` names the tool,
+    ``TOOL_CALL_ARGS`` stream the input, an interrupt's ``metadata.parkway`` describes
+    its call, a snapshot's ``toolCalls`` hold name and arguments)."""
 
     def __init__(self, value: Any) -> None:
         self.tools: dict[str, str] = {}
         self.keys: dict[str, str] = {}
         self.approvals: dict[str, str] = {}
-        inputs: dict[str, Any] = {}
-        streamed: dict[str, str] = {}
+        self._inputs: dict[str, Any] = {}
+        self._streamed: dict[str, str] = {}
         for _, item in walk(value):
-            if not isinstance(item, dict) or not _generated(item.get("toolCallId"), "call_"):
+            if not isinstance(item, dict):
                 continue
-            call = str(item["toolCallId"])
-            kind = str(item.get("type", ""))
-            name = item.get("toolName")
-            if not isinstance(name, str) and kind.startswith("tool-") and kind not in _TOOL_CHUNKS:
-                name = kind[len("tool-") :]  # a UI message part: "tool-<name>"
-            if isinstance(name, str):
-                self.tools.setdefault(call, name)
-                if "input" in item:
-                    inputs.setdefault(call, item["input"])
-            if isinstance(item.get("parkedCallKey"), str):
-                self.keys.setdefault(call, item["parkedCallKey"])
-            if kind == "tool-input-delta":
-                streamed[call] = streamed.get(call, "") + str(item.get("inputTextDelta", ""))
-            approval = item.get("approvalId")
-            nested = item.get("approval")
-            if isinstance(nested, dict):
-                approval = nested.get("id")
-            if _generated(approval, "apr_"):
-                self.approvals.setdefault(str(approval), call)
+            function = item.get("function")
+            if isinstance(function, dict) and _generated(item.get("id"), "call_"):
+                self._function_call(str(item["id"]), function)
+            elif _generated(item.get("toolCallId"), "call_"):
+                self._item(str(item["toolCallId"]), item)
         for call, name in self.tools.items():
             if call in self.keys:
                 continue
-            if call not in inputs and call in streamed:
+            if call not in self._inputs and call in self._streamed:
                 try:
-                    inputs[call] = json.loads(streamed[call])
+                    self._inputs[call] = json.loads(self._streamed[call])
                 except ValueError:
                     continue
-            if call in inputs:
+            if call in self._inputs:
                 try:
-                    self.keys[call] = parked_call_key(name, inputs[call])
+                    self.keys[call] = parked_call_key(name, self._inputs[call])
                 except NotPlainJSONError:
                     continue
+
+    def _function_call(self, call: str, function: dict[str, Any]) -> None:
+        """An AG-UI assistant message's tool call: ``{id, function: {name, arguments}}``."""
+        if isinstance(function.get("name"), str):
+            self.tools.setdefault(call, function["name"])
+        if isinstance(function.get("arguments"), str):
+            self._streamed.setdefault(call, function["arguments"])
+
+    def _item(self, call: str, item: dict[str, Any]) -> None:
+        """A chunk, part, event or interrupt that names ``call`` as its toolCallId."""
+        kind = str(item.get("type", ""))
+        metadata = item.get("metadata")
+        about = metadata.get("parkway") if isinstance(metadata, dict) else None
+        described = about if isinstance(about, dict) else item  # an AG-UI interrupt's call
+        name = described.get("toolName", item.get("toolCallName"))
+        if not isinstance(name, str) and kind.startswith("tool-") and kind not in _TOOL_CHUNKS:
+            name = kind[len("tool-") :]  # a UI message part: "tool-<name>"
+        if isinstance(name, str):
+            self.tools.setdefault(call, name)
+            if "input" in described:
+                self._inputs.setdefault(call, described["input"])
+        if isinstance(described.get("parkedCallKey"), str):
+            self.keys.setdefault(call, described["parkedCallKey"])
+        if kind == "tool-input-delta":
+            self._stream(call, item.get("inputTextDelta", ""))
+        elif kind == "TOOL_CALL_ARGS":
+            self._stream(call, item.get("delta", ""))
+        approval = described.get("approvalId")
+        nested = item.get("approval")
+        if isinstance(nested, dict):
+            approval = nested.get("id")
+        if _generated(approval, "apr_"):
+            self.approvals.setdefault(str(approval), call)
+
+    def _stream(self, call: str, delta: Any) -> None:
+        self._streamed[call] = self._streamed.get(call, "") + str(delta)
 
 
 class IdTable:
@@ -145,9 +192,11 @@ class IdTable:
         """Label every generated id that ``value`` (JSON) names and that is new."""
         fresh: list[str] = []
         for key, item in walk(value):
-            new = key in _ID_KEYS and _generated(item) and item not in self._labels
-            if new and item not in fresh:
-                fresh.append(item)
+            if key not in _ID_KEYS or not _generated(item):
+                continue
+            generated = _base(item)
+            if generated not in self._labels and generated not in fresh:
+                fresh.append(generated)
         calls = _Calls(value)
         self._latest = []
         if counterpart is None:
@@ -238,20 +287,34 @@ class IdTable:
 
     def normalise(self, value: Any) -> Any:
         """``value`` with known ids replaced by their labels, deadlines by
-        ``"<deadline>"`` and log references by ``"(reference <ref>)"``."""
+        ``"<deadline>"`` (a numeric ``deadline``, an AG-UI interrupt's ``expiresAt``),
+        an AG-UI event's ``timestamp`` by ``"<timestamp>"`` and log references by
+        ``"(reference <ref>)"``."""
 
         def fix(text: str, key: str | None) -> str:
             text = self.substitute(text, lambda i: self._labels[i])
             return _REFERENCE.sub("(reference <ref>)", text)
 
+        def clock(key: str, item: Any) -> str | None:
+            """The mask of a wall-clock value: a numeric ``deadline``, an
+            ``expiresAt`` (an AG-UI interrupt's is an ISO time), an AG-UI event's
+            numeric ``timestamp``."""
+            number = isinstance(item, int | float) and not isinstance(item, bool)
+            if (key == "deadline" and number) or (
+                key == "expiresAt" and (number or isinstance(item, str))
+            ):
+                return "<deadline>"
+            if key == "timestamp" and number:
+                return "<timestamp>"
+            return None
+
         def deadlines(item: Any) -> Any:
             if isinstance(item, dict):
-                return {
-                    k: "<deadline>"
-                    if k == "deadline" and isinstance(v, int | float) and not isinstance(v, bool)
-                    else deadlines(v)
-                    for k, v in item.items()
-                }
+                out = {}
+                for k, v in item.items():
+                    masked = clock(k, v)
+                    out[k] = masked if masked is not None else deadlines(v)
+                return out
             if isinstance(item, list):
                 return [deadlines(v) for v in item]
             return item

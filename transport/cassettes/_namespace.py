@@ -4,7 +4,9 @@ Two replays of one cassette on one shared Redis database (two CI jobs, pytest-xd
 workers) would otherwise write the same chats and race. Each run sends every chat id
 of the cassette with a suffix of its own (``trip`` becomes ``trip.rp1a2b3c4d5e``) in
 request paths and bodies, and maps the suffixed ids back in the answers before they are
-compared, so the recorded ids still compare equal.
+compared, so the recorded ids still compare equal. An AG-UI run names its chat as the
+input's ``threadId``, and its ``runId`` (and ``parentRunId``) get the same suffix and
+are mapped back the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from parkway.transport.cassettes._format import RequestRecord, ResponseRecord
+from parkway.runner.store import MAX_CALL_ID
+from parkway.transport.cassettes._format import RequestRecord, ResponseRecord, is_agui
 
 __all__ = ["ChatNamespace"]
 
@@ -32,19 +35,28 @@ def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     return value
 
 
-class ChatNamespace:
-    """The chat ids of one replay run: ``chat`` -> ``chat`` plus this run's suffix."""
+def _suffixed(value: str, suffix: str, limit: int) -> str:
+    """``value`` with ``suffix``, within ``limit`` characters: an id too long for a
+    suffix is replaced by its digest (still one id per value, still within the limit)."""
+    room = limit - len(suffix)
+    base = value if len(value) <= room else hashlib.sha256(value.encode()).hexdigest()
+    return base[:room] + suffix
 
-    def __init__(self, chats: Iterable[str], suffix: str | None = None) -> None:
+
+class ChatNamespace:
+    """The chat ids of one replay run: ``chat`` -> ``chat`` plus this run's suffix; and
+    the AG-UI run ids (``runs``), suffixed the same way."""
+
+    def __init__(
+        self, chats: Iterable[str], suffix: str | None = None, *, runs: Iterable[str] = ()
+    ) -> None:
         self.suffix = suffix if suffix is not None else f".rp{secrets.token_hex(5)}"
-        self.ids: dict[str, str] = {}
-        for chat in chats:
-            room = _MAX_CHAT_ID - len(self.suffix)
-            # A chat id too long for a suffix is replaced by its digest: still one id
-            # per chat, still within the limit.
-            base = chat if len(chat) <= room else hashlib.sha256(chat.encode()).hexdigest()
-            self.ids[chat] = base[:room] + self.suffix
+        self.ids: dict[str, str] = {
+            chat: _suffixed(chat, self.suffix, _MAX_CHAT_ID) for chat in chats
+        }
+        self.runs: dict[str, str] = {run: _suffixed(run, self.suffix, MAX_CALL_ID) for run in runs}
         self._back = {new: old for old, new in self.ids.items()}
+        self._back.update({new: old for old, new in self.runs.items()})
         names = "|".join(re.escape(c) for c in sorted(self.ids, key=len, reverse=True))
         # A chat id inside a URL: a path segment of the chat routes, or a ?chat= query.
         self._in_urls = (
@@ -64,8 +76,9 @@ class ChatNamespace:
 
     def body(self, path: str, body: Any) -> Any:
         """A request body with its chat ids namespaced: ``id`` of a ``/api/chat`` post,
-        any ``chatId``, and chat URLs inside strings. Other strings (a user's text that
-        says "trip") are sent as recorded."""
+        ``threadId`` (and ``runId``, ``parentRunId``) of an AG-UI input, any ``chatId``,
+        and chat URLs inside strings. Other strings (a user's text that says "trip") are
+        sent as recorded."""
 
         def walk(value: Any, key: str | None) -> Any:
             if isinstance(value, str):
@@ -79,9 +92,19 @@ class ChatNamespace:
             return value
 
         out = walk(body, None)
-        chat = out.get("id") if isinstance(out, dict) else None
+        if not isinstance(out, dict):
+            return out
+        chat = out.get("id")
         if path.split("?", 1)[0] == "/api/chat" and isinstance(chat, str) and chat in self.ids:
             out["id"] = self.ids[chat]
+        if is_agui(path):
+            thread = out.get("threadId")
+            if isinstance(thread, str) and thread in self.ids:
+                out["threadId"] = self.ids[thread]
+            for key in ("runId", "parentRunId"):
+                run = out.get(key)
+                if isinstance(run, str) and run in self.runs:
+                    out[key] = self.runs[run]
         return out
 
     def _back_text(self, text: str) -> str:
@@ -103,4 +126,4 @@ class ChatNamespace:
     @property
     def served(self) -> dict[str, str]:
         """This run's chat ids, each mapped to the recorded one."""
-        return dict(self._back)
+        return {new: old for old, new in self.ids.items()}

@@ -159,6 +159,9 @@ def _body_view(
     if record.chunks is not None:
         ids.learn(record.chunks, counterpart=counterpart)
         return "stream", [(i, ids.normalise(c)) for i, c in merge_deltas(record.chunks)]
+    if record.events is not None:  # an AG-UI run: compared as a stream is
+        ids.learn(record.events, counterpart=counterpart)
+        return "events", [(i, ids.normalise(e)) for i, e in merge_deltas(record.events)]
     if record.body is not None:
         ids.learn(record.body, counterpart=counterpart)
         return "json", ids.normalise(record.body)
@@ -170,6 +173,8 @@ def _body_view(
 def _describe(kind: str, view: Any) -> Note:
     if kind == "stream":
         return Note(f"a stream of {len(view)} chunk(s)")
+    if kind == "events":
+        return Note(f"an AG-UI stream of {len(view)} event(s)")
     if kind == "json":
         return Note(f"a JSON body {json.dumps(view)[:300]}")
     if kind == "text":
@@ -203,7 +208,7 @@ def compare_response(
     if kind_e != kind_g:
         expected_body, got_body = _describe(kind_e, view_e), _describe(kind_g, view_g)
         found.append(Difference(index, request, "body", expected_body, got_body, kind="body"))
-    elif kind_e == "stream":
+    elif kind_e in ("stream", "events"):
         found += diff_chunks(index, request, skip.chunks(view_e), skip.chunks(view_g))
     elif kind_e == "json":
         found += diff_json(index, request, skip.json(view_e), skip.json(view_g))
@@ -229,8 +234,8 @@ def check_replayable(cassette: Cassette, *, cold: bool) -> None:
         raise CassetteError("the cassette has no exchanges: there is nothing to replay")
     if not any(exchange.response.finishes() for exchange in cassette.exchanges):
         raise CassetteError(
-            "no exchange of the cassette reaches the end of a turn (no 'finish' chunk in "
-            "any stream): record a chat whose turn ends"
+            "no exchange of the cassette reaches the end of a turn (no 'finish' chunk or "
+            "AG-UI RUN_FINISHED in any stream): record a chat whose turn ends"
         )
     last = len(cassette.exchanges) - 1
     if cold and not any(e.response.parks() for e in cassette.exchanges[:last]):
@@ -282,7 +287,7 @@ def _run(
                     )
                 )
                 break
-            got = _response_record(status, content_type, raw)
+            got = _response_record(status, content_type, raw, path=path)
             responses.append(got)
             differences += compare_response(
                 index,
@@ -362,7 +367,7 @@ def replay(
     IgnoreFilter(paths)  # a malformed path stops the replay before any server starts
     if not isinstance(agent, ReplayAgent):
         agent = replay_agent(cassette, agent, cassette_agent=cassette_agent)
-    namespace = ChatNamespace(cassette.chat_ids())
+    namespace = ChatNamespace(cassette.chat_ids(), runs=cassette.run_ids())
     if server is not None:
         return _run(
             cassette, server, cold=cold, timeout_s=timeout_s, namespace=namespace, ignore=paths

@@ -15,8 +15,9 @@ one-line likely cause) or a *follow-on* of an earlier root:
 - in one stream, every chunk out of order after the first, and the step and finish
   chunks after a root.
 
-A turn is counted per chat: it starts with a ``POST /api/chat`` whose last message is
-the user's (or a regenerate) and runs until the next one.
+A turn is counted per chat: it starts with a ``POST /api/chat`` (or an AG-UI ``POST
+/api/agui``, whose chat is its ``threadId``) whose last message is the user's (or a
+regenerate) and runs until the next one.
 """
 
 from __future__ import annotations
@@ -31,9 +32,27 @@ from parkway.transport.cassettes._diff import ABSENT, Difference
 __all__ = ["Finding", "analyse", "exchange_ranges", "restart_mark"]
 
 _CHAT = re.compile(r"^/api/chats?/([^/?]+)")
-_CALL_CHUNKS = frozenset({"tool-input-available", "tool-input-start", "tool-input-delta"})
-_DIVERGING_CHUNKS = _CALL_CHUNKS | {"tool-approval-request", "finish", "error"}
-_STEP_CHUNKS = frozenset({"start-step", "finish-step", "finish"})
+# AI SDK chunk types and AG-UI event types (upper case) alike
+_CALL_CHUNKS = frozenset(
+    {
+        "tool-input-available",
+        "tool-input-start",
+        "tool-input-delta",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+    }
+)
+_DIVERGING_CHUNKS = _CALL_CHUNKS | {
+    "tool-approval-request",
+    "finish",
+    "error",
+    "RUN_FINISHED",
+    "RUN_ERROR",
+}
+_STEP_CHUNKS = frozenset(
+    {"start-step", "finish-step", "finish", "STEP_STARTED", "STEP_FINISHED", "RUN_FINISHED"}
+)
 
 
 class _Request(Protocol):
@@ -62,12 +81,13 @@ def _turns(requests: Sequence[_Request]) -> list[tuple[str, int] | None]:
     out: list[tuple[str, int] | None] = []
     for request in requests:
         body = request.body if isinstance(request.body, dict) else {}
+        route = request.path.split("?", 1)[0]
         match = _CHAT.match(request.path)
-        chat = match.group(1) if match else body.get("id")
+        chat = match.group(1) if match else body.get("threadId" if route == "/api/agui" else "id")
         if not isinstance(chat, str):
             out.append(None)
             continue
-        if request.method == "POST" and request.path.split("?", 1)[0] == "/api/chat":
+        if request.method == "POST" and route in ("/api/chat", "/api/agui"):
             messages = body.get("messages")
             last = messages[-1] if isinstance(messages, list) and messages else {}
             user = isinstance(last, dict) and last.get("role") == "user"
@@ -166,9 +186,12 @@ def _chunk_cause(d: Difference) -> str | None:
             return f"the recorded call {tool} was not made (the model's script or the agent's tools changed)"  # noqa: E501
         if d.kind == "unexpected":
             return f"the replay made a call {tool} that the recording does not have"
-        if d.path == "toolName":
+        if d.path in ("toolName", "toolCallName"):
             return f"the model called `{d.got}` where the recording called `{d.expected}`"
         return f"the call {tool} was made with a different input"
+    agui = _agui_cause(d, tool)
+    if agui is not None:
+        return agui
     if d.kind == "moved":
         return "the same chunks came in a different order"
     if kind == "tool-approval-request":
@@ -205,6 +228,42 @@ def _chunk_cause(d: Difference) -> str | None:
         return f"the run failed: {text}" if text else "the run ended with an error"
     if kind == "start":
         return "the answer starts another message than the recording's"
+    return None
+
+
+def _outcome(value: Any) -> str:
+    """An AG-UI run's outcome type, told."""
+    if value == "interrupt":
+        return "interrupted the run (an approval or a call to answer)"
+    return "finished the run"
+
+
+def _agui_cause(d: Difference, tool: str) -> str | None:
+    """The likely cause of a difference in an AG-UI event (upper-case types)."""
+    kind = d.chunk_type or ""
+    if kind.startswith("TEXT_MESSAGE_"):
+        return "the model's text differs from the recording"
+    if kind.startswith("REASONING_"):
+        return "the model's reasoning differs from the recording"
+    if kind == "TOOL_CALL_RESULT":
+        if d.kind == "unexpected":
+            return f"the replay has a result of {tool} that the recording does not (an approval or a tool's policy changed?)"  # noqa: E501
+        if d.kind == "missing":
+            return f"the recorded result of {tool} did not come (an approval or a tool's policy changed?)"  # noqa: E501
+        return f"the call {tool} has another result (its output, or how its approval was answered)"
+    if kind == "RUN_FINISHED" and d.path == "outcome.type":
+        return f"the replay {_outcome(d.got)} where the recording {_outcome(d.expected)}"
+    if kind == "RUN_FINISHED" and d.path.startswith("outcome.pendingToolCallIds"):
+        return "the run left other frontend tool calls pending than the recording"
+    if kind == "RUN_FINISHED" and d.path.startswith("outcome.interrupts"):
+        return f"the run's interrupt for {tool} differs from the recording"
+    if kind == "RUN_ERROR":
+        text = d.got.get("message") if isinstance(d.got, dict) else None
+        if d.path == "message" and isinstance(d.got, str):
+            text = d.got
+        return f"the run failed: {text}" if text else "the run ended with an error"
+    if kind == "MESSAGES_SNAPSHOT":
+        return "the chat's messages differ from the recording"
     return None
 
 

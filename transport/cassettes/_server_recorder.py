@@ -5,10 +5,11 @@ browser, a script, the AI SDK), and a :class:`CassetteWriter` that saves the cas
 after each one.
 
 What is recorded: the chat API, ``/api/chat`` and everything under ``/api/chat/`` and
-``/api/chats/``, except a chat's audit trail (wall-clock times and the recording
-session's principal, which no replay reproduces). Left out: sessions (a replay opens its
-own), the agent and connection routes (they describe the server, not the chat), health,
-metrics, the OpenAPI document, the playground's page and assets, OAuth pages.
+``/api/chats/``, and the AG-UI endpoint ``/api/agui`` (its streams as ``events``), except
+a chat's audit trail (wall-clock times and the recording session's principal, which no
+replay reproduces). Left out: sessions (a replay opens its own), the agent and
+connection routes (they describe the server, not the chat), health, metrics, the
+OpenAPI document, the playground's page and assets, OAuth pages.
 
 An exchange is kept the moment the last message of its answer passes, just before it
 goes on to the client: so exchanges are in the order their answers complete (as
@@ -61,14 +62,14 @@ __all__ = ["CassetteRecording", "CassetteWriter", "is_recorded", "recording_writ
 
 log = logging.getLogger("parkway.cassettes")
 
-_CHAT_ROUTE = re.compile(r"^/api/(chat|chat/.+|chats/.+)$")
+_CHAT_ROUTE = re.compile(r"^/api/(chat|chat/.+|chats/.+|agui)$")
 _AUDIT_ROUTE = re.compile(r"^/api/chats/[^/]+/audit$")
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})  # what a cassette holds
 
 
 def is_recorded(path: str) -> bool:
     """Whether a request to ``path`` (without its query) goes into the cassette: the
-    chat API, except a chat's audit trail."""
+    chat API (the AG-UI endpoint included), except a chat's audit trail."""
     return bool(_CHAT_ROUTE.match(path)) and not _AUDIT_ROUTE.match(path)
 
 
@@ -209,7 +210,9 @@ class _Exchange:
         except ValueError:  # pydantic's ValidationError is one too
             log.warning("not recorded: %s (the body is not JSON)", line)
             return None
-        response = response_record(self.status, self.content_type, bytes(self.answer))
+        response = response_record(
+            self.status, self.content_type, bytes(self.answer), path=self.path
+        )
         return Exchange(request=request, response=response)
 
 
