@@ -263,9 +263,11 @@ async def post_agui(request: Request) -> Response:
         return ctx.status(None)
     message_id = record.meta.get("message_id") or ""
     steps = steps_of(record, message_id)
-    if answers:
-        return await _answer(ctx, answers, steps, echo)
     state = record.meta.get("state")
+    if answers and state != "running":
+        # (a running chat has nothing pending: its answers were taken, by this client's
+        # earlier request or another's, and the run is followed below)
+        return await _answer(ctx, answers, steps, echo)
     if state == "parked" and not any(c.outcome is None for c in record.calls):
         # every call was settled elsewhere (an OAuth callback, an approver, the settle
         # route, a deadline): the run goes on
