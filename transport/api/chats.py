@@ -151,6 +151,7 @@ async def run_streamed(
         release_run()
     else:
         run.task.add_done_callback(lambda _: release_run())
+    response: Response
     if respond is None:
         response = stream_response(chat_id, runner_of(request), run, _describer(request))
     else:
