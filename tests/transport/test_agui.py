@@ -24,6 +24,7 @@ from tests.helpers.support import (
     Api,
     agent_doc,
     call,
+    eventually,
     server_thread,
     text,
 )
@@ -177,6 +178,45 @@ def results(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def kinds(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+async def stream_run(client: AguiClient, opened: asyncio.Event) -> list[dict[str, Any]]:
+    """A no-input AG-UI run read as it streams: ``opened`` is set once its
+    MESSAGES_SNAPSHOT has arrived (the server has read the chat and chosen what to do);
+    the events, validated and checked as one run, once it ends."""
+    run_id = f"r-follow-{uuid.uuid4().hex[:6]}"
+    body = {
+        "threadId": client.thread_id,
+        "runId": run_id,
+        "messages": [],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    raw = ""
+    async with client.api.http.stream("POST", "/api/agui", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for chunk in response.aiter_text():
+            raw += chunk
+            if "MESSAGES_SNAPSHOT" in raw:
+                opened.set()
+    events = agui_events(raw)
+    check_frame(events, client.thread_id, run_id)
+    return events
+
+
+def same_run(events: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]) -> bool:
+    """The same events, but for the runs' own ids on RUN_FINISHED."""
+
+    def bare(event: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in event.items() if k not in {"threadId", "runId"}}
+
+    return [bare(e) for e in events] == [bare(e) for e in other]
+
+
 @pytest.fixture(autouse=True)
 def _clear_executions() -> None:
     test_tools.EXECUTIONS.clear()
@@ -311,3 +351,44 @@ def test_a_frontend_tool_is_answered_by_the_next_runs_tool_message(redis_url: st
 
     with server_thread(redis_url, agent) as server:
         asyncio.run(scenario(server.base_url))
+
+
+def test_a_run_in_progress_is_followed_live_by_a_run_with_nothing_new(redis_url: str) -> None:
+    """A no-input run while the chat's run is in progress (a client that reloaded, or a
+    resume repeating an answer already recorded) follows that run live, after a snapshot
+    of the chat as it was when the run began: the same events the run's own client gets,
+    and the run's end, not a ``success`` at once with the rest of the run unseen."""
+    gated = {"type": "function", "name": "gated", "ref": "tests.helpers.tools:gated"}
+    agent = agent_doc([[text("Working."), call("gated", {})], [text("Done.")]], tools=[gated])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        running = asyncio.create_task(client.say("go"))
+        await eventually(
+            lambda: _is_running(api, client.thread_id), within_s=20, what="the run holds"
+        )
+        opened = asyncio.Event()
+        following = asyncio.create_task(stream_run(AguiClient(api, client.thread_id), opened))
+        await eventually(opened.is_set, within_s=20, what="the follower read the chat")
+        test_tools.GATE.set()
+        own, followed = await running, await following
+        assert texts(own) == "Working.Done."
+        assert kinds(followed)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+        [user] = next(e for e in followed if e["type"] == "MESSAGES_SNAPSHOT")["messages"]
+        assert user["role"] == "user" and user["content"] == "go"
+        assert same_run(followed[2:], own[1:])
+        await api.aclose()
+
+    test_tools.GATE.clear()
+    try:
+        with server_thread(redis_url, agent) as server:
+            asyncio.run(scenario(server.base_url))
+    finally:
+        test_tools.GATE.set()  # never leave the server's tool thread blocked
+        test_tools.GATE.clear()
+
+
+async def _is_running(api: Api, chat_id: str) -> bool:
+    response = await api.http.get(f"/api/chats/{chat_id}")
+    return response.status_code == 200 and response.json()["state"] == "running"

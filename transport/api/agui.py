@@ -13,7 +13,10 @@ the wire differs. What a run does, by what its ``RunAgentInput`` carries:
 - nothing new: the chat as it is (a client that reloaded, or lost its state): a
   ``MESSAGES_SNAPSHOT`` and the pending interrupts or frontend tool calls again; a chat
   whose calls were all settled elsewhere (the settle route, an OAuth callback, an
-  approver) continues; a run in progress is followed live.
+  approver) continues; a run in progress, on any worker, is followed live after a
+  snapshot of the chat as it was when the run began; a run whose worker died is taken
+  over once its lease lapsed (a server tool it was running is never run again: the
+  model is told its result is unknown).
 
 ``threadId`` is the chat id; the input's ``runId`` comes back on the run's events.
 A resume the AG-UI rules refuse ends the run with ``RUN_ERROR`` (its ``code`` names the
@@ -23,6 +26,7 @@ rule) before anything changes; a body that is not a valid input gets the JSON er
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -117,6 +121,28 @@ class _Context:
                 pending=pending,
                 interrupts=self.interrupts,
                 prefix=[MessagesSnapshotEvent(messages=messages)],
+            ),
+        )
+
+    def follow(self, record: ChatRecord, start_id: str) -> Response:
+        """A run in progress: a snapshot of the chat as it was when the run began (and
+        the user message of a turn, once stored), then the run's events from its first
+        log entry, live, numbered on from the steps stored before it."""
+        stored = int(record.meta.get("run_hist", len(record.entries)))
+        entries = list(record.entries[:stored])
+        if len(record.entries) > stored and record.entries[stored]["t"] == "user":
+            entries.append(record.entries[stored])
+        earlier = ChatRecord(meta=record.meta, entries=entries, calls=record.calls)
+        steps = steps_of(earlier, record.meta.get("message_id") or "")
+        return streamed(
+            self.request,
+            self.principal,
+            agui_response(
+                self.encoder(steps),
+                events=self.runner.follow(self.chat_id, start_id),
+                pending=self.pending,
+                interrupts=self.interrupts,
+                prefix=[MessagesSnapshotEvent(messages=agui_messages(earlier))],
             ),
         )
 
@@ -252,7 +278,31 @@ async def post_agui(request: Request) -> Response:
         # every call was settled elsewhere (an OAuth callback, an approver, the settle
         # route, a deadline): the run goes on
         return await _resume(ctx, steps, record)
+    if state == "running":
+        if float(record.meta.get("lease_until", "0")) < runner.clock() * 1000:
+            # its worker died and the lease lapsed: the run is taken over from its last
+            # stored step (the model is told a tool it was running has no known result)
+            return await _resume(ctx, steps, record)
+        # a run in progress, on this worker or another: followed live
+        start_id = record.meta.get("run_start") or await _run_start(runner, ctx.chat_id)
+        if start_id is not None:
+            return ctx.follow(record, start_id)
+        # it ended meanwhile: the chat as it is now
+        return ctx.status(await runner.chat(ctx.chat_id, principal))
     return ctx.status(record)
+
+
+async def _run_start(runner: Runner, chat_id: str) -> str | None:
+    """The first log entry of the chat's run (one just claimed logs it within
+    milliseconds); None once the chat is no longer running."""
+    for _ in range(40):
+        info = await runner.store.run_info(chat_keys(chat_id))
+        if info.get("state") != "running":
+            return None
+        if "run_start" in info:
+            return info["run_start"]
+        await asyncio.sleep(0.025)
+    return None
 
 
 class _StillPending(Exception):
