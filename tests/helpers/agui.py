@@ -5,6 +5,7 @@ it is told."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,17 @@ from pydantic import TypeAdapter
 
 from tests.helpers.support import Api
 
-__all__ = ["AguiClient", "agui_events", "check_frame", "outcome", "results", "texts"]
+__all__ = [
+    "AguiClient",
+    "agui_events",
+    "check_frame",
+    "kinds",
+    "outcome",
+    "results",
+    "same_run",
+    "stream_run",
+    "texts",
+]
 
 _EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 
@@ -162,3 +173,42 @@ def results(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         e["toolCallId"]: json.loads(e["content"]) for e in events if e["type"] == "TOOL_CALL_RESULT"
     }
+
+
+def kinds(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+async def stream_run(client: AguiClient, opened: asyncio.Event) -> list[dict[str, Any]]:
+    """A no-input AG-UI run read as it streams: ``opened`` is set once its
+    MESSAGES_SNAPSHOT has arrived (the server has read the chat and chosen what to do);
+    the events, validated and checked as one run, once it ends."""
+    run_id = f"r-follow-{uuid.uuid4().hex[:6]}"
+    body = {
+        "threadId": client.thread_id,
+        "runId": run_id,
+        "messages": [],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    raw = ""
+    async with client.api.http.stream("POST", "/api/agui", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for chunk in response.aiter_text():
+            raw += chunk
+            if "MESSAGES_SNAPSHOT" in raw:
+                opened.set()
+    events = agui_events(raw)
+    check_frame(events, client.thread_id, run_id)
+    return events
+
+
+def same_run(events: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]) -> bool:
+    """The same events, but for the runs' own ids on RUN_FINISHED."""
+
+    def bare(event: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in event.items() if k not in {"threadId", "runId"}}
+
+    return [bare(e) for e in events] == [bare(e) for e in other]

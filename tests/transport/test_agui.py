@@ -19,7 +19,17 @@ import pytest
 
 from parkway.transport.api.sessions import SessionAuthenticator
 from tests.helpers import tools as test_tools
-from tests.helpers.agui import AguiClient, agui_events, check_frame, outcome, results, texts
+from tests.helpers.agui import (
+    AguiClient,
+    agui_events,
+    check_frame,
+    kinds,
+    outcome,
+    results,
+    same_run,
+    stream_run,
+    texts,
+)
 from tests.helpers.support import (
     PICK_TOOL,
     PUBLISH_TOOL,
@@ -512,3 +522,44 @@ def test_a_client_that_reconnects_follows_the_run_in_progress(redis_url: str) ->
 
     with server_thread(redis_url, agent) as server:
         asyncio.run(scenario(server.base_url))
+
+
+def test_a_run_in_progress_is_followed_live_by_a_run_with_nothing_new(redis_url: str) -> None:
+    """A no-input run while the chat's run is in progress (a client that reloaded, or a
+    resume repeating an answer already recorded) follows that run live, after a snapshot
+    of the chat as it was when the run began: the same events the run's own client gets,
+    and the run's end, not a ``success`` at once with the rest of the run unseen."""
+    gated = {"type": "function", "name": "gated", "ref": "tests.helpers.tools:gated"}
+    agent = agent_doc([[text("Working."), call("gated", {})], [text("Done.")]], tools=[gated])
+
+    async def scenario(url: str) -> None:
+        api = await _login(url)
+        client = AguiClient(api)
+        running = asyncio.create_task(client.say("go"))
+        await eventually(
+            lambda: _is_running(api, client.thread_id), within_s=20, what="the run holds"
+        )
+        opened = asyncio.Event()
+        following = asyncio.create_task(stream_run(AguiClient(api, client.thread_id), opened))
+        await eventually(opened.is_set, within_s=20, what="the follower read the chat")
+        test_tools.GATE.set()
+        own, followed = await running, await following
+        assert texts(own) == "Working.Done."
+        assert kinds(followed)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+        [user] = next(e for e in followed if e["type"] == "MESSAGES_SNAPSHOT")["messages"]
+        assert user["role"] == "user" and user["content"] == "go"
+        assert same_run(followed[2:], own[1:])
+        await api.aclose()
+
+    test_tools.GATE.clear()
+    try:
+        with server_thread(redis_url, agent) as server:
+            asyncio.run(scenario(server.base_url))
+    finally:
+        test_tools.GATE.set()  # never leave the server's tool thread blocked
+        test_tools.GATE.clear()
+
+
+async def _is_running(api: Api, chat_id: str) -> bool:
+    response = await api.http.get(f"/api/chats/{chat_id}")
+    return response.status_code == 200 and response.json()["state"] == "running"

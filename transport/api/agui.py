@@ -13,7 +13,10 @@ the wire differs. What a run does, by what its ``RunAgentInput`` carries:
 - nothing new: the chat as it is (a client that reloaded, or lost its state): a
   ``MESSAGES_SNAPSHOT`` and the pending interrupts or frontend tool calls again; a chat
   whose calls were all settled elsewhere (the settle route, an OAuth callback, an
-  approver) continues; a run in progress is followed live.
+  approver) continues; a run in progress, on any worker, is followed live after a
+  snapshot of the chat as it was when the run began; a run whose worker died is taken
+  over once its lease lapsed (a server tool it was running is never run again: the
+  model is told its result is unknown).
 
 ``threadId`` is the chat id; the input's ``runId`` comes back on the run's events.
 A resume the AG-UI rules refuse ends the run with ``RUN_ERROR`` (its ``code`` names the
@@ -273,9 +276,16 @@ async def post_agui(request: Request) -> Response:
         # route, a deadline): the run goes on
         return await _resume(ctx, steps, record)
     if state == "running":
+        if float(record.meta.get("lease_until", "0")) < runner.clock() * 1000:
+            # its worker died and the lease lapsed: the run is taken over from its last
+            # stored step (the model is told a tool it was running has no known result)
+            return await _resume(ctx, steps, record)
+        # a run in progress, on this worker or another: followed live
         start_id = record.meta.get("run_start") or await run_start(runner, ctx.chat_id)
         if start_id is not None:
             return _follow(ctx, record, start_id)
+        # it ended meanwhile: the chat as it is now
+        return ctx.status(await runner.chat(ctx.chat_id, principal))
     return ctx.status(record)
 
 
