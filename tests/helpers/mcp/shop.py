@@ -176,8 +176,10 @@ class McpServerThread:
         self.shop = shop or ShopServer()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        # the Authorization header of each request, as the server received it
+        self.authorizations: list[str | None] = []
         config = uvicorn.Config(
-            self.shop.app.streamable_http_app(),
+            self._noting(self.shop.app.streamable_http_app()),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
@@ -185,6 +187,16 @@ class McpServerThread:
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def _noting(self, app: Any) -> Any:
+        async def noting(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                headers = dict(scope["headers"])
+                found = headers.get(b"authorization")
+                self.authorizations.append(None if found is None else found.decode())
+            await app(scope, receive, send)
+
+        return noting
 
     def start(self) -> McpServerThread:
         self.thread.start()
