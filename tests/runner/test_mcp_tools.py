@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from parkway.runner import Runner, RunnerConfig, parse_agent_file
+from parkway.runner import Agent, Runner, RunnerConfig, Runtime, parse_agent_file
 from parkway.runner.events import (
     Event,
     ToolFailed,
@@ -348,3 +348,38 @@ async def test_input_requests_end_the_call_with_a_definite_error(
     [error] = errors(events)
     assert message in error and "shop" in error
     assert finish(events) == "stop"
+
+
+async def test_a_python_agent_brings_its_stdio_server_to_a_runtime(
+    redis_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """A Python agent is the operator's, as an agent file is: its ``mcps`` may run a
+    stdio server, whose env references are read from the runtime's ``environ``; the
+    destructive call parks and runs once approved, with no HTTP at all."""
+    del redis
+    calls = tmp_path / "calls.txt"
+    entry = stdio_entry(calls_file=calls)
+    entry["env"]["SHOP_MOOD"] = {"env": "PARKWAY_TEST_MOOD"}
+    shop_agent = Agent(
+        "shop",
+        instructions="shop agent",
+        model={
+            "scripted": {
+                "turns": [
+                    [call("local__cancel_order", {"order_id": "E-5"})],
+                    [text("{{result.local__cancel_order.result}}")],
+                ]
+            }
+        },
+        mcps=[entry],
+    )
+    assert shop_agent.to_template()["mcps"] == [entry]
+    async with Runtime(
+        shop_agent, redis_url=redis_url, environ={"PARKWAY_TEST_MOOD": "calm"}
+    ) as rt:
+        first = await rt.send("py", "cancel E-5")
+        [gate] = first.parked
+        assert gate.tool == "local__cancel_order" and not calls.exists()
+        done = await rt.approve("py", gate.id, resume=True)
+    assert done.text == "order E-5 cancelled"
+    assert calls.read_text() == "cancel_order [('order_id', 'E-5')] mood=calm\n"

@@ -159,8 +159,11 @@ class ShopServer:
     def _ran(self, tool: str, arguments: dict[str, Any]) -> None:
         self.executions.append((tool, arguments))
         if self.calls_file is not None:
+            # a stdio server's env (SHOP_MOOD), as the client set it, is noted too
+            mood = os.environ.get("SHOP_MOOD")
             with self.calls_file.open("a") as out:
-                out.write(f"{tool} {sorted(arguments.items())}\n")
+                out.write(f"{tool} {sorted(arguments.items())}")
+                out.write(f" mood={mood}\n" if mood else "\n")
 
 
 def _restock(sku: str) -> str:
