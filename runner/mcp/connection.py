@@ -159,6 +159,8 @@ class McpConnection:
         self._failed_at: float | None = None
         self._reason: str | None = None
         self._closed = False
+        # What ended the last session, when something did (its first exception).
+        self._ended_by: BaseException | None = None
 
     # -- status ------------------------------------------------------------------------
 
@@ -211,6 +213,7 @@ class McpConnection:
                 await asyncio.gather(self._owner, return_exceptions=True)
             ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
             self._stop = asyncio.Event()
+            self._ended_by = None
             self._owner = asyncio.create_task(
                 self._hold(ready), name=f"parkway-mcp-{self.server.name}"
             )
@@ -290,6 +293,7 @@ class McpConnection:
                 )
                 ready.set_exception(_Unreachable(reason))
             else:
+                self._ended_by = _leaf(exc)
                 log.warning("MCP server %s: the session ended: %r", server.name, _leaf(exc))
         finally:
             self._client = None
@@ -406,9 +410,10 @@ class McpConnection:
                     # A 2026-07-28 server refuses a call whose tool this session has not
                     # listed as it is now: list again and send it once more (as the SDK's
                     # Client.call_tool does).
+                    if exc.code == CONNECTION_CLOSED:
+                        await self._never_connected()
+                        self.drop()
                     if exc.code != HEADER_MISMATCH or attempt:
-                        if exc.code == CONNECTION_CLOSED:
-                            self.drop()
                         raise
                     self.invalidate()
                     await self.listing(0)
@@ -425,6 +430,16 @@ class McpConnection:
         finally:
             self.busy -= 1
             self.last_used = self.clock()
+
+    async def _never_connected(self) -> None:
+        """Raise :class:`McpUnavailableError` when the session that a call found closed
+        ended because the server refused connections: no request reached it then, so
+        the call did not run (anything else leaves its result unknown)."""
+        owner = self._owner
+        if owner is not None:
+            await asyncio.wait([owner], timeout=1.0)
+        if isinstance(self._ended_by, httpx2.ConnectError):
+            raise self._failed("connection refused")
 
     async def aclose(self) -> None:
         """End the session (a stdio server's process ends with it)."""

@@ -254,6 +254,51 @@ async def test_an_unreachable_server_leaves_its_tools_out_and_the_run_completes(
     assert status["shop"].reachable is True
 
 
+async def test_a_call_is_bounded_by_the_entrys_timeout(redis: Redis, shop: McpServerThread) -> None:
+    """A tool that does not answer within its entry's ``timeout_s`` ends with a timeout
+    error the model reads; the session (shared with the entry that has the default
+    timeout) stays usable for the next call."""
+    mcps = [
+        shop_entry(shop.url, name="slow", timeout_s=0.2, include=["hold"]),
+        shop_entry(shop.url),
+    ]
+    turns = [
+        [call("slow__hold")],
+        [call("shop__lookup", {"sku": "cup"})],
+        [text("{{result.slow__hold.error}}")],
+    ]
+    try:
+        async with mcp_runner(redis, turns, mcps) as (runner, _):
+            events = await turn(runner, "slow")
+            slow, default = runner.template.mcps
+            assert runner.mcp.connection(slow) is runner.mcp.connection(default)
+    finally:
+        shop.shop.release.set()
+    assert errors(events) == ["MCP tool 'slow__hold' did not answer within 0.2 s"]
+    assert outputs(events) == [{"sku": "cup", "stock": 3}]
+    assert said(events) == "MCP tool 'slow__hold' did not answer within 0.2 s"
+
+
+async def test_an_approved_call_whose_server_went_away_ends_with_a_clear_error(
+    redis: Redis, shop: McpServerThread
+) -> None:
+    """Approved while its server is down, the call does not run and the model reads
+    that the server is unreachable; the run completes."""
+    turns = [
+        [call("shop__cancel_order", {"order_id": "F-6"})],
+        [text("{{result.shop__cancel_order.error}}")],
+    ]
+    async with mcp_runner(redis, turns, [shop_entry(shop.url)]) as (runner, _):
+        [card] = parked(await turn(runner, "gone"))
+        shop.stop()
+        resumed = await approve(runner, "gone", card.tool_call_id)
+    unreachable = (
+        "MCP server 'shop' is unreachable (connection refused): its tools are unavailable right now"
+    )
+    assert errors(resumed) == [unreachable] and said(resumed) == unreachable
+    assert finish(resumed) == "stop" and shop.shop.executions == []
+
+
 async def test_a_missing_header_variable_makes_the_server_unreachable_without_naming_it(
     redis: Redis, shop: McpServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:

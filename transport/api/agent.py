@@ -6,7 +6,9 @@ revisions and, read-only, ``additional_context.playground_build_kit
 the version the user read. A chat request may carry the playground's working copy of the
 template (``agentTemplate``: the committed one with the build kit laid over it, or the
 user's uncommitted edits) for that turn only; it may not bring function tools the
-committed agent does not have, because a function tool names server code to import.
+committed agent does not have, because a function tool names server code to import, nor
+MCP servers whose stdio command or environment-read headers the committed agent (or the
+agent file) does not have: the one runs a program, the other sends a server-side secret.
 
 Editing is a role (docs/security.md, "Agent editors"). The agent is shared by every user
 of the server, so only editors commit: the principals the operator names (``editors``),

@@ -11,7 +11,8 @@ Tools (annotations as the server claims them):
 - ``add_tool(name)``: read-only; adds a tool ``name`` and says the list changed;
 - ``ask_person()``: a 2026-07-28 ``InputRequiredResult`` (an elicitation form);
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers;
-- ``ask_model()``: an ``InputRequiredResult`` that asks for sampling.
+- ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
+- ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -62,6 +64,7 @@ SHOP_TOOLS = [
     "ask_person",
     "ask_url",
     "ask_model",
+    "hold",
 ]
 BIG_TEXT_BYTES = 1024
 READ_ONLY = ToolAnnotations(read_only_hint=True)
@@ -80,6 +83,7 @@ class ShopServer:
     def __init__(self, name: str = "shop", calls_file: Path | None = None) -> None:
         self.executions: list[tuple[str, dict[str, Any]]] = []
         self.calls_file = calls_file
+        self.release = threading.Event()
         # log_level: the SDK configures the root logger only when nothing has yet
         self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
         app = self.app
@@ -156,6 +160,12 @@ class ShopServer:
             )
             return InputRequiredResult(input_requests={"s": CreateMessageRequest(params=params)})
 
+        @app.tool(annotations=READ_ONLY)
+        async def hold() -> str:
+            """Answers once released."""
+            await anyio.to_thread.run_sync(self.release.wait, 30)
+            return "released"
+
     def _ran(self, tool: str, arguments: dict[str, Any]) -> None:
         self.executions.append((tool, arguments))
         if self.calls_file is not None:
@@ -211,7 +221,10 @@ class McpServerThread:
         return self
 
     def stop(self) -> None:
+        """Stop at once, as a server that goes away does: open streams (a client's
+        listen stream) are cut, not waited for."""
         self.server.should_exit = True
+        self.server.force_exit = True
         self.thread.join(15)
 
     def __enter__(self) -> McpServerThread:
