@@ -169,8 +169,12 @@ class McpTools:
         for server, result in zip(template.mcps, found, strict=True):
             if isinstance(result, McpUnavailableError):
                 unavailable[server.name] = result.reason
-            elif isinstance(result, BaseException):
+            elif isinstance(result, asyncio.CancelledError):
                 raise result
+            elif isinstance(result, BaseException):
+                # a server's surprise must not end the run: its tools are left out
+                log.error("MCP server %s: listing its tools failed", server.name, exc_info=result)
+                unavailable[server.name] = f"its tools could not be read ({type(result).__name__})"
             else:
                 tools.update(result.specs)
         instructions = template.instructions + (_note(unavailable) if unavailable else "")

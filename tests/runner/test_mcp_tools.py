@@ -290,7 +290,7 @@ async def test_an_approved_call_whose_server_went_away_ends_with_a_clear_error(
     ]
     async with mcp_runner(redis, turns, [shop_entry(shop.url)]) as (runner, _):
         [card] = parked(await turn(runner, "gone"))
-        shop.stop()
+        shop.stop(abruptly=True)
         resumed = await approve(runner, "gone", card.tool_call_id)
     unreachable = (
         "MCP server 'shop' is unreachable (connection refused): its tools are unavailable right now"

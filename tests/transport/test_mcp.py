@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from parkway.transport.openapi import openapi_document
 from parkway.transport.settings import Settings
-from tests.helpers.mcp import McpServerThread, shop_entry, stdio_entry
+from tests.helpers.mcp import SHOP_TOOLS, McpServerThread, shop_entry, stdio_entry
 from tests.helpers.openapi_check import ApiDocument
 from tests.helpers.support import (
     Api,
@@ -120,7 +120,7 @@ async def test_readyz_names_an_unreachable_server_and_stays_ready(
     mcp = body["checks"]["mcp"]
     assert mcp["ok"] is True and mcp["degraded"] is True
     assert mcp["servers"] == [
-        {"name": "shop", "transport": "http", "reachable": True, "tools": 9},
+        {"name": "shop", "transport": "http", "reachable": True, "tools": len(SHOP_TOOLS)},
         {"name": "dead", "transport": "http", "reachable": False, "reason": "connection refused"},
     ]
     assert "dead" in mcp["reason"] and down not in response.text

@@ -220,11 +220,11 @@ class McpServerThread:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
-        """Stop at once, as a server that goes away does: open streams (a client's
-        listen stream) are cut, not waited for."""
+    def stop(self, *, abruptly: bool = False) -> None:
+        """Stop; ``abruptly``: as a server that goes away does, cutting open streams (a
+        client's listen stream) instead of waiting for them to end."""
         self.server.should_exit = True
-        self.server.force_exit = True
+        self.server.force_exit = abruptly
         self.thread.join(15)
 
     def __enter__(self) -> McpServerThread:
