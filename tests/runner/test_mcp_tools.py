@@ -352,6 +352,25 @@ async def test_a_changed_tool_list_is_offered_on_the_next_step(
     assert said(events) == "restocked tea"
 
 
+async def test_the_tool_list_is_kept_for_its_ttl_on_the_sessions_clock(
+    redis: Redis, shop: McpServerThread
+) -> None:
+    """Without a notification, a tool the server added is offered once the list is
+    older than ``tools_ttl_s``, and not before: a step does not list the tools again."""
+    clock = Clock()
+    mcps = [shop_entry(shop.url, tools_ttl_s=60)]
+    async with mcp_runner(redis, [[text("ok")]], mcps, mcp=McpTools(clock=clock)) as (runner, _):
+        before = await runner.mcp.offer(runner.template)
+        shop.shop.app.add_tool(lambda: "quiet", name="quietly_added")
+        clock.now += 59
+        cached = await runner.mcp.offer(runner.template)
+        clock.now += 1
+        listed = await runner.mcp.offer(runner.template)
+    assert "shop__quietly_added" not in before.template.tools
+    assert "shop__quietly_added" not in cached.template.tools
+    assert "shop__quietly_added" in listed.template.tools
+
+
 async def test_a_stdio_server_runs_and_asks_as_an_http_one(redis: Redis, tmp_path: Path) -> None:
     """The same server run as a subprocess over stdio: read-only runs, destructive
     parks and runs once approved; the session is shared, and ends with the runner."""
