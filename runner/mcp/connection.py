@@ -20,7 +20,8 @@ tool through that worker's own session.
 The tool list is kept for the entry's ``tools_ttl_s``, and dropped at once when the
 server says it changed: ``notifications/tools/list_changed``, which 2026-07-28 servers
 send on the ``subscriptions/listen`` stream the session keeps open and older ones on
-their own. A session that drops forgets its list too (it may have changed meanwhile).
+their own. Whenever that stream is (re)opened, and whenever a session drops, the list
+is dropped too: a change may have been missed meanwhile.
 
 Sampling, elicitation and roots: the client declares none of these capabilities, so a
 server that asks anyway is refused by the SDK's defaults ("Sampling not supported",
@@ -62,6 +63,10 @@ log = logging.getLogger(__name__)
 
 # A server's tool list is read page by page; a server that never stops paging is cut here.
 _MAX_PAGES = 50
+# A listen stream that ended is opened again after this pause, doubled each time it
+# fails again, up to the second.
+_RELISTEN_FIRST_S = 0.5
+_RELISTEN_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -301,21 +306,35 @@ class McpConnection:
 
     async def _listen(self, client: Client) -> None:
         """Keep the 2026-07-28 ``subscriptions/listen`` stream open for tool list changes
-        (each also reaches :meth:`_on_message`). A stream that is lost means the server
-        went away or restarted: the session is dropped and reopened on the next use."""
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for _ in subscription:
+        (each also reaches :meth:`_on_message`). A stream that ends (a proxy's idle
+        timeout, a server restarting) is opened again after a pause, and the tool list is
+        forgotten meanwhile: changes may have been missed. The session itself stays, so
+        calls in flight on it are not cut; a server that is gone fails the new listen
+        request, and with it the session (:meth:`_hold`)."""
+        pause = _RELISTEN_FIRST_S
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    # Acknowledged: from now on no change is missed, but one made before
+                    # (while the list was read, or while no stream was open) might be.
+                    pause = _RELISTEN_FIRST_S
                     self.invalidate()
-        except ListenNotSupportedError:
-            return  # an older server: it sends list_changed on its own
-        except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                self.drop()
-            return  # a server that does not serve subscriptions: nothing to listen to
-        except Exception as exc:
-            log.info("MCP server %s: the listen stream ended: %r", self.server.name, _leaf(exc))
-        self.drop()
+                    async for _ in subscription:
+                        self.invalidate()
+            except ListenNotSupportedError:
+                return  # an older server: it sends list_changed on its own
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED:
+                    self.drop()
+                return  # a server that does not serve subscriptions: nothing to listen to
+            except Exception as exc:
+                log.info("MCP server %s: the listen stream ended: %r", self.server.name, _leaf(exc))
+            self.invalidate()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await self._stop.wait()
+                return  # the session is ending
+            pause = min(pause * 2, _RELISTEN_MAX_S)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):

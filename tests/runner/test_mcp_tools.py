@@ -299,6 +299,43 @@ async def test_an_approved_call_whose_server_went_away_ends_with_a_clear_error(
     assert finish(resumed) == "stop" and shop.shop.executions == []
 
 
+async def test_a_restarted_server_is_used_again_and_still_heard(redis: Redis) -> None:
+    """The server goes away and comes back at the same address: its tools run again
+    (the session is reopened when it is found dropped), and a change of its tools is
+    heard (the listen stream is opened again, and a list read before it was open is
+    not trusted)."""
+    first = McpServerThread().start()
+    port = first.port
+    turns = [
+        [call("shop__lookup", {"sku": "a"})],
+        [text("one")],
+        [call("shop__lookup", {"sku": "abc"}), call("shop__add_tool", {"name": "restock"})],
+        [text("two")],
+    ]
+    second: McpServerThread | None = None
+    try:
+        async with mcp_runner(redis, turns, [shop_entry(first.url, tools_ttl_s=3600)]) as (
+            runner,
+            _,
+        ):
+            assert outputs(await turn(runner, "back")) == [{"sku": "a", "stock": 1}]
+            first.stop(abruptly=True)
+            second = McpServerThread(port=port).start()
+
+            events = await turn(runner, "back", "again")
+            assert outputs(events) == [{"sku": "abc", "stock": 3}, {"result": "added restock"}]
+
+            async def heard() -> bool:
+                offer = await runner.mcp.offer(runner.template)
+                return "shop__restock" in offer.template.tools
+
+            await eventually(heard, what="list_changed from the restarted server")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 async def test_a_missing_header_variable_makes_the_server_unreachable_without_naming_it(
     redis: Redis, shop: McpServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
