@@ -32,8 +32,12 @@ The tree::
     │                                 runner: its message is the error result the model
     │                                 sees (any other exception a tool raises becomes a
     │                                 generic error result)
-    └── ConnectionUnavailableError    a connection cannot give a token now
-                                      (:mod:`parkway.runner.agent.credentials`)
+    ├── ConnectionUnavailableError    a connection cannot give a token now
+    │                                 (:mod:`parkway.runner.agent.credentials`)
+    └── McpUnavailableError           an MCP server cannot be reached now (its message
+                                      names the server and why, in words safe for the
+                                      model and for /readyz: never a URL, header or
+                                      variable's value; :mod:`parkway.runner.mcp`)
 
 ``ToolError`` is not a ``ParkwayError``: it never leaves the tool call that raised it
 (the runner turns it into the call's result), so nothing that handles the runner's
@@ -64,6 +68,7 @@ __all__ = [
     "EditingDisabledError",
     "IncompatibleStateError",
     "InvalidOutcomeError",
+    "McpUnavailableError",
     "ModelError",
     "NotPlainJSONError",
     "NothingToResumeError",
@@ -196,3 +201,16 @@ class ModelError(ParkwayError):
 
 class ToolError(Exception):
     """Raised by a tool to report an error whose message the model may see."""
+
+
+class McpUnavailableError(ToolError):
+    """An MCP server cannot be reached now: its tools are unavailable, and a call of one
+    ends with this message as its result. ``server`` is the server's name in the
+    template, ``reason`` the short cause (``"connection refused"``)."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(
+            f"MCP server {server!r} is unreachable ({reason}): its tools are unavailable right now"
+        )
+        self.server = server
+        self.reason = reason

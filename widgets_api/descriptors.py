@@ -162,9 +162,28 @@ def describe_call(
     if kind in ("code", "library_change") and isinstance(call.input, dict):
         _describe_code(descriptor, chat_id, call, code, prefix)
         render.pop("sandbox", None)
+    mcp = render.pop("mcp", None)
+    if isinstance(mcp, Mapping):
+        descriptor["mcp"] = _describe_mcp(mcp)
     if render:
         descriptor["render"] = render
     return descriptor
+
+
+def _describe_mcp(card: Mapping[str, Any]) -> dict[str, Any]:
+    """An MCP tool's approval card (runner/mcp/listing.py made it when the tool was
+    listed): the server's name in the template, the tool's name on the server, and the
+    tool's annotations as the server's ``hints``, which ``hintsVerified: false`` says
+    nobody checked (a server may claim a tool only reads and be wrong or lying)."""
+    described: dict[str, Any] = {
+        "server": str(card.get("server", "")),
+        "tool": str(card.get("tool", "")),
+        "hints": dict(card.get("annotations") or {}),
+        "hintsVerified": False,
+    }
+    if card.get("title"):
+        described["title"] = str(card["title"])
+    return described
 
 
 def _describe_code(

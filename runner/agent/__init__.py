@@ -7,6 +7,7 @@
   :mod:`~parkway.runner.agent.functions` binds them to their template entries);
 - :mod:`~parkway.runner.agent.agentfile`: the agent file a server starts from;
 - :mod:`~parkway.runner.agent.revisions`: :class:`AgentStore`, the template's versions in Redis;
+- :mod:`~parkway.runner.agent.mcps`: the template's ``mcps`` section (MCP servers);
 - :mod:`~parkway.runner.agent.merge`: laying a partial template over a template;
 - :mod:`~parkway.runner.agent.commits`: the ``commit_config`` platform op;
 - :mod:`~parkway.runner.agent.platform_ops`: the registry of platform ops;
@@ -29,6 +30,7 @@ from parkway.runner.agent.agentfile import (
 )
 from parkway.runner.agent.commits import COMMIT_CONFIG
 from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
+from parkway.runner.agent.mcps import McpPolicy, McpServer, exposed_name, server_of
 from parkway.runner.agent.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 from parkway.runner.agent.platform_ops import (
     AUTHORING_SKILLS,
@@ -43,6 +45,7 @@ from parkway.runner.agent.revisions import (
     NotAnEditorError,
     RevisionConflictError,
     check_function_tools,
+    check_mcp_servers,
     check_working_copy,
 )
 from parkway.runner.agent.template import (
@@ -73,6 +76,8 @@ __all__ = [
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
+    "McpPolicy",
+    "McpServer",
     "NotAnEditorError",
     "OverlayMerge",
     "PlatformOp",
@@ -81,9 +86,11 @@ __all__ = [
     "ToolRun",
     "ToolSpec",
     "check_function_tools",
+    "check_mcp_servers",
     "check_working_copy",
     "entry_identity",
     "execute_tool",
+    "exposed_name",
     "input_problem",
     "is_agent_ref",
     "load_agent",
@@ -95,4 +102,5 @@ __all__ = [
     "model_of",
     "parse_agent_file",
     "register_platform_op",
+    "server_of",
 ]

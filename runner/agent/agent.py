@@ -67,7 +67,9 @@ class Agent:
     client tool; ``commit_config``, ``execute_code``, ``save_function`` and
     ``list_functions`` add those platform ops with their default policies (the
     ``use_*`` methods take options). ``sandbox``, ``resume_policy`` and ``suggestions``
-    are the template's and agent file's keys of those names.
+    are the template's and agent file's keys of those names; ``mcps`` the template's MCP
+    servers (entries as in an agent file, docs/mcp.md: a Python agent is the operator's,
+    so it may run stdio servers).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Agent:
         sandbox: Mapping[str, Any] | None = None,
         resume_policy: Literal["client", "auto"] = "client",
         suggestions: Sequence[str] = (),
+        mcps: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         if not _AGENT_NAME.match(name):
             raise ValueError(
@@ -95,6 +98,7 @@ class Agent:
         self._model = _checked_model(model)
         self._entries: list[tuple[str, Callable[[], dict[str, Any]]]] = []
         self.sandbox = dict(sandbox or {})
+        self.mcps = [dict(entry) for entry in mcps]
         self.resume_policy = resume_policy
         self.suggestions = tuple(suggestions)
         if request_connection:
@@ -329,6 +333,8 @@ class Agent:
         document: dict[str, Any] = {"instructions": self.instructions, "tools": tools}
         if self.sandbox:
             document["sandbox"] = json.loads(json.dumps(self.sandbox))
+        if self.mcps:
+            document["mcps"] = json.loads(json.dumps(self.mcps))
         if self.resume_policy != "client":
             document["resume_policy"] = self.resume_policy
         load_template(document)  # validated as a stored template would be

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from parkway.runner.agent.mcps import operator_parts
 from parkway.runner.agent.template import AgentTemplate, load_template
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import ConflictError, EditingDisabledError, TemplateError
@@ -51,6 +52,7 @@ __all__ = [
     "NotAnEditorError",
     "RevisionConflictError",
     "check_function_tools",
+    "check_mcp_servers",
     "check_working_copy",
 ]
 
@@ -114,6 +116,41 @@ def check_function_tools(document: Mapping[str, Any], *trusted: Mapping[str, Any
                 "name server code and carry the operator's approval policy, so only the "
                 "agent file can add or change one"
             )
+
+
+def _operator_servers(mcps: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for entry in mcps if isinstance(mcps, list) else []:
+        parts = operator_parts(entry)
+        if parts is not None:
+            found[str(entry.get("name"))] = parts
+    return found
+
+
+def check_mcp_servers(document: Mapping[str, Any], *trusted: Mapping[str, Any]) -> None:
+    """Refuse a template bringing an MCP server whose operator's part no ``trusted``
+    template (the committed one, and the agent file) has exactly, under the same name: a
+    stdio server's ``command`` and ``env`` (a program the server runs), or an HTTP
+    server's ``url`` with its ``headers`` read from the environment (a server-side secret
+    sent to that url). Only the agent file, or a Python agent, may add or change those;
+    a commit, ``commit_config`` or a playground working copy may keep, drop or reorder
+    them, change their tool filters and policies, and add HTTP servers without headers.
+    Raises :class:`TemplateError`."""
+    allowed: dict[str, set[str]] = {}
+    for source in trusted:
+        for name, trusted_parts in _operator_servers(source.get("mcps")).items():
+            allowed.setdefault(name, set()).add(trusted_parts)
+    mcps = document.get("mcps")
+    for entry in mcps if isinstance(mcps, list) else []:
+        parts = operator_parts(entry)
+        if parts is None or parts in allowed.get(str(entry.get("name")), set()):
+            continue
+        what = "command" if entry.get("command") is not None else "url and headers"
+        raise TemplateError(
+            f"MCP server {str(entry.get('name'))[:64]!r}: its {what} differ from the "
+            "committed agent's: a stdio command runs a program on the server and headers "
+            "send the server's secrets, so only the agent file can add or change them"
+        )
 
 
 class NotAnEditorError(EditingDisabledError):
@@ -353,6 +390,7 @@ class AgentStore:
             )
         head = await self.head()
         check_function_tools(document, head.template, self.seed)
+        check_mcp_servers(document, head.template, self.seed)
         template = load_template(document)
         version = await self._write(
             template, expected=expected_version, by=by, summary=summary, seed_digest=None

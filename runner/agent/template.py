@@ -1,10 +1,13 @@
 """Agent templates: the agent's configuration, and the tool specs resolved from it.
 
-A template is JSON: ``{llm, instructions, tools: [...], skills: [...], sandbox: {...}}``;
+A template is JSON: ``{llm, instructions, tools: [...], skills: [...], mcps: [...],
+sandbox: {...}}``;
 ``llm`` names its model as an agent file's ``model`` does (:mod:`parkway.runner.llm.spec`).
 Each tool entry is one of four kinds: a function tool (server-executed
 Python callable), a client tool (fulfilled by the browser), a platform op (built-in
-server tool), or an ``@ag.embed`` reference to a reserved workflow. :func:`load_template`
+server tool), or an ``@ag.embed`` reference to a reserved workflow. The ``mcps`` entries
+name MCP servers whose tools are offered beside them (:mod:`parkway.runner.agent.mcps`;
+their tools are listed when a run starts, not at load). :func:`load_template`
 validates the whole document up front, so a bad entry fails at load with a message that
 names it (``tools[2] 'lookup': ref 'pkg.mod:fn' cannot be imported``) instead of in the
 middle of a run.
@@ -27,6 +30,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from parkway.runner.agent.mcps import McpServer, parse_mcp_servers, server_of
 from parkway.runner.agent.platform_ops import PLATFORM_OPS
 from parkway.runner.agent.workflows import RESERVED_WORKFLOWS
 from parkway.runner.canonical import canonical_json
@@ -50,7 +54,9 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 # A role an approval may require (``"approvers": "approver"``): roles are plain names.
 ROLE_NAME = r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$"
 
-ToolKind = Literal["function", "client", "platform"]
+# "mcp": a tool of one of the template's MCP servers, made when the server's tools are
+# listed (runner/mcp/listing.py), never from a ``tools`` entry.
+ToolKind = Literal["function", "client", "platform", "mcp"]
 
 # The approval policy of a tool whose Python definition decides per call
 # (``@agent.tool(needs_approval=<function>)``): the function is found through the
@@ -197,6 +203,8 @@ class AgentTemplate:
     resume_policy: Literal["client", "auto"] = "client"
     # The model the template asks for (its ``llm``), or None: the agent file's model.
     llm: ModelSpec | None = None
+    # The MCP servers whose tools it offers (its ``mcps``), validated.
+    mcps: tuple[McpServer, ...] = ()
 
     def tool(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
@@ -439,6 +447,8 @@ def _load_cached(text: str) -> AgentTemplate:
         doc = _Document.model_validate(document)
     except ValidationError as exc:
         raise TemplateError(f"agent template: {describe_first_error(exc)}") from None
+    mcps = parse_mcp_servers(doc.mcps)
+    servers = {server.name: server for server in mcps}
     tools: dict[str, ToolSpec] = {}
     for index, entry in enumerate(doc.tools):
         where = _describe(index, entry)
@@ -458,6 +468,12 @@ def _load_cached(text: str) -> AgentTemplate:
             )
         if spec.name in tools:
             raise TemplateError(f"{where}: duplicate tool name {spec.name!r}")
+        server = servers.get(server_of(spec.name) or "")
+        if server is not None:
+            raise TemplateError(
+                f"{where}: tool name {spec.name!r} collides with the tools of MCP server "
+                f"{server.where}, which are offered as '{server.name}__<tool>'; rename one"
+            )
         op = PLATFORM_OPS.get(spec.name) if spec.kind == "platform" else None
         if op is not None and op.render is not None:
             spec = dataclasses.replace(spec, render=dict(op.render(document)))
@@ -471,4 +487,5 @@ def _load_cached(text: str) -> AgentTemplate:
         canonical=text,
         resume_policy=doc.resume_policy,
         llm=llm,
+        mcps=mcps,
     )

@@ -28,6 +28,7 @@ from parkway.runner.engine.triage import Triage, triage
 from parkway.runner.errors import ModelError
 from parkway.runner.events import Event, FinishReason, StepFinished
 from parkway.runner.llm import ModelCatalog, ModelToolCall, ScriptedModel, ToolDescription
+from parkway.runner.mcp import McpOffer, McpTools
 from parkway.runner.ops import ModelLabel, Stopwatch, count_parked, span, traceparent
 from parkway.runner.store import ArtifactStore, ChatStore
 
@@ -49,10 +50,12 @@ class StepDriver:
         models: ModelCatalog,
         config: RunnerConfig,
         clock: Callable[[], float],
+        mcp: McpTools,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.executor = executor
+        self.mcp = mcp
         self.models = models
         self.config = config
         self.clock = clock
@@ -94,9 +97,6 @@ class StepDriver:
         """Model steps until the model stops calling tools, a call parks, or the step
         limit is reached."""
         state, emit, template = supervisor.state, supervisor.emit, supervisor.state.template
-        tools = tuple(
-            ToolDescription(s.name, s.description, s.input_schema) for s in template.tools.values()
-        )
         try:
             model = self.models.model_for(template.llm)
         except ModelError as exc:
@@ -113,7 +113,17 @@ class StepDriver:
             label = ModelLabel.of_model(model)
         invalid_steps = 0
         for _ in range(self.config.max_steps):
-            step = await stream_step(emit, state, model, tools, supervisor.commit, label=label)
+            # The step's tools: the template's, and its MCP servers' as listed now (a
+            # server's tools may change between steps; one that is down offers none).
+            offer = await self.mcp.offer(template)
+            tools = tuple(
+                ToolDescription(s.name, s.description, s.input_schema)
+                for s in offer.template.tools.values()
+            )
+            step = await stream_step(
+                emit, state, model, tools, supervisor.commit, label=label,
+                instructions=offer.template.instructions,
+            )  # fmt: skip
             if step is None:
                 return  # stopped, or the model failed: the run has ended
             calls = step.final_calls()
@@ -123,7 +133,7 @@ class StepDriver:
                 end = finished(state, _FINAL_REASONS.get(reason or "", "stop"))
                 await supervisor.commit("idle", parked_ids=[], then=[StepFinished(), end])
                 return
-            sorted_calls = await self._take_calls(supervisor, calls)
+            sorted_calls = await self._take_calls(supervisor, calls, offer)
             if sorted_calls.parked:
                 return  # the step's commit ended the message
             emit(StepFinished())
@@ -143,21 +153,22 @@ class StepDriver:
         await end_with_notice(emit, state, notice, "length", supervisor.commit)
 
     async def _take_calls(
-        self, supervisor: RunSupervisor, calls: Sequence[ModelToolCall]
+        self, supervisor: RunSupervisor, calls: Sequence[ModelToolCall], offer: McpOffer
     ) -> Triage:
-        """Classify a step's calls (refuse, run now, park), persist the step with its
-        parked calls, announce the calls and run the server ones. A step that parks
-        ends the message with its last commit."""
+        r"""Classify a step's calls (refuse, run now, park) by what the step ``offer``\ ed,
+        persist the step with its parked calls, announce the calls and run the server
+        ones. A step that parks ends the message with its last commit."""
         state, emit = supervisor.state, supervisor.emit
         watch = Stopwatch()
         sorted_calls = triage(
             calls,
-            state.template,
+            offer.template,
             self.config,
             message_id=state.message_id,
             now=self.clock(),
             requester=state.principal,
             chat_id=state.chat_id,
+            refusal=offer.refusal,
         )
         state.unsaved.extend(sorted_calls.refused)
         parked, to_run = sorted_calls.parked, sorted_calls.to_run
@@ -184,7 +195,10 @@ class StepDriver:
             "running", calls=parked, parked_ids=ids or None, then=sorted_calls.events
         )
         runs = await asyncio.gather(
-            *(self.executor.execute(state, c.id or "", c.name, c.input) for c in to_run)
+            *(
+                self.executor.execute(state, c.id or "", c.name, c.input, offer.template)
+                for c in to_run
+            )
         )
         for call, tool_run in zip(to_run, runs, strict=True):
             record_tool_run(state, call.id or "", call.name, tool_run, emit)

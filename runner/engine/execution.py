@@ -26,6 +26,7 @@ from parkway.runner.codemode import CodeMode
 from parkway.runner.engine.run import Emit, RunState
 from parkway.runner.errors import QuotaExceededError
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
+from parkway.runner.mcp import McpTools
 from parkway.runner.ops import mark_failed, span
 from parkway.runner.outcomes import SUPERSEDED, model_result
 from parkway.runner.parking import ParkedCall
@@ -37,7 +38,8 @@ __all__ = ["ToolExecutor", "keep_large_answers", "record_outcomes", "record_tool
 class ToolExecutor:
     """Runs server tools with the runner's credentials, agents and output limit. With an
     artifact store, an output over its threshold is kept there and the call's result is
-    the artifact's reference (runner/store/artifacts.py)."""
+    the artifact's reference (runner/store/artifacts.py). An MCP server's tool, which no
+    template lists, is found through ``mcp`` (a call approved on another worker, say)."""
 
     def __init__(
         self,
@@ -47,7 +49,9 @@ class ToolExecutor:
         *,
         artifacts: ArtifactStore | None = None,
         code: CodeMode | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
+        self.mcp = mcp
         self.credentials = credentials
         self.agents = agents
         self.max_output_bytes = max_output_bytes
@@ -62,7 +66,13 @@ class ToolExecutor:
         tool_input: Any,
         template: AgentTemplate | None = None,
     ) -> ToolRun:
-        spec = (template or state.template).tool(name)
+        made_under = template or state.template
+        spec = made_under.tool(name)
+        if spec is None and made_under.mcps and self.mcp is not None:
+            found = await self.mcp.find(made_under, name)
+            if isinstance(found, str):
+                return ToolRun(error=found)
+            spec = found
         if spec is None:
             return ToolRun(error=f"tool {name!r} is no longer in the agent template")
         if spec.denied_by_policy:
@@ -74,7 +84,7 @@ class ToolExecutor:
             name,
             self.credentials,
             self.agents,
-            template=template or state.template,
+            template=made_under,
             artifacts=self.artifacts,
             code=self.code,
         )

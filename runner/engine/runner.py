@@ -51,6 +51,7 @@ from parkway.runner.errors import (
 from parkway.runner.eventlog import LogWatch, follow
 from parkway.runner.events import Event
 from parkway.runner.llm import Model, ModelCatalog
+from parkway.runner.mcp import McpTools
 from parkway.runner.ops import context_of, logcontext
 from parkway.runner.outcomes import SUPERSEDED
 from parkway.runner.parking import ParkedCall
@@ -90,10 +91,13 @@ class Runner:
         agents: AgentStore | None = None,
         models: ModelCatalog | None = None,
         code: CodeMode | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         """``model`` is the agent file's model; ``models`` chooses the model of each run
         (an override, the run's template ``llm``, else ``model``) and builds provider
-        models; without it, a catalog over ``model`` and the process environment."""
+        models; without it, a catalog over ``model`` and the process environment.
+        ``mcp`` holds the worker's MCP sessions (a new one by default; the runner closes
+        it when it closes)."""
         self.config = config or RunnerConfig()
         self.credentials = credentials
         self.agents = agents
@@ -118,12 +122,15 @@ class Runner:
             cluster=self.store.cluster,
         )  # fmt: skip
         self.code = code
+        # The MCP servers' sessions of this worker (runner/mcp/), for every template.
+        self.mcp = mcp or McpTools()
         self.executor = ToolExecutor(
             credentials,
             agents,
             self.config.max_output_bytes,
             artifacts=self.artifacts,
             code=code,
+            mcp=self.mcp,
         )
         self.models = models or ModelCatalog(model)
         self.template = template
@@ -135,6 +142,7 @@ class Runner:
             models=self.models,
             config=self.config,
             clock=clock,
+            mcp=self.mcp,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -197,6 +205,7 @@ class Runner:
                 await asyncio.wait(still)
         await self.watch.aclose()
         await self.logwatch.aclose()
+        await self.mcp.aclose()  # after the runs: none calls a tool any more
 
     # -- starting and resuming ----------------------------------------------------------
 

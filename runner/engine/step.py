@@ -201,10 +201,12 @@ async def stream_step(
     commit: Commit,
     *,
     label: ModelLabel,
+    instructions: str | None = None,
 ) -> StepReader | None:
     """Ask the model for the run's next step, reporting it as it streams. None when the
     run ended instead: a stop before or during the step (the partial answer is kept), or
-    the model failing. ``label`` names the model in metrics and spans."""
+    the model failing. ``label`` names the model in metrics and spans; ``instructions``
+    are the step's (the template's, with notes such as an MCP server being down)."""
     if state.stop.is_set():
         await end_stopped(emit, state, None, commit)
         return None
@@ -212,7 +214,7 @@ async def stream_step(
     request = ModelRequest(
         chat_id=state.chat_id,
         call_index=state.model_calls,
-        instructions=state.template.instructions,
+        instructions=state.template.instructions if instructions is None else instructions,
         messages=state.view.update([*state.entries, *state.unsaved]),
         tools=tuple(tools),
     )

@@ -15,7 +15,7 @@ one it stops parks an approval like any other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,10 +57,13 @@ def triage(
     now: float,
     requester: str | None = None,
     chat_id: str = "",
+    refusal: Callable[[str], str | None] | None = None,
 ) -> Triage:
     """Sort a step's calls (see the module doc); ``now`` is the step's time in seconds,
     ``requester`` the chat's owner (an approval someone else answers records it; a
-    per-call approval rule reads it as ``ctx.principal``), ``chat_id`` the chat."""
+    per-call approval rule reads it as ``ctx.principal``), ``chat_id`` the chat.
+    ``refusal`` says why a tool the template does not offer now is missing, when it
+    knows (an MCP server that cannot be reached), instead of "unknown tool"."""
     parked: list[ParkedCall] = []
     to_run: list[ModelToolCall] = []
     events: list[Event] = []
@@ -70,7 +73,9 @@ def triage(
         spec = template.tool(call.name)
         if spec is None:
             known = ", ".join(sorted(template.tools)) or "none"
-            problem: str | None = f"unknown tool {call.name!r} (the tools are: {known})"
+            problem: str | None = (None if refusal is None else refusal(call.name)) or (
+                f"unknown tool {call.name!r} (the tools are: {known})"
+            )
         elif call.input_error is not None:
             problem = f"input for tool {call.name!r}: {call.input_error}"
         else:

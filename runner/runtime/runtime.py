@@ -36,6 +36,7 @@ from parkway.runner.engine import Runner, RunnerConfig, Sweeper, SweepReport
 from parkway.runner.errors import ModelError, StateError, TemplateError
 from parkway.runner.events import Event
 from parkway.runner.llm import Model, ModelCatalog, ModelSpec, parse_model_spec
+from parkway.runner.mcp import McpTools
 from parkway.runner.runtime.results import CallSummary, ChatView, TurnResult
 from parkway.runner.store import EmbeddedRedis, RedisClient, chat_keys, connect, stored_messages
 
@@ -61,7 +62,8 @@ class Runtime:
     close, when that is None too; give a folder to keep parked chats across runs).
     ``model`` overrides the agent's model for every run: a model object (a test model)
     or a name such as ``"anthropic:claude-sonnet-4-6"`` (keys from ``environ``, by
-    default the process environment). ``principal`` is who sends and answers when a
+    default the process environment, where MCP servers' headers are read too).
+    ``principal`` is who sends and answers when a
     method is not told. ``clock`` (seconds since the epoch) drives leases and deadlines;
     ``sweep_interval_s`` is how often the sweeper looks for expired deadlines (None: no
     background sweeper; :meth:`sweep` sweeps once). ``code`` turns on ``execute_code``.
@@ -97,6 +99,7 @@ class Runtime:
         self._url = redis_url
         self._data_dir = None if data_dir is None else Path(data_dir)
         self._models = _catalog(self.agent, model, environ)
+        self._environ = environ
         _check_model(self._models, self.agent)
         self._embedded: EmbeddedRedis | None = None
         self._scratch: Path | None = None
@@ -146,6 +149,7 @@ class Runtime:
                 clock=self.clock,
                 models=self._models,
                 code=self.code,
+                mcp=McpTools(environ=self._environ),
             )
             self._sweeper = Sweeper(self._runner, on_timeout=self._runner.on_timeout)
             if self.sweep_interval_s is not None:

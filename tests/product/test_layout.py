@@ -32,6 +32,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"store"},
         {"eventlog"},
         {"agent"},
+        {"mcp"},
         {"codemode"},
         {"engine"},
         {"demo", "runtime"},

@@ -38,7 +38,7 @@ from tests.helpers.support import (
 
 TURNS = [[text("hello")]]
 CODE_AGENT = agent_doc(TURNS, tools=[{"type": "platform", "op": "execute_code"}])
-CHECKS = {"redis", "sandbox", "models", "oauth", "worker"}
+CHECKS = {"redis", "sandbox", "models", "oauth", "mcp", "worker"}
 
 
 def checked(response: httpx.Response) -> dict[str, Any]:

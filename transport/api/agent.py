@@ -6,7 +6,9 @@ revisions and, read-only, ``additional_context.playground_build_kit
 the version the user read. A chat request may carry the playground's working copy of the
 template (``agentTemplate``: the committed one with the build kit laid over it, or the
 user's uncommitted edits) for that turn only; it may not bring function tools the
-committed agent does not have, because a function tool names server code to import.
+committed agent does not have, because a function tool names server code to import, nor
+MCP servers whose stdio command or environment-read headers the committed agent (or the
+agent file) does not have: the one runs a program, the other sends a server-side secret.
 
 Editing is a role (docs/security.md, "Agent editors"). The agent is shared by every user
 of the server, so only editors commit: the principals the operator names (``editors``),
@@ -38,6 +40,7 @@ from parkway.runner.agent import (
     NotAnEditorError,
     RevisionConflictError,
     check_function_tools,
+    check_mcp_servers,
     check_working_copy,
     load_template,
 )
@@ -217,13 +220,16 @@ def working_template(
 ) -> AgentTemplate:
     """Validate a template the playground sends for one turn: any function tool in it
     must be one the committed agent (or the agent file, ``seed``) has, with the same ref
-    and approval policy; for someone who is not an ``editor``, it also may not reach
+    and approval policy, and so must any MCP server's stdio command or headers read from
+    the environment; for someone who is not an ``editor``, it also may not reach
     further on the server than the committed agent (platform ops, model, MCP servers,
     sandbox). Raises :class:`HTTPError` (422) or :class:`NotAnEditorError` (403)."""
     if not isinstance(document, dict):
         raise HTTPError(422, "invalid_template", "agentTemplate must be a JSON object")
     try:
-        check_function_tools(document, committed.raw, *([] if seed is None else [seed]))
+        trusted = [committed.raw, *([] if seed is None else [seed])]
+        check_function_tools(document, *trusted)
+        check_mcp_servers(document, *trusted)
         if not editor:
             check_working_copy(document, committed.raw)
         return load_template(document)

@@ -27,6 +27,13 @@ The checks of ``/readyz``:
   and base URL are in the environment): a commit may have moved the agent to a
   provider this worker has no key for;
 - ``oauth``: every configured OAuth provider (and the demo one, when on) was loaded;
+- ``mcp``: the MCP servers of the agent's head revision, each ``reachable`` or not (with
+  why, in words that name no address), their tools listed through this worker's
+  sessions (from its cache while fresh), each within :data:`READYZ_MCP_TIMEOUT_S`. A
+  server that cannot be reached marks the check ``degraded`` but does not fail
+  readiness: every worker would fail it alike, and runs go on without its tools (the
+  model is told), so taking workers out of service would only stop the rest of the
+  agent too;
 - ``worker``: the lifespan finished starting and the runner is not shutting down.
 """
 
@@ -47,9 +54,10 @@ from parkway.runner.llm import ScriptedModel
 from parkway.transport.settings import Settings
 from parkway.widgets_api.connect import ProviderConfigError, parse_provider_specs
 
-__all__ = ["READYZ_REDIS_TIMEOUT_S", "healthz", "readyz"]
+__all__ = ["READYZ_MCP_TIMEOUT_S", "READYZ_REDIS_TIMEOUT_S", "healthz", "readyz"]
 
 READYZ_REDIS_TIMEOUT_S = 1.0
+READYZ_MCP_TIMEOUT_S = 1.0
 _CODE_OP = "execute_code"
 
 log = logging.getLogger(__name__)
@@ -73,6 +81,7 @@ async def readyz(request: Request) -> Response:
         "sandbox": _sandbox(getattr(state, "code", None), template, settings),
         "models": _models(runner, template),
         "oauth": _oauth(state, settings),
+        "mcp": await _mcp(runner, template),
         "worker": _worker(runner),
     }
     ready = all(check["ok"] for check in checks.values())
@@ -171,6 +180,32 @@ def _oauth(state: Any, settings: Settings) -> dict[str, Any]:
         reason = f"configured, not loaded: {', '.join(missing)}"
         return {"ok": False, "providers": sorted(loaded), "reason": reason}
     return {"ok": True, "providers": sorted(loaded)}
+
+
+async def _mcp(runner: Runner | None, template: AgentTemplate | None) -> dict[str, Any]:
+    if runner is None or template is None or not template.mcps:
+        return {"ok": True, "servers": []}
+    statuses = await runner.mcp.status(template.mcps, within_s=READYZ_MCP_TIMEOUT_S)
+    servers = []
+    for status in statuses:
+        server: dict[str, Any] = {
+            "name": status.server,
+            "transport": status.transport,
+            "reachable": status.reachable,
+        }
+        if status.reason is not None:
+            server["reason"] = status.reason
+        if status.tools is not None:
+            server["tools"] = status.tools
+        servers.append(server)
+    check: dict[str, Any] = {"ok": True, "servers": servers}
+    down = [s.server for s in statuses if s.reachable is False]
+    if down:
+        check["degraded"] = True
+        check["reason"] = (
+            f"unreachable: {', '.join(down)} (their tools are unavailable; runs go on without them)"
+        )
+    return check
 
 
 def _worker(runner: Runner | None) -> dict[str, Any]:

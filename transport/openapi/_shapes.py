@@ -351,11 +351,29 @@ class OAuthCheck(Check):
     providers: list[str]
 
 
+class McpServerCheck(_Out):
+    name: str = Field(description="the server's name in the agent template")
+    transport: Literal["http", "stdio"]
+    reachable: bool | None = Field(description="null: this worker has not tried it yet")
+    reason: Absent[str] = Field(None, description="why not reachable (names no address)")
+    tools: Absent[int] = Field(None, description="how many tools it lists")
+
+
+class McpCheck(Check):
+    servers: list[McpServerCheck] = Field(description="the agent's MCP servers")
+    degraded: Absent[bool] = Field(
+        None,
+        description="a server cannot be reached: its tools are unavailable, the worker "
+        "stays ready (every worker would fail alike; runs go on without them)",
+    )
+
+
 class ReadinessChecks(_Out):
     redis: RedisCheck
     sandbox: SandboxCheck
     models: ModelsCheck
     oauth: OAuthCheck
+    mcp: McpCheck
     worker: Check
 
 

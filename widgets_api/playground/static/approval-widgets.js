@@ -8,6 +8,14 @@ import { applyPatch, diffView } from "./commit-diff.js";
 import { canonical, errorMessage, h, pretty } from "./playground-base.js";
 import { Widget } from "./widget.js";
 
+// An MCP tool's annotations, as its card words them (the server's claims, not checked).
+const MCP_HINTS = {
+  readOnlyHint: "only reads",
+  destructiveHint: "may destroy data",
+  idempotentHint: "safe to repeat",
+  openWorldHint: "reaches outside systems",
+};
+
 export class ApprovalWidget extends Widget {
   /** `kind`: the card's `data-kind` (a subclass drawing another descriptor kind names it). */
   constructor(id, chat, kind = "approval") {
@@ -98,12 +106,25 @@ export class ApprovalWidget extends Widget {
     return [
       this.head(ctx, "Approval"),
       this.description(ctx),
+      this.mcpNote(ctx),
       h("div", { class: "tool-label", text: "What will run" }),
       allowEdits
         ? h("label", { class: "widget-field", for: this.editor.id }, "Input (you may edit it before approving)", this.editor)
         : h("pre", { class: "json", "aria-label": "Input", text: pretty(ctx.input) }),
       ...this.decision(ctx),
     ];
+  }
+
+  /** An MCP tool's card: its server and tool, and what the server says of the tool, as
+   *  its hints (descriptor `mcp`; nobody verified them). */
+  mcpNote(ctx) {
+    const mcp = ctx.desc && ctx.desc.mcp;
+    if (!mcp) return null;
+    const said = Object.entries(mcp.hints || {})
+      .filter(([name, on]) => on === true && MCP_HINTS[name])
+      .map(([name]) => MCP_HINTS[name]);
+    const hints = said.length ? `the server says it ${said.join(", ")} (unverified)` : "the server gives no hints about it";
+    return h("p", { class: "widget-mcp", "data-testid": "mcp-line", text: `MCP server ${mcp.server}, tool ${mcp.tool}: ${hints}` });
   }
 
   /** The requester's card of an approval left to someone else: what will run, who

@@ -1,0 +1,34 @@
+"""MCP servers' tools in an agent, through the official ``mcp`` SDK (docs/mcp.md).
+
+- :mod:`~parkway.runner.mcp.tools`: :class:`McpTools`, the worker's MCP servers: the tools
+  a run offers (:class:`McpOffer`) and calling them;
+- :mod:`~parkway.runner.mcp.connection`: one server's session on this worker, its tool
+  list and its calls;
+- :mod:`~parkway.runner.mcp.listing`: a server's tools as the model is offered them, with
+  their approval policies;
+- :mod:`~parkway.runner.mcp.input`: a server's request for input from a person (the seam
+  where such a call will park).
+
+The template's ``mcps`` section itself is the agent layer's
+(:mod:`parkway.runner.agent.mcps`). This package imports the agent layer, never the engine.
+"""
+
+from parkway.runner.mcp.connection import McpConnection, McpListing, McpStatus
+from parkway.runner.mcp.input import NEEDS_INPUT, McpInputRequest, answer_input_request
+from parkway.runner.mcp.listing import McpToolset, annotations_of, policy_of
+from parkway.runner.mcp.tools import McpOffer, McpTools, tool_output
+
+__all__ = [
+    "NEEDS_INPUT",
+    "McpConnection",
+    "McpInputRequest",
+    "McpListing",
+    "McpOffer",
+    "McpStatus",
+    "McpTools",
+    "McpToolset",
+    "annotations_of",
+    "answer_input_request",
+    "policy_of",
+    "tool_output",
+]

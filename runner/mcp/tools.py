@@ -1,0 +1,278 @@
+"""The worker's MCP servers: the tools a run offers, and calling them.
+
+:class:`McpTools` is what the runner holds (one per worker). For each model step it
+makes the run's :class:`McpOffer` (:meth:`McpTools.offer`): the template's own tools and
+its MCP servers' tools, listed through the worker's sessions
+(:class:`~parkway.runner.mcp.connection.McpConnection`, one per server address, shared by
+every template that names it), as one :class:`~parkway.runner.agent.AgentTemplate` that
+triage and execution read like any other. A server that cannot be reached offers no
+tools that step, and the model's instructions get a note saying so (the run goes on
+without them); a call of one of its tools is refused with the same words.
+
+A call (:meth:`McpTools.call`) is one ``tools/call`` through the session, bounded by the
+entry's ``timeout_s``. Its result becomes the tool's output: the ``structuredContent``
+when the server gave one, else ``{"content": [...]}`` with the content blocks as JSON
+(text, images, resource links as the protocol shapes them). An ``isError`` result is a
+tool error whose message is the server's text. Outputs over the artifact threshold are
+kept as artifacts by the runner, as any server tool's are. A request for input from a
+person goes to :func:`~parkway.runner.mcp.input.answer_input_request`.
+
+A resumed run (on any worker) finds an approved call's tool again by its name
+(:meth:`McpTools.find`): the server's tools are listed through this worker's session if
+it has none fresh, so the call is made exactly as on the worker that parked it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    URL_ELICITATION_REQUIRED,
+    CallToolResult,
+    InputRequiredResult,
+)
+from pydantic import ValidationError
+
+from parkway.runner.agent import AgentTemplate, McpServer, ToolContext, ToolSpec, server_of
+from parkway.runner.errors import McpUnavailableError, ToolError
+from parkway.runner.mcp.connection import McpConnection, McpStatus
+from parkway.runner.mcp.input import McpInputRequest, answer_input_request
+from parkway.runner.mcp.listing import McpToolset, toolset
+
+__all__ = ["McpOffer", "McpTools", "tool_output"]
+
+log = logging.getLogger(__name__)
+
+# An error text from a server is the model's to read, within reason.
+_ERROR_MAX = 2000
+# What a server may ask of a client that Parkway never provides (connection.py says why).
+_NOT_PROVIDED = {"sampling/createMessage": "model sampling", "roots/list": "its roots"}
+
+
+@dataclass(frozen=True)
+class McpOffer:
+    """What a run offers the model in one step: ``template`` (the run's template with its
+    MCP servers' tools among its tools, and a note in its instructions for each server
+    that cannot be reached), and ``unavailable``: those servers, with why."""
+
+    template: AgentTemplate
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def refusal(self, name: str) -> str | None:
+        """Why the tool ``name`` is not offered, when it is an unreachable server's."""
+        server = server_of(name)
+        reason = self.unavailable.get(server or "")
+        if server is None or reason is None:
+            return None
+        return str(McpUnavailableError(server, reason))
+
+
+def _note(unavailable: Mapping[str, str]) -> str:
+    lines = [
+        f"- MCP server {name!r} is unreachable ({reason}): its tools "
+        f"({name}__...) are unavailable right now."
+        for name, reason in unavailable.items()
+    ]
+    return "\n\n[Parkway: tools unavailable]\n" + "\n".join(lines)
+
+
+def tool_output(name: str, result: CallToolResult) -> Any:
+    """The output of a finished call (see the module doc); an ``isError`` result raises
+    :class:`ToolError` with the server's text."""
+    blocks = [
+        block.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"meta"})
+        for block in result.content
+    ]
+    if result.is_error:
+        text = "\n".join(b["text"] for b in blocks if b.get("type") == "text" and b.get("text"))
+        raise ToolError(text[:_ERROR_MAX] or f"MCP tool {name!r} reported an error")
+    if result.structured_content is not None:
+        return result.structured_content
+    return {"content": blocks}
+
+
+class McpTools:
+    """The worker's MCP sessions and the tools they offer (see the module doc).
+
+    ``environ`` is where entries' environment references are read (the process
+    environment by default), ``clock`` times tool lists and reconnects, ``retry_s`` is
+    how long a server that could not be reached is left alone, and at most
+    ``max_sessions`` sessions stay open (the least recently used idle one closes
+    first)."""
+
+    def __init__(
+        self,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        retry_s: float = 5.0,
+        max_sessions: int = 64,
+    ) -> None:
+        self.environ = environ
+        self.clock = clock
+        self.retry_s = retry_s
+        self.max_sessions = max_sessions
+        self._connections: OrderedDict[str, McpConnection] = OrderedDict()
+        self._toolsets: OrderedDict[McpServer, McpToolset] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def connection(self, server: McpServer) -> McpConnection:
+        """The session to ``server``'s address (made, not yet opened, on first use)."""
+        key = server.connection_key
+        found = self._connections.get(key)
+        if found is not None:
+            self._connections.move_to_end(key)
+            return found
+        found = McpConnection(server, environ=self.environ, clock=self.clock, retry_s=self.retry_s)
+        self._connections[key] = found
+        idle = [k for k, c in self._connections.items() if c.busy == 0 and c is not found]
+        while len(self._connections) > self.max_sessions and idle:
+            old = self._connections.pop(idle.pop(0))
+            task = asyncio.create_task(old.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return found
+
+    async def toolset(self, server: McpServer) -> McpToolset:
+        """``server``'s tools as its entry offers them. Raises
+        :class:`McpUnavailableError`."""
+        listing = await self.connection(server).listing(server.tools_ttl_s)
+        made = self._toolsets.get(server)
+        if made is None or made.listing is not listing:
+            made = toolset(server, listing, self.call)
+            self._toolsets[server] = made
+            while len(self._toolsets) > 4 * self.max_sessions:
+                self._toolsets.popitem(last=False)
+        self._toolsets.move_to_end(server)
+        return made
+
+    async def offer(self, template: AgentTemplate) -> McpOffer:
+        """What a step of a run on ``template`` offers (see :class:`McpOffer`)."""
+        if not template.mcps:
+            return McpOffer(template)
+        found = await asyncio.gather(
+            *(self.toolset(server) for server in template.mcps), return_exceptions=True
+        )
+        tools: dict[str, ToolSpec] = dict(template.tools)
+        unavailable: dict[str, str] = {}
+        for server, result in zip(template.mcps, found, strict=True):
+            if isinstance(result, McpUnavailableError):
+                unavailable[server.name] = result.reason
+            elif isinstance(result, asyncio.CancelledError):
+                raise result
+            elif isinstance(result, BaseException):
+                # a server's surprise must not end the run: its tools are left out
+                log.error("MCP server %s: listing its tools failed", server.name, exc_info=result)
+                unavailable[server.name] = f"its tools could not be read ({type(result).__name__})"
+            else:
+                tools.update(result.specs)
+        instructions = template.instructions + (_note(unavailable) if unavailable else "")
+        offered = dataclasses.replace(template, tools=tools, instructions=instructions)
+        return McpOffer(offered, unavailable)
+
+    async def find(self, template: AgentTemplate, name: str) -> ToolSpec | str:
+        """The spec of the MCP tool ``name`` of ``template``, or why there is none now
+        (words for the model): the server cannot be reached, or no longer offers it."""
+        server = next((s for s in template.mcps if s.name == server_of(name)), None)
+        if server is None:
+            return f"tool {name!r} is no longer in the agent template"
+        try:
+            spec = (await self.toolset(server)).specs.get(name)
+        except McpUnavailableError as exc:
+            return str(exc)
+        if spec is None:
+            return f"MCP server {server.name!r} no longer offers the tool {name!r}"
+        return spec
+
+    async def call(
+        self,
+        server: McpServer,
+        tool: str,
+        name: str,
+        arguments: Mapping[str, Any],
+        ctx: ToolContext,
+    ) -> Any:
+        """Call ``server``'s tool ``tool`` (offered as ``name``) with ``arguments``; its
+        output, or :class:`ToolError` with what the model should read."""
+        connection = self.connection(server)
+        try:
+            result = await connection.call(tool, arguments, server.timeout_s)
+        except MCPError as exc:
+            if exc.code == URL_ELICITATION_REQUIRED:
+                data = exc.data if isinstance(exc.data, Mapping) else {}
+                request = McpInputRequest(
+                    server.name, tool, name, dict(arguments), "url_elicitation", dict(data)
+                )
+                return await answer_input_request(request, ctx)
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"MCP tool {name!r} did not answer within {server.timeout_s:g} s"
+                ) from None
+            if exc.code == CONNECTION_CLOSED:
+                raise ToolError(
+                    f"the connection to MCP server {server.name!r} ended during the call: "
+                    "its result is unknown (do not blindly retry a call that changes things)"
+                ) from None
+            raise ToolError(
+                f"MCP server {server.name!r} refused the call: {exc.message[:_ERROR_MAX]}"
+            ) from None
+        except ValidationError:
+            raise ToolError(
+                f"MCP server {server.name!r} answered with a result Parkway cannot read"
+            ) from None
+        if isinstance(result, InputRequiredResult):
+            asked = {req.method for req in (result.input_requests or {}).values()}
+            refused = sorted(asked & _NOT_PROVIDED.keys())
+            if refused:
+                what = " and ".join(_NOT_PROVIDED[method] for method in refused)
+                raise ToolError(
+                    f"MCP tool {name!r} asked Parkway for {what}, which Parkway does not "
+                    "provide to MCP servers"
+                )
+            requests = {
+                key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
+                for key, value in (result.input_requests or {}).items()
+            }
+            request = McpInputRequest(
+                server.name, tool, name, dict(arguments), "input_required", requests,
+                result.request_state,
+            )  # fmt: skip
+            return await answer_input_request(request, ctx)
+        return tool_output(name, result)
+
+    async def status(
+        self, servers: Sequence[McpServer], *, within_s: float | None = None
+    ) -> list[McpStatus]:
+        """What this worker knows of ``servers``; with ``within_s``, each one's tools are
+        listed first (from the cache when fresh), each wait bounded by it."""
+        if within_s is not None and servers:
+
+            async def check(server: McpServer) -> None:
+                try:
+                    async with asyncio.timeout(within_s):
+                        await self.toolset(server)
+                except (McpUnavailableError, TimeoutError):
+                    pass  # the status says so
+
+            await asyncio.gather(*(check(server) for server in servers))
+        return [self.connection(server).status(server.name) for server in servers]
+
+    async def aclose(self) -> None:
+        """Close every session (stdio servers' processes end with them)."""
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(
+            *(c.aclose() for c in connections), *self._closing, return_exceptions=True
+        )

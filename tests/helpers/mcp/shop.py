@@ -1,0 +1,259 @@
+"""A shop MCP server (the official SDK's ``MCPServer``) with a tool for each behaviour the
+tests look at, and a thread serving it over streamable HTTP on loopback.
+
+Tools (annotations as the server claims them):
+
+- ``lookup(sku)``: read-only (``readOnlyHint``); structured content ``{"sku", "stock"}``;
+- ``cancel_order(order_id)``: destructive (``destructiveHint``); notes each execution;
+- ``note(text)``: no annotations; notes each execution;
+- ``fail_order()``: an ``isError`` result ("order 7 is already shipped");
+- ``catalogue(lines)``: read-only, unstructured: ``lines`` text blocks of about 1 KiB each;
+- ``add_tool(name)``: read-only; adds a tool ``name`` and says the list changed;
+- ``ask_person()``: a 2026-07-28 ``InputRequiredResult`` (an elicitation form);
+- ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers;
+- ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
+- ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import (
+    CallToolResult,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    InputRequiredResult,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
+from pydantic import BaseModel
+
+from tests.helpers.support import free_port
+
+__all__ = [
+    "BIG_TEXT_BYTES",
+    "SHOP_TOOLS",
+    "McpServerThread",
+    "ShopServer",
+    "shop_entry",
+    "stdio_entry",
+]
+
+SHOP_TOOLS = [
+    "lookup",
+    "cancel_order",
+    "note",
+    "fail_order",
+    "catalogue",
+    "add_tool",
+    "ask_person",
+    "ask_url",
+    "ask_model",
+    "hold",
+]
+BIG_TEXT_BYTES = 1024
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+
+
+class Stock(BaseModel):
+    sku: str
+    stock: int
+
+
+class ShopServer:
+    """The shop's MCP server; ``executions`` lists the side-effecting calls it ran, as
+    ``(tool, arguments)``, and ``calls_file`` (when set) gets a line for each too (a
+    stdio server is another process)."""
+
+    def __init__(self, name: str = "shop", calls_file: Path | None = None) -> None:
+        self.executions: list[tuple[str, dict[str, Any]]] = []
+        self.calls_file = calls_file
+        self.release = threading.Event()
+        # log_level: the SDK configures the root logger only when nothing has yet
+        self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
+        app = self.app
+
+        @app.tool(annotations=READ_ONLY)
+        def lookup(sku: str) -> Stock:
+            """How many of an article are in stock."""
+            return Stock(sku=sku, stock=len(sku))
+
+        @app.tool(annotations=ToolAnnotations(destructive_hint=True, read_only_hint=False))
+        def cancel_order(order_id: str) -> str:
+            """Cancel an order."""
+            self._ran("cancel_order", {"order_id": order_id})
+            return f"order {order_id} cancelled"
+
+        @app.tool()
+        def note(text: str) -> str:
+            """Write a note."""
+            self._ran("note", {"text": text})
+            return "noted"
+
+        @app.tool()
+        def fail_order() -> str:
+            """Always fails."""
+            raise ToolError("order 7 is already shipped")
+
+        @app.tool(annotations=READ_ONLY, structured_output=False)
+        def catalogue(lines: int) -> list[TextContent]:
+            """The catalogue, one block per line."""
+            return [
+                TextContent(type="text", text=f"{i:05d} " + "x" * (BIG_TEXT_BYTES - 6))
+                for i in range(lines)
+            ]
+
+        @app.tool(annotations=READ_ONLY)
+        async def add_tool(name: str, ctx: Context) -> str:
+            """Add a tool to the server."""
+            app.add_tool(_restock, name=name, annotations=READ_ONLY)
+            await ctx.notify_tools_changed()
+            return f"added {name}"
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_person() -> CallToolResult | InputRequiredResult:
+            """Needs a person's answer first."""
+            form = ElicitRequestFormParams(
+                message="Which warehouse?",
+                requested_schema={"type": "object", "properties": {"w": {"type": "string"}}},
+            )
+            return InputRequiredResult(
+                input_requests={"where": ElicitRequest(params=form)}, request_state="opaque-1"
+            )
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_url() -> str:
+            """Needs a person to visit a page first."""
+            raise UrlElicitationRequiredError(
+                [
+                    ElicitRequestURLParams(
+                        message="Authorise the shop",
+                        url="https://shop.example/authorise",
+                        elicitation_id="e-1",
+                    )
+                ]
+            )
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_model() -> CallToolResult | InputRequiredResult:
+            """Asks the client's model a question."""
+            params = CreateMessageRequestParams(
+                messages=[
+                    SamplingMessage(role="user", content=TextContent(type="text", text="hi"))
+                ],
+                max_tokens=10,
+            )
+            return InputRequiredResult(input_requests={"s": CreateMessageRequest(params=params)})
+
+        @app.tool(annotations=READ_ONLY)
+        async def hold() -> str:
+            """Answers once released."""
+            await anyio.to_thread.run_sync(self.release.wait, 30)
+            return "released"
+
+    def _ran(self, tool: str, arguments: dict[str, Any]) -> None:
+        self.executions.append((tool, arguments))
+        if self.calls_file is not None:
+            # a stdio server's env (SHOP_MOOD), as the client set it, is noted too
+            mood = os.environ.get("SHOP_MOOD")
+            with self.calls_file.open("a") as out:
+                out.write(f"{tool} {sorted(arguments.items())}")
+                out.write(f" mood={mood}\n" if mood else "\n")
+
+
+def _restock(sku: str) -> str:
+    """Restock an article."""
+    return f"restocked {sku}"
+
+
+class McpServerThread:
+    """A :class:`ShopServer` over streamable HTTP, served by uvicorn in a thread on a
+    free loopback port (or ``port``: a restarted server keeps its address)."""
+
+    def __init__(self, shop: ShopServer | None = None, *, port: int | None = None) -> None:
+        self.shop = shop or ShopServer()
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        # the Authorization header of each request, as the server received it
+        self.authorizations: list[str | None] = []
+        config = uvicorn.Config(
+            self._noting(self.shop.app.streamable_http_app()),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def _noting(self, app: Any) -> Any:
+        async def noting(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                headers = dict(scope["headers"])
+                found = headers.get(b"authorization")
+                self.authorizations.append(None if found is None else found.decode())
+            await app(scope, receive, send)
+
+        return noting
+
+    def start(self) -> McpServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("MCP test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, *, abruptly: bool = False) -> None:
+        """Stop; ``abruptly``: as a server that goes away does, cutting open streams (a
+        client's listen stream) instead of waiting for them to end."""
+        self.server.should_exit = True
+        self.server.force_exit = abruptly
+        self.thread.join(15)
+
+    def __enter__(self) -> McpServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def shop_entry(url: str, name: str = "shop", **extra: Any) -> dict[str, Any]:
+    """An ``mcps`` entry for a shop served at ``url``."""
+    return {"name": name, "url": url, **extra}
+
+
+def stdio_entry(
+    name: str = "local", calls_file: Path | None = None, **extra: Any
+) -> dict[str, Any]:
+    """An ``mcps`` entry that runs the shop over stdio (this interpreter, this module)."""
+    entry: dict[str, Any] = {
+        "name": name,
+        "command": [sys.executable, "-m", "tests.helpers.mcp.stdio_shop"],
+        "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+        **extra,
+    }
+    if calls_file is not None:
+        entry["env"]["SHOP_CALLS_FILE"] = str(calls_file)
+    return entry
+
+
+def run_stdio() -> None:
+    calls = os.environ.get("SHOP_CALLS_FILE")
+    ShopServer("shop", Path(calls) if calls else None).app.run("stdio")
