@@ -229,3 +229,41 @@ async def test_two_answers_racing_have_one_winner_and_the_server_is_called_once(
         with contextlib.suppress(Exception):
             await (await runner.resume("race", "alice")).collect()
     assert len(shop.shop.answers) == 1
+
+
+async def test_an_approved_tool_that_then_asks_parks_again_and_is_answered(
+    redis: Redis, shop: McpServerThread
+) -> None:
+    """A tool the operator gates behind an approval: approved, it runs and asks for the
+    form, so the call parks again (a client call now); answered, it is called again."""
+    agent = parse_agent_file(
+        {
+            "template": {
+                "instructions": "shop",
+                "mcps": [shop_entry(shop.url, tools={"ask_person": {"policy": "ask"}})],
+            },
+            "model": {"scripted": {"turns": [[ASK], [text("{{last_tool_results}}")]]}},
+        }
+    )
+    runner = Runner(redis, agent.model, agent.template)
+    try:
+        approval, _ = await park(runner, "gated")
+        assert approval.kind == "approval"
+        events = await settle_and_resume(
+            runner, "gated", approval.tool_call_id, {"outcome": "approved"}
+        )
+        [form] = parked(events)
+        assert form.kind == "client" and form.tool_call_id == approval.tool_call_id
+        stored = await runner.call("gated", "alice", form.tool_call_id)
+        assert stored.outcome is None and stored.continuation is not None
+        assert finish(events) == "tool-calls"
+        done = await settle_and_resume(
+            runner, "gated", form.tool_call_id, answer("accept", {"w": "east"})
+        )
+    finally:
+        await runner.aclose()
+    [output] = outputs(done)
+    assert shown(output) == "pan ships from east"
+    assert [a[1] for a in shop.shop.answers] == [
+        {"where": {"action": "accept", "content": {"w": "east"}}}
+    ]
