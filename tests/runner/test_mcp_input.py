@@ -272,3 +272,16 @@ async def test_an_approved_tool_that_then_asks_parks_again_and_is_answered(
     assert [a[1] for a in shop.shop.answers] == [
         {"where": {"action": "accept", "content": {"w": "east"}}}
     ]
+
+
+async def test_a_declined_link_is_the_model_s_to_read_and_the_server_is_not_called_again(
+    redis: Redis, shop: McpServerThread
+) -> None:
+    async with shop_runner(redis, shop, call("shop__ask_url")) as runner:
+        card, _ = await park(runner, "nolink")
+        events = await settle_and_resume(
+            runner, "nolink", card.tool_call_id, {"outcome": "declined"}
+        )
+    [error] = [e.error for e in events if isinstance(e, ToolFailed)]
+    assert "did not complete the MCP server's link (decline)" in error
+    assert shop.shop.url_calls == 1
