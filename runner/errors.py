@@ -48,7 +48,13 @@ Redis being unreachable is not a ``ParkwayError`` either: it surfaces as redis-p
 ``RedisUnavailableError``, one of them), which
 :func:`parkway.runner.store.is_redis_outage` recognises; the HTTP layer answers 503.
 
-Control flow (a call parks) is not an exception: the run loop returns a parked step.
+    ToolNeedsInput                    a control-flow signal, not an error: a running
+                                      server tool ends asking a person for input (an
+                                      MCP server's input request); the runner parks the
+                                      call and runs the tool again with the answer
+
+Control flow (a call parks) is otherwise not an exception: the run loop returns a
+parked step.
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ __all__ = [
     "StateError",
     "TemplateError",
     "ToolError",
+    "ToolNeedsInput",
 ]
 
 
@@ -214,3 +221,32 @@ class McpUnavailableError(ToolError):
         )
         self.server = server
         self.reason = reason
+
+
+class ToolNeedsInput(Exception):
+    """Raised by a running server tool that needs a person's answer before it can finish.
+
+    The runner parks the call (a client call, deadline ``deadline_s`` or the client
+    default) with ``render`` as its widget (JSON-safe, shown to the browser) and
+    ``output_schema`` judging the answer. ``continuation`` is private JSON the tool
+    needs to go on (an MCP server's ``requestState``, say): it is stored with the parked
+    call on the server only, never shown to a browser or the model, and handed back to
+    the tool (``ctx.continuation``, with the settled outcome as ``ctx.answer``) when the
+    run resumes on any worker. A tool run again with an answer must not raise this
+    again: Parkway answers one round (the model gets an error instead)."""
+
+    def __init__(
+        self,
+        *,
+        render: dict[str, Any],
+        output_schema: dict[str, Any],
+        continuation: dict[str, Any],
+        description: str = "",
+        deadline_s: float | None = None,
+    ) -> None:
+        super().__init__("the tool needs input from a person")
+        self.render = render
+        self.output_schema = output_schema
+        self.continuation = continuation
+        self.description = description
+        self.deadline_s = deadline_s

@@ -168,9 +168,16 @@ def _read_stored_call(raw: object) -> ParkedCall:
     return decode_call(raw)
 
 
+def _write_stored_call(call: ParkedCall) -> str:
+    return encode_call(call, private=False)  # a continuation stays in the call's record
+
+
 # A parked call inside a stored event: its record as a JSON string (what the chat's
-# parked-calls hash holds too), read back through the record's own validation.
-_StoredCall = Annotated[ParkedCall, PlainValidator(_read_stored_call), PlainSerializer(encode_call)]
+# parked-calls hash holds too, less a private continuation), read back through the
+# record's own validation.
+_StoredCall = Annotated[
+    ParkedCall, PlainValidator(_read_stored_call), PlainSerializer(_write_stored_call)
+]
 
 
 @dataclass(frozen=True)

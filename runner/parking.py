@@ -66,6 +66,7 @@ class _Record(BaseModel):
     approvers: str | None = None
     self_approval: bool = True
     requester: str | None = None
+    continuation: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class ParkedCall:
     approvers: str | None = None
     self_approval: bool = True
     requester: str | None = None
+    # A server tool that parked asking for input (ToolNeedsInput): what it needs to go
+    # on once answered (an MCP server's requestState, say). Private: kept in the stored
+    # record only; :func:`encode_call` with ``private=False`` (the event log's copy)
+    # leaves it out, and no descriptor, view or wire encoder reads it.
+    continuation: Mapping[str, Any] | None = None
     outcome: Mapping[str, Any] | None = None
 
     @property
@@ -114,9 +120,10 @@ class ParkedCall:
         return ParkedCall(**{**self.__dict__, "outcome": outcome})
 
 
-def encode_call(call: ParkedCall) -> str:
+def encode_call(call: ParkedCall, *, private: bool = True) -> str:
     """The stored JSON of a call's record (without its outcome). Written by this code
-    only, so it is built directly; :func:`decode_call` validates what it reads."""
+    only, so it is built directly; :func:`decode_call` validates what it reads. Without
+    ``private``, the call's continuation is left out (a copy for the event log)."""
     record: dict[str, Any] = {
         "v": RECORD_VERSION,
         "id": call.tool_call_id,
@@ -136,6 +143,9 @@ def encode_call(call: ParkedCall) -> str:
         "output_schema": dict(call.output_schema) if call.output_schema is not None else None,
         "edit_schema": dict(call.edit_schema) if call.edit_schema is not None else None,
         "trace": call.trace,
+        "continuation": (
+            dict(call.continuation) if private and call.continuation is not None else None
+        ),
     }
     record.update((k, v) for k, v in optional.items() if v is not None)
     if call.allow_edits:
@@ -192,6 +202,7 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         approvers=rec.approvers,
         self_approval=rec.self_approval,
         requester=rec.requester,
+        continuation=rec.continuation,
         outcome=json.loads(outcome) if outcome is not None else None,
     )
 

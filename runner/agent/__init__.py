@@ -55,13 +55,21 @@ from parkway.runner.agent.template import (
     load_template,
     load_template_json,
 )
-from parkway.runner.agent.tools import ToolContext, ToolRun, execute_tool, input_problem
+from parkway.runner.agent.tools import (
+    ONE_ROUND,
+    ToolContext,
+    ToolNeedsInput,
+    ToolRun,
+    execute_tool,
+    input_problem,
+)
 from parkway.runner.agent.workflows import REQUEST_CONNECTION, RESERVED_WORKFLOWS
 
 __all__ = [
     "AUTHORING_SKILLS",
     "COMMIT_CONFIG",
     "LIST_SECTIONS",
+    "ONE_ROUND",
     "PER_CALL",
     "PLATFORM_OPS",
     "REQUEST_CONNECTION",
@@ -83,6 +91,7 @@ __all__ = [
     "PlatformOp",
     "RevisionConflictError",
     "ToolContext",
+    "ToolNeedsInput",
     "ToolRun",
     "ToolSpec",
     "check_function_tools",

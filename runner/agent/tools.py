@@ -24,12 +24,23 @@ from parkway.runner.agent.credentials import ConnectionUnavailableError, Credent
 from parkway.runner.agent.revisions import AgentStore
 from parkway.runner.agent.template import AgentTemplate, ToolSpec
 from parkway.runner.canonical import canonical_json
-from parkway.runner.errors import ToolError
+from parkway.runner.errors import ToolError, ToolNeedsInput
 from parkway.runner.store import ArtifactStore
 
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
-__all__ = ["ToolContext", "ToolError", "ToolRun", "execute_tool", "input_problem"]
+__all__ = [
+    "ONE_ROUND",
+    "ToolContext",
+    "ToolError",
+    "ToolNeedsInput",
+    "ToolRun",
+    "execute_tool",
+    "input_problem",
+]
+
+# What the model reads when a tool run again with a person's answer asks again.
+ONE_ROUND = "the tool asked for more input again; Parkway answers one round of input for now"
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +120,11 @@ class ToolContext:
     artifacts: ArtifactStore | None = None
     code: object | None = None
     parts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # A call run again after it parked asking for input (it raised ToolNeedsInput): its
+    # private continuation and the settled outcome of its widget (``{"outcome":
+    # "output", "output": ...}``, ``declined``, ``cancelled``, ...). None otherwise.
+    continuation: Mapping[str, Any] | None = None
+    answer: Mapping[str, Any] | None = None
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
         """Put a ``data-<name>`` part on the run's stream after the tool's output."""
@@ -140,6 +156,8 @@ class ToolRun:
     # ``output`` as canonical JSON, encoded (measured for the size limit; kept so an
     # artifact of it is not encoded twice)
     encoded: bytes | None = None
+    # The tool asked for a person's input instead of finishing: the call parks
+    needs_input: ToolNeedsInput | None = None
 
 
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
@@ -206,6 +224,10 @@ async def execute_tool(
                 output = await asyncio.to_thread(func, *args)
     except TimeoutError:
         return ToolRun(error=f"tool {spec.name!r} timed out after {spec.timeout_s:g}s")
+    except ToolNeedsInput as exc:
+        if ctx.continuation is not None:  # one round, for now
+            return ToolRun(error=ONE_ROUND)
+        return ToolRun(needs_input=exc)
     except ToolError as exc:
         return ToolRun(error=str(exc)[:2000] or f"tool {spec.name!r} failed")
     except Exception:

@@ -13,26 +13,32 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from parkway.runner.agent import AgentTemplate
+from parkway.runner.agent import AgentTemplate, ToolRun
 from parkway.runner.engine.execution import (
     ToolExecutor,
     keep_large_answers,
     record_outcomes,
     record_tool_run,
 )
-from parkway.runner.engine.run import RunnerConfig
+from parkway.runner.engine.run import RunnerConfig, RunState
 from parkway.runner.engine.step import end_failed, end_with_notice, finished, stream_step
 from parkway.runner.engine.supervisor import RunSupervisor
-from parkway.runner.engine.triage import Triage, triage
-from parkway.runner.errors import ModelError
-from parkway.runner.events import Event, FinishReason, StepFinished
+from parkway.runner.engine.triage import Triage, park_for_input, triage
+from parkway.runner.errors import ModelError, ToolNeedsInput
+from parkway.runner.events import CallParked, Event, FinishReason, StepFinished
 from parkway.runner.llm import ModelCatalog, ModelToolCall, ScriptedModel, ToolDescription
 from parkway.runner.mcp import McpOffer, McpTools
 from parkway.runner.ops import ModelLabel, Stopwatch, count_parked, span, traceparent
+from parkway.runner.parking import ParkedCall
 from parkway.runner.store import ArtifactStore, ChatStore
 
 __all__ = ["StepDriver"]
+
+# A tool run off-stream (a new message came) that asks a person for input: nobody is
+# there to answer it.
+NOT_ASKED = "the tool asked for a person's input, but the chat had moved on to a new message"
 
 # How a model's finish reason ends a message whose last step called no tools.
 _FINAL_REASONS: dict[str, FinishReason] = {"length": "length", "content-filter": "content-filter"}
@@ -62,13 +68,16 @@ class StepDriver:
 
     async def apply_outcomes(
         self, supervisor: RunSupervisor, *, emit: bool, template: AgentTemplate | None = None
-    ) -> None:
+    ) -> bool:
         """Turn the outcomes of the parked step into tool results, running approved calls
-        with exactly the approved input; without ``emit`` (a new message), off-stream."""
+        with exactly the approved input (and answered calls of tools that asked a person
+        for input, with the answer); without ``emit`` (a new message), off-stream. True
+        when a call ran and asked a person for input: the run parked again (and ended
+        its message)."""
         state = supervisor.state
         report = supervisor.emit if emit else None
         if not state.parked_ids:
-            return
+            return False
         if state.parked_calls is not None:
             calls = state.parked_calls
         else:
@@ -77,7 +86,7 @@ class StepDriver:
         calls = await keep_large_answers(self.artifacts, state, calls)
         approved = record_outcomes(state, calls, report)
         if not approved:
-            return
+            return False
         # Persist the known results, and that execution starts, before running anything:
         # if this worker dies mid-tool, the model later reads "result unknown" for it
         # instead of the tool silently running twice.
@@ -85,13 +94,39 @@ class StepDriver:
         runs = await asyncio.gather(
             *(
                 self.executor.execute(
-                    state, call.tool_call_id, call.tool_name, tool_input, template
+                    state,
+                    call.tool_call_id,
+                    call.tool_name,
+                    tool_input,
+                    template,
+                    resumed=call if call.continuation is not None else None,
                 )
                 for call, tool_input in approved
             )
         )
-        for (call, _), tool_run in zip(approved, runs, strict=True):
-            record_tool_run(state, call.tool_call_id, call.tool_name, tool_run, report)
+        asking: list[ParkedCall] = []
+        for (call, tool_input), tool_run in zip(approved, runs, strict=True):
+            needs = tool_run.needs_input
+            if needs is not None and report is not None:
+                # an approved tool that now asks a person for input parks again
+                asking.append(
+                    self._asking(state, needs, call_id=call.tool_call_id,
+                                 name=call.tool_name, tool_input=tool_input,
+                                 index=len(asking), trace=call.trace)
+                )  # fmt: skip
+                continue
+            # off-stream (a new message came), nobody is there to ask
+            done = ToolRun(error=NOT_ASKED) if needs is not None else tool_run
+            record_tool_run(state, call.tool_call_id, call.tool_name, done, report)
+        if not asking:
+            return False
+        ids = [a.tool_call_id for a in asking]
+        with span("parkway.park", attributes={"parkway.calls": len(ids)}):
+            await supervisor.commit(
+                "parked", calls=asking, parked_ids=ids,
+                then=[*(CallParked(a) for a in asking), finished(state, "tool-calls")],
+            )  # fmt: skip
+        return True
 
     async def drive(self, supervisor: RunSupervisor) -> None:
         """Model steps until the model stops calling tools, a call parks, or the step
@@ -200,15 +235,45 @@ class StepDriver:
                 for c in to_run
             )
         )
+        asking: list[ParkedCall] = []
         for call, tool_run in zip(to_run, runs, strict=True):
-            record_tool_run(state, call.id or "", call.name, tool_run, emit)
-        if parked:
+            if tool_run.needs_input is not None:  # it ran and asks a person: it parks
+                asking.append(
+                    self._asking(state, tool_run.needs_input, call_id=call.id or "",
+                                 name=call.name, tool_input=call.input, index=len(asking),
+                                 trace=here)
+                )  # fmt: skip
+            else:
+                record_tool_run(state, call.id or "", call.name, tool_run, emit)
+        if parked or asking:
             watch = Stopwatch()  # the calls were stored with the step: this commit parks
-            with span("parkway.park", attributes={"parkway.calls": len(parked)}):
+            sorted_calls.parked.extend(asking)
+            all_ids = [*ids, *(a.tool_call_id for a in asking)]
+            announce: list[Event] = [CallParked(a) for a in asking]
+            with span("parkway.park", attributes={"parkway.calls": len(all_ids)}):
                 await supervisor.commit(
-                    "parked", parked_ids=ids, then=[StepFinished(), finished(state, "tool-calls")]
-                )
-            count_parked(parked, watch)
+                    "parked", calls=asking, parked_ids=all_ids,
+                    then=[*announce, StepFinished(), finished(state, "tool-calls")],
+                )  # fmt: skip
+            count_parked([*parked, *asking], watch)
         else:
             await supervisor.commit("running")
         return sorted_calls
+
+    def _asking(
+        self,
+        state: RunState,
+        needs: ToolNeedsInput,
+        *,
+        call_id: str,
+        name: str,
+        tool_input: Any,
+        index: int,
+        trace: str | None,
+    ) -> ParkedCall:
+        """The parked call of a server tool that ran and asked for a person's input."""
+        call = park_for_input(
+            call_id, name, tool_input, needs, self.config, message_id=state.message_id,
+            now=self.clock(), index=index, auto_resume=state.template.resume_policy == "auto",
+        )  # fmt: skip
+        return dataclasses.replace(call, trace=trace) if trace is not None else call

@@ -32,7 +32,16 @@ from parkway.runner.outcomes import SUPERSEDED, model_result
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import ArtifactStore, part_ids, result_entry
 
-__all__ = ["ToolExecutor", "keep_large_answers", "record_outcomes", "record_tool_run"]
+__all__ = [
+    "NO_ANSWER",
+    "ToolExecutor",
+    "keep_large_answers",
+    "record_outcomes",
+    "record_tool_run",
+]
+
+# What the model reads for a tool that asked a person for input nobody gave in time.
+NO_ANSWER = "the person did not answer in time; the tool did not run to its end"
 
 
 class ToolExecutor:
@@ -65,7 +74,11 @@ class ToolExecutor:
         name: str,
         tool_input: Any,
         template: AgentTemplate | None = None,
+        *,
+        resumed: ParkedCall | None = None,
     ) -> ToolRun:
+        """Run the call; ``resumed``: a parked call of a tool that asked a person for
+        input, now answered (the tool gets its continuation and the answer)."""
         made_under = template or state.template
         spec = made_under.tool(name)
         if spec is None and made_under.mcps and self.mcp is not None:
@@ -87,6 +100,8 @@ class ToolExecutor:
             template=made_under,
             artifacts=self.artifacts,
             code=self.code,
+            continuation=resumed.continuation if resumed is not None else None,
+            answer=resumed.outcome if resumed is not None else None,
         )
         attributes = {
             "gen_ai.operation.name": "execute_tool",
@@ -97,7 +112,7 @@ class ToolExecutor:
             run = await execute_tool(spec, tool_input, ctx, max_bytes=self.max_output_bytes)
             if run.error is not None:
                 mark_failed(current, "tool_error")
-        if run.error is not None or self.artifacts is None:
+        if run.error is not None or run.needs_input is not None or self.artifacts is None:
             return run
         try:
             output = await self.artifacts.keep_if_large(
@@ -134,8 +149,10 @@ def record_outcomes(
 ) -> list[tuple[ParkedCall, Any]]:
     """Append the result entry of each settled call that does not run now (a call with
     no outcome was superseded), reporting it unless ``emit`` is None or the caller
-    supplied the output itself; return the approved calls with the input to run them
-    with (exactly the input the human approved)."""
+    supplied the output itself; return the calls to run now with their input: the
+    approved calls (exactly the input the human approved), and the answered calls of a
+    server tool that asked a person for input (run again with the answer; unanswered in
+    time, the model reads :data:`NO_ANSWER` instead)."""
     approved: list[tuple[ParkedCall, Any]] = []
     for call in calls:
         outcome = call.outcome or SUPERSEDED
@@ -147,7 +164,17 @@ def record_outcomes(
         if call.kind == "approval" and outcome["outcome"] == "approved":
             approved.append((call, outcome.get("input", call.input)))
             continue
+        if (
+            call.continuation is not None
+            and call.outcome is not None
+            and outcome["outcome"] != "timeout"
+            and outcome.get("reason") != SUPERSEDED.get("reason")
+        ):  # the tool runs again with the person's answer
+            approved.append((call, call.input))
+            continue
         res, status = model_result(call, outcome)
+        if call.continuation is not None and outcome["outcome"] == "timeout":
+            res, status = {"error": NO_ANSWER}, "error"
         state.unsaved.append(
             result_entry(call.tool_call_id, call.tool_name, res, status, outcome["outcome"])
         )

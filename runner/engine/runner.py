@@ -422,7 +422,8 @@ class Runner:
             state.template = await self._load_snapshot(state, claim.template_json)
 
         async def work(supervisor: RunSupervisor) -> None:
-            await self.driver.apply_outcomes(supervisor, emit=True)
+            if await self.driver.apply_outcomes(supervisor, emit=True):
+                return  # a call asked a person for input: parked again
             await self.driver.drive(supervisor)
 
         return self._start(state, work)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from parkway.runner.agent import AgentTemplate, ToolContext, ToolSpec, input_problem
 from parkway.runner.canonical import parked_call_key
 from parkway.runner.engine.run import RunnerConfig, new_id
-from parkway.runner.errors import NotPlainJSONError
+from parkway.runner.errors import NotPlainJSONError, ToolNeedsInput
 from parkway.runner.events import (
     ApprovalRequested,
     CallParked,
@@ -34,7 +34,7 @@ from parkway.runner.llm import ModelToolCall
 from parkway.runner.parking import APPROVER_ROLE, ParkedCall
 from parkway.runner.store import result_entry
 
-__all__ = ["Triage", "triage"]
+__all__ = ["Triage", "park_for_input", "triage"]
 
 
 @dataclass
@@ -162,3 +162,38 @@ def _answerers(spec: ToolSpec, config: RunnerConfig) -> tuple[str | None, bool]:
     if approvers is None and not self_approval:
         approvers = APPROVER_ROLE
     return approvers, self_approval
+
+
+def park_for_input(
+    call_id: str,
+    name: str,
+    tool_input: Any,
+    needs: ToolNeedsInput,
+    config: RunnerConfig,
+    *,
+    message_id: str,
+    now: float,
+    index: int = 0,
+    auto_resume: bool = False,
+) -> ParkedCall:
+    """The parked call of a server tool that ran and asked for a person's input
+    (``needs``): a client call whose widget is ``needs.render``, whose answer is judged
+    by ``needs.output_schema``, and whose record keeps ``needs.continuation`` (private:
+    see :class:`~parkway.runner.parking.ParkedCall`). ``index`` orders it among the
+    step's other calls parked at ``now``."""
+    return ParkedCall(
+        tool_call_id=call_id,
+        tool_name=name,
+        kind="client",
+        input=tool_input,
+        key=parked_call_key(name, tool_input),
+        seq=int(now * 1000) * 1000 + 500 + index,
+        message_id=message_id,
+        created_at=now,
+        deadline=now + (needs.deadline_s or config.client_deadline_s),
+        render=needs.render,
+        description=needs.description,
+        output_schema=needs.output_schema,
+        auto_resume=auto_resume,
+        continuation=needs.continuation,
+    )

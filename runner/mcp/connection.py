@@ -52,7 +52,13 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, HEADER_MISMATCH, CallToolResult, InputRequiredResult
+from mcp_types import (
+    CONNECTION_CLOSED,
+    HEADER_MISMATCH,
+    CallToolResult,
+    ElicitResult,
+    InputRequiredResult,
+)
 
 from parkway.runner.agent import McpServer
 from parkway.runner.errors import McpUnavailableError
@@ -407,13 +413,25 @@ class McpConnection:
         return McpUnavailableError(self.server.name, reason)
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], timeout_s: float
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        timeout_s: float,
+        *,
+        input_responses: Mapping[str, Any] | None = None,
+        request_state: str | None = None,
     ) -> CallToolResult | InputRequiredResult:
         """One ``tools/call``, in the SDK's manual input mode (an ``InputRequiredResult``
         is returned, not answered). Raises :class:`McpUnavailableError` when the server
         cannot be reached, :class:`MCPError` for the server's own error answers
         (``REQUEST_TIMEOUT`` after ``timeout_s``, and ``CONNECTION_CLOSED`` when the
-        session dropped during the call: its result is unknown)."""
+        session dropped during the call: its result is unknown). ``input_responses`` and
+        ``request_state`` answer an earlier ``InputRequiredResult`` of the same call."""
+        responses = (
+            {k: ElicitResult.model_validate(v) for k, v in input_responses.items()}
+            if input_responses is not None
+            else None
+        )
         client = await self.client()
         self.busy += 1
         try:
@@ -423,6 +441,8 @@ class McpConnection:
                         tool,
                         dict(arguments),
                         read_timeout_seconds=timeout_s,
+                        input_responses=responses,  # type: ignore[arg-type]
+                        request_state=request_state,
                         allow_input_required=True,
                     )
                 except MCPError as exc:

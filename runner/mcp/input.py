@@ -1,4 +1,4 @@
-"""What happens when an MCP tool asks for input from a person: the seam for parking it.
+"""What happens when an MCP tool asks for input from a person: the call parks.
 
 A server may answer a ``tools/call`` not with its result but with a request for input:
 
@@ -9,12 +9,18 @@ A server may answer a ``tools/call`` not with its result but with a request for 
   -32042), naming URLs a person must visit (often an OAuth consent) before a retry.
 
 Parkway calls tools in the SDK's manual input mode (``allow_input_required=True``), so
-both reach :func:`answer_input_request` as one :class:`McpInputRequest`, and nothing
-else in Parkway answers them. For now it ends the call with a definite tool error the
-model reads (:data:`NEEDS_INPUT`). The planned next step replaces this one function: it
-will park the call with a widget for each request (a form, a connect card for a URL)
-and, once a person answers, send the answers back on the retried call with the server's
-``requestState`` (kept with the parked call, so any worker can retry it after a restart).
+both reach :func:`answer_input_request` as one :class:`McpInputRequest`. It parks the
+call (:class:`~parkway.runner.errors.ToolNeedsInput`): the widget (:func:`widget`) shows
+each request (a form: ``mcp-form``; a URL: ``mcp-url``, naming the target's host), the
+answer is ``{"responses": {<key>: {"action": "accept"|"decline"|"cancel", "content"?:
+{...}}}}`` (content checked against the form's schema on accept), and the call's private
+continuation keeps the server, tool, arguments, kind, request keys and ``requestState``
+(stored with the parked call on the server only, so any worker retries it after a
+restart). Once answered, :func:`retry_input` says how the call is made again: with
+``inputResponses`` and the ``requestState`` (input-required), or as the original call
+(URL elicitation, once the person says they finished). A decline or cancel of a form is
+sent to the server, which decides; of a URL, the model reads it without a retry.
+Parkway answers one round: a retry that asks again ends the call with an error.
 """
 
 from __future__ import annotations
@@ -22,15 +28,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
+from urllib.parse import urlsplit
 
 from parkway.runner.agent import ToolContext
-from parkway.runner.errors import ToolError
+from parkway.runner.errors import ToolError, ToolNeedsInput
 
-__all__ = ["NEEDS_INPUT", "McpInputRequest", "answer_input_request"]
+__all__ = [
+    "NEEDS_INPUT",
+    "McpInputRequest",
+    "McpRetry",
+    "answer_input_request",
+    "retry_input",
+]
 
-NEEDS_INPUT = (
-    "this MCP tool needs input from a person; Parkway does not answer MCP input requests yet"
-)
+NEEDS_INPUT = "this MCP tool needs input from a person that Parkway cannot ask for"
+
+_ACTIONS = {"declined": "decline", "cancelled": "cancel", "error": "cancel"}
 
 
 @dataclass(frozen=True)
@@ -54,9 +67,138 @@ class McpInputRequest:
     request_state: str | None = None
 
 
+@dataclass(frozen=True)
+class McpRetry:
+    """How an answered call is made again: ``input_responses`` (by request key, each an
+    elicitation result) and ``request_state``, both None for a plain retry."""
+
+    input_responses: dict[str, Any] | None = None
+    request_state: str | None = None
+
+
+def _by_key(request: McpInputRequest) -> dict[str, dict[str, Any]]:
+    """Each request's elicitation parameters by key (URL elicitations keyed by their
+    ``elicitationId``, or their position). Raises :class:`ToolError` for a request that
+    is not an elicitation Parkway can show."""
+    if request.kind == "url_elicitation":
+        found = request.requests.get("elicitations")
+        items = found if isinstance(found, list) else []
+        out = {
+            str(item.get("elicitationId") or i): {**item, "mode": "url"}
+            for i, item in enumerate(items)
+            if isinstance(item, Mapping)
+        }
+    else:
+        out = {}
+        for key, asked in request.requests.items():
+            if not isinstance(asked, Mapping) or asked.get("method") != "elicitation/create":
+                where = f"MCP server {request.server!r}, tool {request.tool!r}"
+                raise ToolError(
+                    f"{NEEDS_INPUT} ({where}: it asked for {key!r}, not a form or link)"
+                )
+            params = asked.get("params")
+            out[str(key)] = dict(params) if isinstance(params, Mapping) else {}
+    if not out:
+        raise ToolError(f"{NEEDS_INPUT} (MCP server {request.server!r}, tool {request.tool!r})")
+    return out
+
+
+def widget(request: McpInputRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The widget render of ``request`` (JSON the browser sees) and its answer schema."""
+    shown: dict[str, Any] = {}
+    answers: dict[str, Any] = {}
+    refusal = {"type": "object", "properties": {"action": {"enum": ["decline", "cancel"]}},
+               "required": ["action"], "additionalProperties": False}  # fmt: skip
+    for key, params in _by_key(request).items():
+        message = str(params.get("message") or "")
+        if params.get("mode") == "url":
+            url = str(params.get("url") or "")
+            parts = urlsplit(url)
+            if parts.scheme not in ("https", "http") or not parts.hostname:
+                raise ToolError(f"MCP server {request.server!r} asked a person to open a link "
+                                "that is not a web address")  # fmt: skip
+            shown[key] = {"mode": "url", "message": message, "url": url, "host": parts.hostname}
+            accept: dict[str, Any] = {
+                "type": "object", "properties": {"action": {"const": "accept"}},
+                "required": ["action"], "additionalProperties": False,
+            }  # fmt: skip
+        else:
+            schema = params.get("requestedSchema")
+            schema = dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
+            shown[key] = {"mode": "form", "message": message, "schema": schema}
+            accept = {
+                "type": "object",
+                "properties": {"action": {"const": "accept"}, "content": schema},
+                "required": ["action", "content"], "additionalProperties": False,
+            }  # fmt: skip
+        answers[key] = {"anyOf": [accept, refusal]}
+    forms = {v["mode"] for v in shown.values()}
+    render = {
+        "kind": "mcp-url" if forms == {"url"} else "mcp-form",
+        "server": request.server,
+        "tool": request.tool,
+        "requests": shown,
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "responses": {
+                "type": "object", "properties": answers, "required": sorted(answers),
+                "additionalProperties": False,
+            },
+        },
+        "required": ["responses"],
+        "additionalProperties": False,
+    }  # fmt: skip
+    return render, schema
+
+
 async def answer_input_request(request: McpInputRequest, ctx: ToolContext) -> NoReturn:
-    """Answer ``request`` (from the call ``ctx`` describes) or end the call. Parkway does
-    not answer MCP input requests yet: the call ends with :data:`NEEDS_INPUT` as the
-    model's tool error."""
+    """Park the call ``ctx`` describes on ``request`` (see the module doc); a request
+    Parkway cannot show a person (not an elicitation) ends the call with a
+    :class:`ToolError`."""
     del ctx
-    raise ToolError(f"{NEEDS_INPUT} (MCP server {request.server!r}, tool {request.tool!r})")
+    render, schema = widget(request)
+    continuation = {
+        "mcp": {
+            "server": request.server,
+            "tool": request.tool,
+            "arguments": dict(request.arguments),
+            "kind": request.kind,
+            "keys": sorted(render["requests"]),
+            "requestState": request.request_state,
+        }
+    }
+    raise ToolNeedsInput(
+        render=render,
+        output_schema=schema,
+        continuation=continuation,
+        description=f"MCP server {request.server!r} asks for input for its tool {request.tool!r}",
+    )
+
+
+def retry_input(continuation: Mapping[str, Any], answer: Mapping[str, Any]) -> McpRetry:
+    """How to call again the tool whose parked call kept ``continuation`` and was
+    settled with ``answer``. Raises :class:`ToolError` (what the model reads) when the
+    call is not made again: a URL a person declined or did not finish."""
+    mcp = continuation.get("mcp")
+    mcp = mcp if isinstance(mcp, Mapping) else {}
+    keys = [str(k) for k in mcp.get("keys") or []]
+    outcome = str(answer.get("outcome"))
+    if outcome == "output":
+        output = answer.get("output")
+        found = output.get("responses") if isinstance(output, Mapping) else None
+        responses = dict(found) if isinstance(found, Mapping) else {}
+    else:
+        action = _ACTIONS.get(outcome, "cancel")
+        responses = {key: {"action": action} for key in keys}
+    if mcp.get("kind") == "url_elicitation":
+        refused = sorted({str(r.get("action")) for r in responses.values()} - {"accept"})
+        if refused or not responses:
+            chose = ", ".join(refused) or "no answer"
+            raise ToolError(
+                f"the person did not complete the MCP server's link ({chose}); "
+                "the tool was not run again"
+            )
+        return McpRetry()
+    return McpRetry(responses, mcp.get("requestState"))

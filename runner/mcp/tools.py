@@ -15,7 +15,9 @@ when the server gave one, else ``{"content": [...]}`` with the content blocks as
 (text, images, resource links as the protocol shapes them). An ``isError`` result is a
 tool error whose message is the server's text. Outputs over the artifact threshold are
 kept as artifacts by the runner, as any server tool's are. A request for input from a
-person goes to :func:`~parkway.runner.mcp.input.answer_input_request`.
+person goes to :func:`~parkway.runner.mcp.input.answer_input_request` (the call parks);
+a call made again once a person answered (``ctx.continuation``) sends the answers
+(:func:`~parkway.runner.mcp.input.retry_input`).
 
 A resumed run (on any worker) finds an approved call's tool again by its name
 (:meth:`McpTools.find`): the server's tools are listed through this worker's session if
@@ -46,7 +48,7 @@ from pydantic import ValidationError
 from parkway.runner.agent import AgentTemplate, McpServer, ToolContext, ToolSpec, server_of
 from parkway.runner.errors import McpUnavailableError, ToolError
 from parkway.runner.mcp.connection import McpConnection, McpStatus
-from parkway.runner.mcp.input import McpInputRequest, answer_input_request
+from parkway.runner.mcp.input import McpInputRequest, McpRetry, answer_input_request, retry_input
 from parkway.runner.mcp.listing import McpToolset, toolset
 
 __all__ = ["McpOffer", "McpTools", "tool_output"]
@@ -206,8 +208,14 @@ class McpTools:
         """Call ``server``'s tool ``tool`` (offered as ``name``) with ``arguments``; its
         output, or :class:`ToolError` with what the model should read."""
         connection = self.connection(server)
+        retry = McpRetry()
+        if ctx.continuation is not None:  # answered by a person: the call is made again
+            retry = retry_input(ctx.continuation, ctx.answer or {})
         try:
-            result = await connection.call(tool, arguments, server.timeout_s)
+            result = await connection.call(
+                tool, arguments, server.timeout_s,
+                input_responses=retry.input_responses, request_state=retry.request_state,
+            )  # fmt: skip
         except MCPError as exc:
             if exc.code == URL_ELICITATION_REQUIRED:
                 data = exc.data if isinstance(exc.data, Mapping) else {}

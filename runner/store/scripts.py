@@ -444,7 +444,9 @@ end
 #       chat's wake-up channel, 18 how long the log of an ended run is kept (s), then
 #       N entry JSONs, then C quintuples (toolCallId, record JSON, park order, deadline
 #       in ms or '', its score in the approvals index or '' when someone other than
-#       the chat's owner does not answer it)
+#       the chat's owner does not answer it); a call written is pending: an outcome it
+#       had (an approval of a tool that then asked a person for input and parks again
+#       under the same id) is dropped
 # Returns: {1, the batch's entry id or ''} on success, {0} when the lease was lost
 #          (nothing written).
 # Replay: each commit of a run carries the next number, recorded in ``run_commits``
@@ -478,6 +480,7 @@ end
 for i = 0, c - 1 do
   local base = first + n + i * 5
   redis.call('HSET', KEYS[3], ARGV[base], ARGV[base + 1])
+  redis.call('HDEL', KEYS[5], ARGV[base])
   stored = stored + #ARGV[base + 1]
   redis.call('ZADD', KEYS[4], ARGV[base + 2], ARGV[base])
   if KEYS[7] and ARGV[base + 3] ~= '' then

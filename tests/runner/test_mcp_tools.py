@@ -25,7 +25,7 @@ from parkway.runner.events import (
     ToolSucceeded,
 )
 from parkway.runner.llm import Model, ModelRequest
-from parkway.runner.mcp import NEEDS_INPUT, McpTools
+from parkway.runner.mcp import McpTools
 from tests.helpers.mcp import BIG_TEXT_BYTES, SHOP_TOOLS, McpServerThread, shop_entry, stdio_entry
 from tests.helpers.runner_rig import Clock, finish, parked, said
 from tests.helpers.support import WEATHER_TOOL, call, eventually, free_port, text
@@ -427,27 +427,20 @@ async def test_a_stdio_server_runs_and_asks_as_an_http_one(redis: Redis, tmp_pat
     assert calls.read_text() == "cancel_order [('order_id', 'C-3')]\n"
 
 
-@pytest.mark.parametrize(
-    ("tool", "message"),
-    [
-        ("shop__ask_person", NEEDS_INPUT),
-        ("shop__ask_url", NEEDS_INPUT),
-        ("shop__ask_model", "asked Parkway for model sampling, which Parkway does not provide"),
-    ],
-)
-async def test_input_requests_end_the_call_with_a_definite_error(
-    redis: Redis, shop: McpServerThread, tool: str, message: str
+async def test_a_request_for_sampling_ends_the_call_with_a_definite_error(
+    redis: Redis, shop: McpServerThread
 ) -> None:
-    """A 2026-07-28 ``InputRequiredResult`` and an older server's URL elicitation error
-    (-32042) both end the call, for now, with the one error saying Parkway does not
-    answer MCP input requests yet; a request for sampling is refused as not provided."""
-    async with mcp_runner(redis, [[call(tool)], [text("ok")]], [shop_entry(shop.url)]) as (
+    """A request for sampling is refused as not provided (forms and links park: see
+    test_mcp_input.py)."""
+    async with mcp_runner(
+        redis, [[call("shop__ask_model")], [text("ok")]], [shop_entry(shop.url)]
+    ) as (
         runner,
         _,
     ):
         events = await turn(runner, "input")
     [error] = errors(events)
-    assert message in error and "shop" in error
+    assert "asked Parkway for model sampling, which Parkway does not provide" in error
     assert finish(events) == "stop"
 
 

@@ -9,8 +9,12 @@ Tools (annotations as the server claims them):
 - ``fail_order()``: an ``isError`` result ("order 7 is already shipped");
 - ``catalogue(lines)``: read-only, unstructured: ``lines`` text blocks of about 1 KiB each;
 - ``add_tool(name)``: read-only; adds a tool ``name`` and says the list changed;
-- ``ask_person()``: a 2026-07-28 ``InputRequiredResult`` (an elicitation form);
-- ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers;
+- ``ask_person(item)``: a 2026-07-28 ``InputRequiredResult`` (an elicitation form, its
+  ``requestState`` ``opaque-<item>``); called again with the answer, it notes what it
+  received and says where the item ships from (or what the person chose);
+- ``ask_again()``: asks for input on every call;
+- ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
+  first call only;
 - ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
 - ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
 """
@@ -62,6 +66,7 @@ SHOP_TOOLS = [
     "catalogue",
     "add_tool",
     "ask_person",
+    "ask_again",
     "ask_url",
     "ask_model",
     "hold",
@@ -84,6 +89,11 @@ class ShopServer:
         self.executions: list[tuple[str, dict[str, Any]]] = []
         self.calls_file = calls_file
         self.release = threading.Event()
+        # ask_person: the items it asked about, and each answered call's (item,
+        # inputResponses, requestState) as the server received them; ask_url's calls
+        self.asked: list[str] = []
+        self.answers: list[tuple[str, dict[str, Any], str | None]] = []
+        self.url_calls = 0
         # log_level: the SDK configures the root logger only when nothing has yet
         self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
         app = self.app
@@ -126,19 +136,51 @@ class ShopServer:
             return f"added {name}"
 
         @app.tool(annotations=READ_ONLY)
-        def ask_person() -> CallToolResult | InputRequiredResult:
-            """Needs a person's answer first."""
+        def ask_person(item: str, ctx: Context) -> CallToolResult | InputRequiredResult:
+            """Needs a person's answer first (a warehouse), then ships ``item``."""
+            responses = ctx.input_responses
+            if not responses:
+                self.asked.append(item)
+                form = ElicitRequestFormParams(
+                    message="Which warehouse?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"w": {"type": "string"}},
+                        "required": ["w"],
+                    },
+                )
+                return InputRequiredResult(
+                    input_requests={"where": ElicitRequest(params=form)},
+                    request_state=f"opaque-{item}",
+                )
+            answers = {
+                k: v.model_dump(mode="json", exclude_none=True) for k, v in responses.items()
+            }
+            self.answers.append((item, answers, ctx.request_state))
+            where = answers.get("where", {})
+            if where.get("action") != "accept":
+                text = f"not shipped: the person chose {where.get('action')}"
+            else:
+                text = f"{item} ships from {where['content']['w']}"
+            return CallToolResult(content=[TextContent(type="text", text=text)])
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_again(ctx: Context) -> CallToolResult | InputRequiredResult:
+            """Asks for a person's answer on every call."""
+            self.answers.append(("again", dict(ctx.input_responses or {}), ctx.request_state))
             form = ElicitRequestFormParams(
-                message="Which warehouse?",
-                requested_schema={"type": "object", "properties": {"w": {"type": "string"}}},
+                message="Again?", requested_schema={"type": "object", "properties": {}}
             )
             return InputRequiredResult(
-                input_requests={"where": ElicitRequest(params=form)}, request_state="opaque-1"
+                input_requests={"again": ElicitRequest(params=form)}, request_state="again"
             )
 
         @app.tool(annotations=READ_ONLY)
         def ask_url() -> str:
-            """Needs a person to visit a page first."""
+            """Needs a person to visit a page first (once)."""
+            self.url_calls += 1
+            if self.url_calls > 1:
+                return "authorised"
             raise UrlElicitationRequiredError(
                 [
                     ElicitRequestURLParams(

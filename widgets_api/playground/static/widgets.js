@@ -9,6 +9,7 @@ import { PERSON_OUTCOMES, sameAnswer } from "./call-outcome.js";
 import { ChoiceWidget, ClientWidget, UnsupportedWidget } from "./client-widgets.js";
 import { CodeReviewWidget, LibraryChangeWidget } from "./code-widgets.js";
 import { ConnectWidget } from "./connect-widget.js";
+import { McpInputWidget } from "./mcp-widgets.js";
 
 /** The descriptor kinds this page has a widget for (widgets_api/descriptors.py). */
 const WIDGETS_BY_KIND = {
@@ -19,6 +20,8 @@ const WIDGETS_BY_KIND = {
   connect: ConnectWidget,
   choice: ChoiceWidget,
   client: ClientWidget,
+  "mcp-form": McpInputWidget,
+  "mcp-url": McpInputWidget,
 };
 
 /** The widget class for a descriptor, by kind; an approval of a kind this page does

@@ -1,0 +1,165 @@
+"""An MCP tool's request for input over HTTP: parked on either wire with its form, its
+continuation never shown, answered the AI SDK way, and cold-resumed after SIGKILL.
+
+Real uvicorn (Parkway in a thread, or ``parkway serve`` as a process), a real Redis and
+the shop MCP server (tests/helpers/mcp/shop.py) on loopback in this process, so the
+test sees what the server received, whichever worker called it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from parkway.runner.store.keys import chat_keys
+from tests.helpers.agui import AguiClient
+from tests.helpers.mcp import McpServerThread, shop_entry
+from tests.helpers.support import (
+    Api,
+    ParkwayProcess,
+    answered,
+    call,
+    server_thread,
+    sse_chunks,
+    text,
+)
+
+ASK = [[call("shop__ask_person", {"item": "pan"})], [text("{{last_tool_results}}")]]
+NORTH = {"responses": {"where": {"action": "accept", "content": {"w": "north"}}}}
+
+
+def agent(turns: list[list[dict[str, Any]]], mcps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "template": {"instructions": "shop agent", "tools": [], "mcps": mcps},
+        "model": {"scripted": {"turns": turns}},
+    }
+
+
+def widget(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    part = next(c for c in chunks if c["type"] == "data-parkway-widget")
+    data: dict[str, Any] = part["data"]
+    return data
+
+
+def said(chunks: list[dict[str, Any]]) -> str:
+    return "".join(c.get("delta", "") for c in chunks if c["type"] == "text-delta")
+
+
+async def sealed_state(redis: Redis, chat: str, call_id: str) -> str:
+    """The server's requestState as the parked call's record keeps it (in Redis only)."""
+    record = json.loads(await redis.hget(chat_keys(chat).calls, call_id))
+    state: str = record["continuation"]["mcp"]["requestState"]
+    assert state
+    return state
+
+
+def private(text_value: str, state: str) -> bool:
+    return state not in text_value and "continuation" not in text_value
+
+
+@pytest.fixture
+def shop() -> Iterator[McpServerThread]:
+    with McpServerThread() as server:
+        yield server
+
+
+async def test_the_form_parks_privately_and_an_ai_sdk_answer_resumes_it(
+    redis_url: str, redis: Redis, shop: McpServerThread
+) -> None:
+    """The call parks with an ``mcp-form`` widget; the server's requestState is in the
+    record in Redis, never in the stream, the chat's view or the call's view. The AI SDK
+    answer (``addToolOutput``, then POST /api/chat) settles it, and the resume calls
+    the tool again with the answer and the state."""
+    with server_thread(redis_url, agent(ASK, [shop_entry(shop.url)])) as server:
+        api = await Api(server.base_url).login()
+        try:
+            response = await api.chat("form", [{"id": "u1", "role": "user",
+                                                "parts": [{"type": "text", "text": "go"}]}])  # fmt: skip
+            chunks = sse_chunks(response.text)
+            card = widget(chunks)
+            state = await sealed_state(redis, "form", card["toolCallId"])
+            view = await api.http.get("/api/chats/form")
+            one = await api.http.get(f"/api/chats/form/calls/{card['toolCallId']}")
+            assert (await api.state("form"))["state"] == "parked"
+            second = await api.chat("form", answered(chunks, NORTH, user="go"))
+        finally:
+            await api.aclose()
+    assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
+    assert card["kind"] == "mcp-form" and card["callKind"] == "client"
+    assert card["render"]["requests"]["where"]["schema"]["required"] == ["w"]
+    assert view.status_code == 200 and one.status_code == 200, one.text
+    for shown in (response.text, view.text, one.text, second.text):
+        assert private(shown, state)
+    assert second.status_code == 200, second.text
+    [result] = json.loads(said(sse_chunks(second.text)))
+    assert result["result"]["content"][0]["text"] == "pan ships from north"
+    assert shop.shop.answers == [
+        ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
+    ]
+
+
+async def test_the_ag_ui_interrupt_shows_the_form_and_not_the_state(
+    redis_url: str, redis: Redis, shop: McpServerThread
+) -> None:
+    with server_thread(redis_url, agent(ASK, [shop_entry(shop.url)])) as server:
+        api = await Api(server.base_url).login()
+        try:
+            client = AguiClient(api, "agui-form")
+            status, events, raw = await client.post(
+                messages=[{"id": "u1", "role": "user", "content": "go"}]
+            )
+            state = await sealed_state(redis, "agui-form", _parked_id(events))
+        finally:
+            await api.aclose()
+    assert status == 200, raw
+    assert "mcp-form" in raw and "Which warehouse?" in raw
+    assert private(raw, state)
+
+
+def _parked_id(events: list[dict[str, Any]]) -> str:
+    for event in events:
+        if event["type"] == "TOOL_CALL_START":
+            return str(event["toolCallId"])
+    raise AssertionError("no tool call")
+
+
+@pytest.mark.slow
+async def test_a_parked_form_cold_resumes_on_a_new_process_after_sigkill(
+    redis_url: str, redis: Redis, shop: McpServerThread, tmp_path: Path
+) -> None:
+    """Process A parks the call and is killed with SIGKILL; process B, with its own
+    session to the server, takes the answer and calls the tool again with the state."""
+    del redis
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(agent(ASK, [shop_entry(shop.url)])))
+    first = ParkwayProcess(redis_url, path).start()
+    try:
+        api = await Api(first.base_url).login()
+        chunks = await api.say("cold-form", "go")
+        await api.aclose()
+    finally:
+        first.kill()
+    card = widget(chunks)
+    assert card["kind"] == "mcp-form" and shop.shop.answers == []
+    second = ParkwayProcess(redis_url, path).start()
+    try:
+        other = api.same_user(second.base_url)
+        settled = await other.settle(
+            "cold-form", card["toolCallId"], {"outcome": "output", "output": NORTH}
+        )
+        resumed = await other.resume("cold-form")
+        await other.aclose()
+    finally:
+        second.stop()
+    assert settled.status_code == 200, settled.text
+    assert resumed.status_code == 200, resumed.text
+    [result] = json.loads(said(sse_chunks(resumed.text)))
+    assert result["result"]["content"][0]["text"] == "pan ships from north"
+    assert shop.shop.answers == [
+        ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
+    ]
