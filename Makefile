@@ -51,8 +51,12 @@ node-deps: $(NODE_STAMP) $(OIDC_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/parkway serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
+# The suite on TEST_WORKERS pytest-xdist workers (much of it waits on real processes,
+# browsers and servers); TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+
 test: venv node-deps
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 # mypy cannot follow the editable install's import hook: it checks the folders through
 # links named as they install (build/mypy-path/parkway/runner -> runner/, ...).

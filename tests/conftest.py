@@ -19,6 +19,7 @@ from tests.helpers.model_rig import agent, provider_env
 from tests.helpers.support import ServerThread
 from tests.helpers.topologies import assert_keyspace_clean
 from tests.helpers.user_install import UserInstall, install_for_user
+from tests.helpers.workers import shared_once, worker_database
 
 # The repository root is on sys.path for the tests.* helpers; Parkway's own modules must
 # import by their installed names all the same (tests/helpers/bare_names.py, pyproject.toml).
@@ -29,7 +30,7 @@ refuse_bare_imports()
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     configured = os.environ.get("PARKWAY_TEST_REDIS_URL")
     if configured:
-        yield configured
+        yield worker_database(configured)
         return
     # Unix socket paths are short-limited; a short temp folder keeps us under it.
     folder = Path(tmp_path_factory.mktemp("redis", numbered=True))
@@ -100,6 +101,6 @@ def browser(redis: Redis) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
     """The wheel, built as pip builds it, installed into a new venv outside the
-    repository: built once for the session, for every test that runs the installed
-    product (the example project, the served playground)."""
-    return install_for_user(tmp_path_factory.mktemp("user"))
+    repository: built once for the session (shared by pytest-xdist's workers), for every
+    test that runs the installed product (the example project, the served playground)."""
+    return shared_once(tmp_path_factory, "user", install_for_user)

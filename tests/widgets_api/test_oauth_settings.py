@@ -39,6 +39,8 @@ def test_external_redis_with_providers_requires_a_token_key(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "value",
     ["short", "not base64 at all!!", generate_token_key()[:20], f"{generate_token_key()},x"],
+    # named, not shown: the generated keys differ in each pytest-xdist worker
+    ids=["short", "not-base64", "truncated-key", "key-and-junk"],
 )
 def test_malformed_token_key_is_refused(value: str) -> None:
     with pytest.raises(SettingsError, match="PARKWAY_TOKEN_KEY"):
