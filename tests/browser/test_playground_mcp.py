@@ -73,9 +73,10 @@ def test_an_mcp_form_is_a_real_form_checked_reviewed_and_sent(
     """The card builds one section per request from the server's schemas: labelled
     controls (text, email, number, checkbox, select, checkboxes, date), defaults
     filled. A bad email and an out-of-range quantity are refused on the page with the
-    field marked and nothing sent; fixed, the answer is shown for review, can be
-    edited, and sent: the server receives the typed content on the retried call and
-    the agent goes on with the tool's result."""
+    field marked and nothing sent; fixed (the second request declined on its own, Enter
+    in a field to review), the answer is shown for review, can be edited, and sent: the
+    server receives the typed content and the decline on the retried call, the agent
+    goes on with the tool's result, and the card shows what was answered."""
     agent = shop_agent(
         [call("shop__ask_details", {"item": "kettle"})],
         [text("Done: {{result.shop__ask_details.content}}")],
@@ -115,7 +116,10 @@ def test_an_mcp_form_is_a_real_form_checked_reviewed_and_sent(
         contact.get_by_label("Colour").select_option(label="Blue")
         contact.get_by_label("bag").check()
         contact.get_by_label("Delivery day").fill("2026-12-24")
-        tab.act(card, "review")
+        note = card.locator('[data-request="note"]')
+        note.locator('[data-action="decline-one"]').click()
+        expect(note).to_contain_text("You decline this request")
+        contact.get_by_label("Quantity").press("Enter")  # Enter reviews, as the button does
         review = contact.locator("dl")
         expect(review.locator('[data-name="email"]')).to_have_text("ada@example.com")
         expect(review.locator('[data-name="size"]')).to_have_text("Large")
@@ -129,6 +133,11 @@ def test_an_mcp_form_is_a_real_form_checked_reviewed_and_sent(
         tab.act(card, "submit")
         tab.expect_said("Done: ")
         tab.expect_said("3 kettle for ada@example.com")
+        tab.expect_state(card, "answered")
+        expect(card.locator('[data-request="contact"] [data-name="email"]')).to_have_text(
+            "ada@example.com"
+        )
+        expect(card.locator('[data-request="note"]')).to_contain_text("Declined.")
         tab.assert_clean()
         assert shop.shop.answers == [
             (
@@ -147,7 +156,7 @@ def test_an_mcp_form_is_a_real_form_checked_reviewed_and_sent(
                             "day": "2026-12-24",
                         },
                     },
-                    "note": {"action": "accept", "content": {}},
+                    "note": {"action": "decline"},
                 },
                 "details-kettle",
             )

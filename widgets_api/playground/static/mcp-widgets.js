@@ -44,6 +44,7 @@ export class McpInputWidget extends ClientWidget {
     this.forms = new Map(); // request key -> ElicitationForm, built once
     this.opened = new Set(); // link requests whose page this tab opened
     this.content = {}; // request key -> checked content, in review
+    this.declinedKeys = new Set(); // requests of a several-request call declined alone
   }
 
   render(ctx) {
@@ -66,7 +67,7 @@ export class McpInputWidget extends ClientWidget {
   }
 
   drawKey(ctx, state) {
-    return [...super.drawKey(ctx, state), this.mode, [...this.opened]];
+    return [...super.drawKey(ctx, state), this.mode, [...this.opened], [...this.declinedKeys]];
   }
 
   formOf(key, req) {
@@ -75,29 +76,74 @@ export class McpInputWidget extends ClientWidget {
   }
 
   draw(ctx, state) {
+    if (state === "answered") return this.answeredCard(ctx);
     if (state !== "pending") return super.draw(ctx, state);
     const requests = this.requests(ctx);
     const onlyLinks = requests.length > 0 && requests.every(([, req]) => req.mode === "url");
-    const sections = requests.map(([key, req], i) => this.section(key, req, i));
+    const several = requests.length > 1;
+    const sections = requests.map(([key, req], i) => this.section(key, req, i, several));
+    // A form, so that Enter in a field does what the primary button does.
+    const primary = onlyLinks ? () => this.finish() : this.mode === "review" ? () => this.send() : () => this.review();
     return [
       this.head(ctx, "Needs your answer"),
       this.description(ctx),
-      ...sections,
       h(
-        "div",
-        { class: "widget-actions" },
-        onlyLinks ? this.linkButton(requests) : this.formButton(),
-        h("button", { type: "button", class: "button", "data-action": "decline", disabled: this.busy, onclick: () => this.decline() }, "Decline"),
-        h("button", { type: "button", class: "button", "data-action": "cancel", disabled: this.busy, onclick: () => this.cancel() }, "Cancel"),
-        this.deadline(ctx),
+        "form",
+        { class: "mcp-form", novalidate: true, "aria-label": this.title(ctx), onsubmit: (event) => { event.preventDefault(); if (!this.busy) primary(); } },  // prettier-ignore
+        ...sections,
+        h(
+          "div",
+          { class: "widget-actions" },
+          onlyLinks ? this.linkButton(requests) : this.formButton(),
+          h("button", { type: "button", class: "button", "data-action": "decline", disabled: this.busy, onclick: () => this.decline() }, several ? "Decline all" : "Decline"),
+          h("button", { type: "button", class: "button", "data-action": "cancel", disabled: this.busy, onclick: () => this.cancel() }, "Cancel"),
+          this.deadline(ctx),
+        ),
       ),
       ...this.messages(),
     ];
   }
 
-  section(key, req, index) {
+  /** The answer sent: each request's part of it, in words (values as the review showed
+   *  them), rather than the JSON. */
+  answeredCard(ctx) {
+    const output = ctx.outcome && ctx.outcome.output;
+    const responses = isObject(output) && isObject(output.responses) ? output.responses : null;
+    if (!responses) return super.draw(ctx, "answered");
+    const said = { decline: "Declined.", cancel: "Cancelled." };
+    const parts = this.requests(ctx).map(([key, req]) => {
+      const response = isObject(responses[key]) ? responses[key] : {};
+      const message = typeof req.message === "string" && req.message ? req.message : key;
+      let body;
+      if (response.action !== "accept") body = h("p", { class: "widget-desc", text: said[response.action] || "No answer." });
+      else if (req.mode === "url") body = h("p", { class: "widget-desc", text: "Finished on the page." });
+      else body = this.formOf(key, req).review(isObject(response.content) ? response.content : {});
+      return h("section", { class: "mcp-request", "data-request": key }, h("p", { class: "mcp-message", text: message }), body);
+    });
+    return [
+      this.head(ctx, "Answered"),
+      h("p", { class: "widget-result widget-result-ok", text: this.answeredHere() ? "Answer sent ✓" : "Answered ✓" }),
+      ...parts,
+      ...this.messages(),
+    ];
+  }
+
+  section(key, req, index, several) {
     const headingId = `mcp-${this.id}-h${index}`;
     const message = typeof req.message === "string" && req.message ? req.message : key;
+    const declined = several && this.declinedKeys.has(key);
+    const toggle = several
+      ? h("button", { type: "button", class: "button button-small", "data-action": "decline-one", "aria-pressed": declined ? "true" : "false", disabled: this.busy, onclick: () => this.toggleDecline(key) }, declined ? "Answer it after all" : "Decline this one")  // prettier-ignore
+      : null;
+    if (declined) {
+      return h(
+        "section",
+        { class: "mcp-request mcp-declined", "data-request": key, "aria-labelledby": headingId },
+        h("p", { class: "mcp-message", id: headingId, text: message }),
+        h("p", { class: "widget-desc", text: "You decline this request: the server is told no." }),
+        this.mode === "edit" ? toggle : null,
+      );
+    }
     if (req.mode === "url") {
       const url = webUrl(req.url);
       const host = typeof req.host === "string" ? req.host : url ? url.hostname : "";
@@ -109,29 +155,38 @@ export class McpInputWidget extends ClientWidget {
         url
           ? h("button", { type: "button", class: "button", "data-action": "open", disabled: this.busy, onclick: () => this.open(key, url) }, `Open ${host}`)
           : h("p", { class: "widget-error", text: "The server sent a link this page will not open." }),
+        this.mode === "edit" ? toggle : null,
       );
     }
     const form = this.formOf(key, req);
     const body =
       this.mode === "review"
         ? [h("p", { class: "tool-label", text: "Your answer" }), form.review(this.content[key] || {})]
-        : form.elements();
+        : [...form.elements(), toggle];
     return h("fieldset", { class: "mcp-request", "data-request": key }, h("legend", { class: "mcp-message", text: message }), body);
+  }
+
+  toggleDecline(key) {
+    if (this.declinedKeys.has(key)) this.declinedKeys.delete(key);
+    else this.declinedKeys.add(key);
+    this.update();
+    const section = this.root.querySelector(`[data-request="${CSS.escape(key)}"] [data-action="decline-one"]`);
+    if (section) section.focus();
   }
 
   formButton() {
     if (this.mode === "review") {
       return [
-        h("button", { type: "button", class: "button button-primary", "data-action": "submit", disabled: this.busy, onclick: () => this.send() }, "Send"),
+        h("button", { type: "submit", class: "button button-primary", "data-action": "submit", disabled: this.busy }, "Send"),
         h("button", { type: "button", class: "button", "data-action": "edit", disabled: this.busy, onclick: () => this.edit() }, "Edit"),
       ];
     }
-    return h("button", { type: "button", class: "button button-primary", "data-action": "review", disabled: this.busy, onclick: () => this.review() }, "Review answer");
+    return h("button", { type: "submit", class: "button button-primary", "data-action": "review", disabled: this.busy }, "Review answer");
   }
 
   linkButton(requests) {
-    const ready = requests.every(([key]) => this.opened.has(key));
-    return h("button", { type: "button", class: "button button-primary", "data-action": "finished", disabled: this.busy || !ready, title: ready ? null : "Open the page first", onclick: () => this.finish() }, "I finished");
+    const ready = requests.every(([key]) => this.opened.has(key) || this.declinedKeys.has(key));
+    return h("button", { type: "submit", class: "button button-primary", "data-action": "finished", disabled: this.busy || !ready, title: ready ? null : "Open the page first" }, "I finished");
   }
 
   open(key, url) {
@@ -147,7 +202,7 @@ export class McpInputWidget extends ClientWidget {
     let first = null;
     let bad = 0;
     for (const [key, req] of this.requests(ctx)) {
-      if (req.mode === "url") continue;
+      if (req.mode === "url" || this.declinedKeys.has(key)) continue;
       const checked = this.formOf(key, req).check();
       content[key] = checked.content;
       bad += checked.invalid.length;
@@ -177,7 +232,8 @@ export class McpInputWidget extends ClientWidget {
   send() {
     const responses = {};
     for (const [key, req] of this.requests(this.ctx())) {
-      responses[key] = req.mode === "url" ? { action: "accept" } : { action: "accept", content: this.content[key] || {} };
+      if (this.declinedKeys.has(key)) responses[key] = { action: "decline" };
+      else responses[key] = req.mode === "url" ? { action: "accept" } : { action: "accept", content: this.content[key] || {} };
     }
     this.error = "";
     this.answer({ state: "output-available", output: { responses } }, { intent: "output" });
@@ -186,7 +242,7 @@ export class McpInputWidget extends ClientWidget {
   finish() {
     if (this.busy) return;
     const responses = {};
-    for (const [key] of this.requests(this.ctx())) responses[key] = { action: "accept" };
+    for (const [key] of this.requests(this.ctx())) responses[key] = { action: this.declinedKeys.has(key) ? "decline" : "accept" };
     this.error = "";
     this.answer({ state: "output-available", output: { responses } }, { intent: "output" });
   }
