@@ -97,19 +97,22 @@ def test_an_mcp_form_is_a_real_form_checked_reviewed_and_sent(
         email = contact.get_by_label("Email")
         email.fill("not-an-email")
         contact.get_by_label("Quantity").fill("9")
+        contact.get_by_label("Website").fill("shop dot example")
         tab.act(card, "review")
         errors = contact.get_by_test_id("field-error")
         expect(errors.filter(has_text="email address")).to_be_visible()
         expect(errors.filter(has_text="at most 5")).to_be_visible()
         expect(errors.filter(has_text="required")).to_be_visible()  # Size
+        expect(errors.filter(has_text="full address")).to_be_visible()
         expect(email).to_have_attribute("aria-invalid", "true")
         expect(email).to_be_focused()
-        expect(card.get_by_test_id("widget-error")).to_contain_text("3 answers need fixing")
+        expect(card.get_by_test_id("widget-error")).to_contain_text("4 answers need fixing")
         expect(card.locator('[data-action="submit"]')).to_have_count(0)
         screenshot(tab.page, "mcp-form-errors")
         assert shop.shop.answers == []
 
         email.fill("ada@example.com")
+        contact.get_by_label("Website").fill("")
         contact.get_by_label("Quantity").fill("2")
         contact.get_by_label("Gift wrap").check()
         contact.get_by_label("Size").select_option(label="Large")
@@ -246,3 +249,32 @@ def test_an_mcp_link_card_names_the_host_opens_a_popup_then_accepts(
         tab.expect_said("authorised")
         tab.assert_clean()
         assert shop.shop.url_calls == 2
+
+
+def test_an_mcp_form_comes_back_after_a_reload_and_can_be_answered(
+    browser: Browser, redis_url: str
+) -> None:
+    """The card is built from the call's descriptor alone, so a reload (the chat's view
+    from the server) shows the same form, which is then answered as usual."""
+    agent = shop_agent(
+        [call("shop__ask_person", {"item": "pan"})],
+        [text("Said: {{result.shop__ask_person.content}}")],
+    )
+    with shop_chat(browser, redis_url, agent) as (shop, _server, tab):
+        tab.send("ship a pan")
+        tab.expect_state(tab.widget("mcp-input"), "pending")
+        tab.page.reload()
+        card = tab.widget("mcp-input")
+        tab.expect_state(card, "pending")
+        expect(card.locator('[data-request="where"] legend')).to_have_text("Which warehouse?")
+        field = card.get_by_label("w")
+        expect(field).to_have_attribute("aria-required", "true")
+        field.fill("north")
+        field.press("Enter")
+        expect(card.locator('dd[data-name="w"]')).to_have_text("north")
+        tab.act(card, "submit")
+        tab.expect_said("pan ships from north")
+        tab.assert_clean()
+        assert shop.shop.answers == [
+            ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
+        ]
