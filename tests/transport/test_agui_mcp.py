@@ -101,3 +101,38 @@ def test_an_mcp_form_interrupt_resumed_with_the_responses_gets_the_tools_result(
 
     with server_thread(redis_url, shop_agent(shop.url)) as server:
         asyncio.run(run(server.base_url))
+
+
+def test_an_mcp_form_interrupt_cancelled_tells_the_server_cancel(
+    node: str, redis_url: str, shop: McpServerThread
+) -> None:
+    """A client that dismisses the interrupt (``status: cancelled``) settles the call
+    cancelled; the server, called again, reads ``cancel`` for its request and its answer
+    is the call's one result."""
+
+    async def run(url: str) -> None:
+        api = await Api(url).login()
+        try:
+            first = await drive(node, scenario(url, api, "mcp-2", [{"type": "say", "text": "go"}]))
+            [interrupt] = ok(first["runs"][0])["interrupts"]
+            second = await drive(
+                node,
+                scenario(
+                    url,
+                    api,
+                    "mcp-2",
+                    [{"type": "resume", "responses": {interrupt["id"]: {"status": "cancelled"}}}],
+                    state=state_of(first),
+                ),
+            )
+            done = ok(second["runs"][0])
+            text_out = "not shipped: the person chose cancel"
+            assert results(done) == {
+                interrupt["id"]: {"content": [{"type": "text", "text": text_out}]}
+            }
+            assert shop.shop.answers == [("pan", {"where": {"action": "cancel"}}, "opaque-pan")]
+        finally:
+            await api.aclose()
+
+    with server_thread(redis_url, shop_agent(shop.url)) as server:
+        asyncio.run(run(server.base_url))

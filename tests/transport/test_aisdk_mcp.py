@@ -209,3 +209,33 @@ async def test_a_resumed_mcp_continuation_carries_the_calls_one_output(
     part = tool_part(report.assistants[0], "shop__ask_person")
     assert (part["state"], part["output"]) == ("output-available", SHIPPED)
     assert raw["toolCallCounts"] == {call_id: 1}
+
+
+async def test_an_mcp_link_answered_finished_calls_the_tool_again(
+    redis_url: str, node: str, shop: McpServerThread
+) -> None:
+    """A URL elicitation (-32042): the client gets the call with its ``mcp-url`` widget
+    naming the host, answers ``accept`` once the person finished, and the continuation
+    carries the tool's result from the original call made again."""
+    agent = shop_agent(shop.url)
+    agent["model"]["scripted"]["turns"] = [
+        [call("shop__ask_url")],
+        [text("Got {{last_tool_results}}")],
+    ]
+    finished = {"responses": {"e-1": {"action": "accept"}}}
+    async with parkway(redis_url, agent, node) as pw:
+        report = await pw.drive(
+            "ai7",
+            [{"type": "send", "text": "authorise"}],
+            tool_outputs={"shop__ask_url": {"output": finished}},
+        )
+        report.assert_clean(posts=2)
+    [widget] = [c for c in report.chunks(0) if c["type"] == "data-parkway-widget"]
+    assert widget["data"]["kind"] == "mcp-url"
+    assert widget["data"]["render"]["requests"]["e-1"]["host"] == "shop.example"
+    call_id = widget["data"]["toolCallId"]
+    [output] = [c["output"] for p in range(2) for c in outputs_of(report.chunks(p), call_id)]
+    part = tool_part(report.assistants[0], "shop__ask_url")
+    assert part["output"] == output
+    assert "authorised" in json.dumps(output)
+    assert shop.shop.url_calls == 2
