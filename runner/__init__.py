@@ -61,6 +61,7 @@ from parkway.runner.errors import (
     StateError,
     TemplateError,
     ToolError,
+    ToolNeedsInput,
 )
 from parkway.runner.events import (
     ApprovalRequested,
@@ -213,6 +214,7 @@ __all__ = [
     "ToolError",
     "ToolFailed",
     "ToolInputRejected",
+    "ToolNeedsInput",
     "ToolResult",
     "ToolSpec",
     "ToolSucceeded",

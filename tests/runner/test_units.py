@@ -586,6 +586,32 @@ def test_replay_rebuilds_finished_calls_without_re_firing_and_pending_ones_as_th
     assert chunks[11] == {"type": "tool-approval-request", "approvalId": "apr", "toolCallId": "c2"}
 
 
+def test_replay_of_a_continued_message_leaves_out_the_output_its_run_sends() -> None:
+    """A call that runs again with a person's answer (an MCP form): its part holds the
+    answer, not its output, and the live run that follows sends the output. Rebuilt for
+    that run it has no output of its own (one ``tool-output-available`` per call on the
+    wire); rebuilt as a finished message, or for a call not named, it keeps it."""
+    from parkway.transport.aisdk.rebuild import replay_message
+
+    part = {
+        "type": "tool-shop__ask",
+        "toolCallId": "c1",
+        "state": "output-available",
+        "input": {"item": "pan"},
+        "output": {"responses": {"where": {"action": "accept"}}},
+    }
+    message = {"id": "M", "parts": [{"type": "step-start"}, part]}
+
+    def kinds(chunks: list[dict[str, Any]]) -> list[str]:
+        return [c["type"] for c in chunks]
+
+    assert kinds(replay_message(message, None, rerun={"c1"})) == [
+        "start", "start-step", "tool-input-start", "tool-input-delta", "finish-step",
+    ]  # fmt: skip
+    assert "tool-output-available" in kinds(replay_message(message, None))
+    assert "tool-output-available" in kinds(replay_message(message, "stop", rerun={"c1"}))
+
+
 def test_settings_repr_hides_the_redis_password() -> None:
     settings = Settings.from_sources({"redis_url": "redis://:hunter2@db.internal:6379/0"}, {})
     assert "hunter2" not in repr(settings)

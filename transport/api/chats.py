@@ -295,7 +295,7 @@ async def resume_stream(request: Request) -> Response:
             message = _message_of(earlier, chat_id, message_id, _describer(request))
             # A new message: the run's own start opens it. Else its earlier parts are
             # rebuilt and the run's own start is skipped.
-            prefix = [] if message is None else replay_message(message, None)
+            prefix = [] if message is None else replay_message(message, None, rerun=rerun(earlier))
             return streamed(
                 request,
                 principal,
@@ -320,6 +320,18 @@ async def resume_stream(request: Request) -> Response:
     if now_ms - finished_at <= settings.stream_grace_s * 1000:
         return replay_response(replay_message(message, meta.get("last_finish") or "stop"))
     return Response(status_code=204)
+
+
+def rerun(record: ChatRecord) -> frozenset[str]:
+    """The calls of ``record`` the run that follows it sends an output for, though their
+    parts hold an answer: tools that parked asking for input (an MCP form), settled and
+    not yet run again. Their answer is the person's, not the call's output."""
+    done = {e["id"] for e in record.entries if e["t"] == "result"}
+    return frozenset(
+        c.tool_call_id
+        for c in record.calls
+        if c.continuation is not None and c.outcome is not None and c.tool_call_id not in done
+    )
 
 
 async def run_start(runner: Runner, chat_id: str) -> str | None:

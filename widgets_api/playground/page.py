@@ -72,6 +72,7 @@ STATIC_FILES: dict[str, str] = {
     "widget.js": _JS,
     "approval-widgets.js": _JS,
     "client-widgets.js": _JS,
+    "mcp-form.js": _JS,
     "mcp-widgets.js": _JS,
     "connect-widget.js": _JS,
     "connect-flow.js": _JS,

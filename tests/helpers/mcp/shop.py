@@ -12,6 +12,9 @@ Tools (annotations as the server claims them):
 - ``ask_person(item)``: a 2026-07-28 ``InputRequiredResult`` (an elicitation form, its
   ``requestState`` ``opaque-<item>``); called again with the answer, it notes what it
   received and says where the item ships from (or what the person chose);
+- ``ask_details(item)``: an ``InputRequiredResult`` with two forms at once: ``contact``
+  (every kind of field an elicitation schema has, its message and one title holding
+  HTML) and ``note`` (one optional text); called again, it says what it received;
 - ``ask_again()``: asks for input on every call;
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
   first call only;
@@ -66,6 +69,7 @@ SHOP_TOOLS = [
     "catalogue",
     "add_tool",
     "ask_person",
+    "ask_details",
     "ask_again",
     "ask_url",
     "ask_model",
@@ -73,6 +77,30 @@ SHOP_TOOLS = [
 ]
 BIG_TEXT_BYTES = 1024
 READ_ONLY = ToolAnnotations(read_only_hint=True)
+# Server-supplied text is untrusted: a page that showed it as HTML would run this.
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+CONTACT_FORM = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email", "title": "Email " + HOSTILE,
+                  "description": "Where the receipt goes"},
+        "name": {"type": "string", "title": "Name", "minLength": 2, "maxLength": 20,
+                 "default": "Ada"},
+        "quantity": {"type": "integer", "title": "Quantity", "minimum": 1, "maximum": 5,
+                     "default": 1},
+        "weight": {"type": "number", "title": "Weight (kg)", "minimum": 0.5},
+        "gift": {"type": "boolean", "title": "Gift wrap", "default": False},
+        "size": {"type": "string", "title": "Size", "enum": ["s", "m", "l"],
+                 "enumNames": ["Small", "Medium", "Large"]},
+        "colour": {"type": "string", "title": "Colour",
+                   "oneOf": [{"const": "red", "title": "Red"}, {"const": "blue", "title": "Blue"}]},
+        "extras": {"type": "array", "title": "Extras", "maxItems": 2,
+                   "items": {"type": "string", "enum": ["bag", "card", "ribbon"]}},
+        "day": {"type": "string", "format": "date", "title": "Delivery day"},
+        "site": {"type": "string", "format": "uri", "title": "Website"},
+    },
+    "required": ["email", "quantity", "size"],
+}  # fmt: skip
 
 
 class Stock(BaseModel):
@@ -162,6 +190,41 @@ class ShopServer:
                 text = f"not shipped: the person chose {where.get('action')}"
             else:
                 text = f"{item} ships from {where['content']['w']}"
+            return CallToolResult(content=[TextContent(type="text", text=text)])
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_details(item: str, ctx: Context) -> CallToolResult | InputRequiredResult:
+            """Needs a person's contact details (and an optional note) for ``item``."""
+            responses = ctx.input_responses
+            if not responses:
+                contact = ElicitRequestFormParams(
+                    message=f"Where should the {item} go? <b>{HOSTILE}</b>",
+                    requested_schema=CONTACT_FORM,
+                )
+                note = ElicitRequestFormParams(
+                    message="Anything else?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"comment": {"type": "string", "title": "Comment"}},
+                    },
+                )
+                return InputRequiredResult(
+                    input_requests={
+                        "contact": ElicitRequest(params=contact),
+                        "note": ElicitRequest(params=note),
+                    },
+                    request_state=f"details-{item}",
+                )
+            answers = {
+                k: v.model_dump(mode="json", exclude_none=True) for k, v in responses.items()
+            }
+            self.answers.append((item, answers, ctx.request_state))
+            contact = answers.get("contact", {})
+            if contact.get("action") != "accept":
+                text = f"no details: the person chose {contact.get('action')}"
+            else:
+                content = contact["content"]
+                text = f"{content['quantity']} {item} for {content['email']}"
             return CallToolResult(content=[TextContent(type="text", text=text)])
 
         @app.tool(annotations=READ_ONLY)

@@ -26,6 +26,8 @@
 //   code-view.js         code with line numbers, code results, artifact references and downloads
 //   client-widgets.js    choice, generic client-tool and unsupported widgets
 //   connect-widget.js    the connect card; connect-flow.js its OAuth popup and polling
+//   mcp-widgets.js       an MCP server's request for input (forms, links); mcp-form.js
+//                        the form built from an elicitation schema, and its checks
 //   view.js              rendering messages, tool calls and widget cards; the status pill;
 //                        the Decisions list (the chat's audit trail)
 //   message-extras.js    reasoning, tool calls still being written, the model/usage footer
