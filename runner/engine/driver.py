@@ -108,11 +108,13 @@ class StepDriver:
         for (call, tool_input), tool_run in zip(approved, runs, strict=True):
             needs = tool_run.needs_input
             if needs is not None and report is not None:
-                # an approved tool that now asks a person for input parks again
+                # an approved tool that now asks a person for input parks again, as does
+                # one run again with an answer that asks for the next round
                 asking.append(
                     self._asking(state, needs, call_id=call.tool_call_id,
                                  name=call.tool_name, tool_input=tool_input,
-                                 index=len(asking), trace=call.trace)
+                                 index=len(asking), trace=call.trace,
+                                 input_round=call.input_round + 1)
                 )  # fmt: skip
                 continue
             # off-stream (a new message came), nobody is there to ask
@@ -270,10 +272,13 @@ class StepDriver:
         tool_input: Any,
         index: int,
         trace: str | None,
+        input_round: int = 1,
     ) -> ParkedCall:
-        """The parked call of a server tool that ran and asked for a person's input."""
+        """The parked call of a server tool that ran and asked for a person's input
+        (``input_round``: the how-manieth time for this call)."""
         call = park_for_input(
             call_id, name, tool_input, needs, self.config, message_id=state.message_id,
             now=self.clock(), index=index, auto_resume=state.template.resume_policy == "auto",
+            input_round=input_round,
         )  # fmt: skip
         return dataclasses.replace(call, trace=trace) if trace is not None else call

@@ -20,7 +20,10 @@ restart). Once answered, :func:`retry_input` says how the call is made again: wi
 ``inputResponses`` and the ``requestState`` (input-required), or as the original call
 (URL elicitation, once the person says they finished). A decline or cancel of a form is
 sent to the server, which decides; of a URL, the model reads it without a retry.
-Parkway answers one round: a retry that asks again ends the call with an error.
+A retry that asks again (a new ``InputRequiredResult`` with new requests and a new
+``requestState``, or -32042 again) parks the call again under its id for the next
+round, up to :data:`~parkway.runner.agent.MAX_INPUT_ROUNDS` rounds per call; past that
+the model reads a definite error.
 """
 
 from __future__ import annotations

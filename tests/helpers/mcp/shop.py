@@ -13,6 +13,9 @@ Tools (annotations as the server claims them):
   ``requestState`` ``opaque-<item>``); called again with the answer, it notes what it
   received and says where the item ships from (or what the person chose);
 - ``ask_again()``: asks for input on every call;
+- ``ask_twice(item)``: two rounds of input (a warehouse, then a day), each with its
+  own ``requestState``; notes each call's ``(round, inputResponses, requestState)`` in
+  ``rounds``;
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
   first call only;
 - ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
@@ -67,6 +70,7 @@ SHOP_TOOLS = [
     "add_tool",
     "ask_person",
     "ask_again",
+    "ask_twice",
     "ask_url",
     "ask_model",
     "hold",
@@ -94,6 +98,7 @@ class ShopServer:
         self.asked: list[str] = []
         self.answers: list[tuple[str, dict[str, Any], str | None]] = []
         self.url_calls = 0
+        self.rounds: list[tuple[int, dict[str, Any], str | None]] = []
         # log_level: the SDK configures the root logger only when nothing has yet
         self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
         app = self.app
@@ -173,6 +178,46 @@ class ShopServer:
             )
             return InputRequiredResult(
                 input_requests={"again": ElicitRequest(params=form)}, request_state="again"
+            )
+
+        @app.tool(annotations=READ_ONLY)
+        def ask_twice(item: str, ctx: Context) -> CallToolResult | InputRequiredResult:
+            """Needs two answers (a warehouse, then a day), then ships ``item``."""
+            answers = {
+                k: v.model_dump(mode="json", exclude_none=True)
+                for k, v in (ctx.input_responses or {}).items()
+            }
+            state = ctx.request_state
+            self.rounds.append((len(self.rounds) + 1, answers, state))
+            if state is None:
+                asked = ("where", "Which warehouse?", "w", f"round1-{item}")
+            elif state == f"round1-{item}" and answers.get("where", {}).get("action") == "accept":
+                w = answers["where"]["content"]["w"]
+                asked = ("when", f"Which day from {w}?", "d", f"round2-{item}-{w}")
+            elif state.startswith(f"round2-{item}-") and "when" in answers:
+                w = state.removeprefix(f"round2-{item}-")
+                when = answers["when"]
+                text = (
+                    f"{item} ships from {w} on {when['content']['d']}"
+                    if when.get("action") == "accept"
+                    else f"not shipped: the person chose {when.get('action')}"
+                )
+                return CallToolResult(content=[TextContent(type="text", text=text)])
+            else:
+                return CallToolResult(
+                    content=[TextContent(type="text", text="not shipped")], is_error=True
+                )
+            key, message, field, next_state = asked
+            form = ElicitRequestFormParams(
+                message=message,
+                requested_schema={
+                    "type": "object",
+                    "properties": {field: {"type": "string"}},
+                    "required": [field],
+                },
+            )
+            return InputRequiredResult(
+                input_requests={key: ElicitRequest(params=form)}, request_state=next_state
             )
 
         @app.tool(annotations=READ_ONLY)
