@@ -21,7 +21,9 @@ The tool list is kept for the entry's ``tools_ttl_s``, and dropped at once when 
 server says it changed: ``notifications/tools/list_changed``, which 2026-07-28 servers
 send on the ``subscriptions/listen`` stream the session keeps open and older ones on
 their own. Whenever that stream is (re)opened, and whenever a session drops, the list
-is dropped too: a change may have been missed meanwhile.
+is dropped too: a change may have been missed meanwhile. A new session is handed over
+only once its first stream is acknowledged (or the server has none; bounded by
+``connect_timeout_s``), so the first list, read after that, is not dropped at once.
 
 Sampling, elicitation and roots: the client declares none of these capabilities, so a
 server that asks anyway is refused by the SDK's defaults ("Sampling not supported",
@@ -288,10 +290,19 @@ class McpConnection:
                     "MCP server %s: connected (%s, protocol %s)",
                     server.name, server.transport, client.protocol_version,
                 )  # fmt: skip
-                if not ready.done():
-                    ready.set_result(client)
-                listener = asyncio.create_task(self._listen(client))
+                listening = asyncio.Event()
+                listener = asyncio.create_task(self._listen(client, listening))
                 try:
+                    # The session is handed over once its listen stream is acknowledged
+                    # (or the server has none): the acknowledgement drops the tool list,
+                    # so a list read before it would be read twice, and one read after it
+                    # misses no change. A slow acknowledgement does not hold it up longer
+                    # than a connect may take.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(server.connect_timeout_s):
+                            await listening.wait()
+                    if not ready.done():
+                        ready.set_result(client)
                     await self._stop.wait()
                 finally:
                     listener.cancel()
@@ -310,13 +321,14 @@ class McpConnection:
             self._client = None
             self.invalidate()
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, client: Client, listening: asyncio.Event) -> None:
         """Keep the 2026-07-28 ``subscriptions/listen`` stream open for tool list changes
         (each also reaches :meth:`_on_message`). A stream that ends (a proxy's idle
         timeout, a server restarting) is opened again after a pause, and the tool list is
         forgotten meanwhile: changes may have been missed. The session itself stays, so
         calls in flight on it are not cut; a server that is gone fails the new listen
-        request, and with it the session (:meth:`_hold`)."""
+        request, and with it the session (:meth:`_hold`). ``listening`` is set once the
+        first stream is acknowledged, or it is clear there will be none."""
         pause = _RELISTEN_FIRST_S
         while True:
             try:
@@ -325,16 +337,20 @@ class McpConnection:
                     # (while the list was read, or while no stream was open) might be.
                     pause = _RELISTEN_FIRST_S
                     self.invalidate()
+                    listening.set()
                     async for _ in subscription:
                         self.invalidate()
             except ListenNotSupportedError:
+                listening.set()
                 return  # an older server: it sends list_changed on its own
             except MCPError as exc:
+                listening.set()
                 if exc.code == CONNECTION_CLOSED:
                     self.drop()
                 return  # a server that does not serve subscriptions: nothing to listen to
             except Exception as exc:
                 log.info("MCP server %s: the listen stream ended: %r", self.server.name, _leaf(exc))
+            listening.set()  # a first stream that failed does not hold the session up
             self.invalidate()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(pause):
