@@ -33,10 +33,12 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
+    METHOD_NOT_FOUND,
     CallToolResult,
     CreateMessageRequest,
     CreateMessageRequestParams,
@@ -89,7 +91,9 @@ class ShopServer:
     ``(tool, arguments)``, and ``calls_file`` (when set) gets a line for each too (a
     stdio server is another process)."""
 
-    def __init__(self, name: str = "shop", calls_file: Path | None = None) -> None:
+    def __init__(
+        self, name: str = "shop", calls_file: Path | None = None, *, legacy: bool = False
+    ) -> None:
         self.executions: list[tuple[str, dict[str, Any]]] = []
         self.calls_file = calls_file
         self.release = threading.Event()
@@ -99,8 +103,12 @@ class ShopServer:
         self.answers: list[tuple[str, dict[str, Any], str | None]] = []
         self.url_calls = 0
         self.rounds: list[tuple[int, dict[str, Any], str | None]] = []
+        # the methods it was asked, in order (initialize, tools/list, ...)
+        self.methods: list[str] = []
         # log_level: the SDK configures the root logger only when nothing has yet
-        self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
+        self.app: MCPServer[Any] = MCPServer(
+            name, log_level="WARNING", middleware=[_Era(self.methods, legacy=legacy)]
+        )
         app = self.app
 
         @app.tool(annotations=READ_ONLY)
@@ -263,6 +271,25 @@ class ShopServer:
                 out.write(f" mood={mood}\n" if mood else "\n")
 
 
+class _Era:
+    """Server middleware noting each request's method; ``legacy``: a server of the
+    ``initialize`` era (2025-11-25 and before), which has no ``server/discover`` and
+    answers it "Method not found", as such a server does. (The SDK serves both eras and
+    has no setting to limit them; its documented seams are this middleware and the
+    ``server/discover`` handler.)"""
+
+    def __init__(self, methods: list[str], *, legacy: bool) -> None:
+        self.methods = methods
+        self.legacy = legacy
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if ctx.request_id is not None:
+            self.methods.append(ctx.method)
+            if self.legacy and ctx.method == "server/discover":
+                raise MCPError(code=METHOD_NOT_FOUND, message="Method not found")
+        return await call_next(ctx)
+
+
 def _restock(sku: str) -> str:
     """Restock an article."""
     return f"restocked {sku}"
@@ -270,10 +297,13 @@ def _restock(sku: str) -> str:
 
 class McpServerThread:
     """A :class:`ShopServer` over streamable HTTP, served by uvicorn in a thread on a
-    free loopback port (or ``port``: a restarted server keeps its address)."""
+    free loopback port (or ``port``: a restarted server keeps its address); ``legacy``:
+    a server of the ``initialize`` era (protocol 2025-11-25)."""
 
-    def __init__(self, shop: ShopServer | None = None, *, port: int | None = None) -> None:
-        self.shop = shop or ShopServer()
+    def __init__(
+        self, shop: ShopServer | None = None, *, port: int | None = None, legacy: bool = False
+    ) -> None:
+        self.shop = shop or ShopServer(legacy=legacy)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         # the Authorization header of each request, as the server received it
