@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parkway.runner.agent import AgentTemplate, ToolRun
@@ -32,9 +33,11 @@ from parkway.runner.llm import ModelCatalog, ModelToolCall, ScriptedModel, ToolD
 from parkway.runner.mcp import McpOffer, McpTools
 from parkway.runner.ops import ModelLabel, Stopwatch, count_parked, span, traceparent
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store import ArtifactStore, ChatStore
+from parkway.runner.store import ArtifactStore, ChatStore, McpLink, McpLinks
 
 __all__ = ["StepDriver"]
+
+log = logging.getLogger(__name__)
 
 # A tool run off-stream (a new message came) that asks a person for input: nobody is
 # there to answer it.
@@ -57,6 +60,7 @@ class StepDriver:
         config: RunnerConfig,
         clock: Callable[[], float],
         mcp: McpTools,
+        links: McpLinks | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
@@ -65,6 +69,7 @@ class StepDriver:
         self.models = models
         self.config = config
         self.clock = clock
+        self.links = links
 
     async def apply_outcomes(
         self, supervisor: RunSupervisor, *, emit: bool, template: AgentTemplate | None = None
@@ -122,6 +127,7 @@ class StepDriver:
             record_tool_run(state, call.tool_call_id, call.tool_name, done, report)
         if not asking:
             return False
+        await self._remember_links(state, asking)
         ids = [a.tool_call_id for a in asking]
         with span("parkway.park", attributes={"parkway.calls": len(ids)}):
             await supervisor.commit(
@@ -248,6 +254,7 @@ class StepDriver:
             else:
                 record_tool_run(state, call.id or "", call.name, tool_run, emit)
         if parked or asking:
+            await self._remember_links(state, asking)
             watch = Stopwatch()  # the calls were stored with the step: this commit parks
             sorted_calls.parked.extend(asking)
             all_ids = [*ids, *(a.tool_call_id for a in asking)]
@@ -261,6 +268,27 @@ class StepDriver:
         else:
             await supervisor.commit("running")
         return sorted_calls
+
+    async def _remember_links(self, state: RunState, calls: Sequence[ParkedCall]) -> None:
+        """Index the links (URL elicitations) ``calls`` wait for, before they park, so
+        the server's completion finds its call on any worker (runner/store/links.py).
+        An index that cannot be written costs only that: the person says they finished."""
+        if self.links is None:
+            return
+        for call in calls:
+            mcp = (call.continuation or {}).get("mcp")
+            if not isinstance(mcp, Mapping) or mcp.get("kind") != "url_elicitation":
+                continue
+            scope, keys = mcp.get("scope"), tuple(str(k) for k in mcp.get("keys") or ())
+            if not isinstance(scope, str) or not keys:
+                continue
+            link = McpLink(state.chat_id, call.tool_call_id, state.principal, keys)
+            ttl_s = (call.deadline or self.clock()) - self.clock()
+            try:
+                await self.links.remember(scope, link, ttl_s)
+            except Exception:
+                log.warning("the links of call %s were not indexed", call.tool_call_id,
+                            exc_info=True)  # fmt: skip
 
     def _asking(
         self,

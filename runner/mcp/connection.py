@@ -64,6 +64,7 @@ from mcp_types import (
 
 from parkway.runner.agent import McpServer
 from parkway.runner.errors import McpUnavailableError
+from parkway.runner.mcp.input import link_scope
 
 __all__ = ["McpConnection", "McpListing", "McpStatus"]
 
@@ -146,7 +147,9 @@ def _reason(exc: BaseException, connect_timeout_s: float) -> str:
 class McpConnection:
     """One server's session on this worker (see the module doc). ``environ`` is where
     headers and a stdio server's ``env`` references are read, when it connects;
-    ``clock`` times the tool list's TTL and the pause after a failed connect."""
+    ``clock`` times the tool list's TTL and the pause after a failed connect;
+    ``on_link_done(scope, elicitation_id)`` hears the server's
+    ``notifications/elicitation/complete`` (it must not block)."""
 
     def __init__(
         self,
@@ -155,8 +158,10 @@ class McpConnection:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         retry_s: float = 5.0,
+        on_link_done: Callable[[str, str], None] | None = None,
     ) -> None:
         self.server = server
+        self.on_link_done = on_link_done
         self.environ = environ
         self.clock = clock
         self.retry_s = retry_s
@@ -361,6 +366,11 @@ class McpConnection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.invalidate()
+        elif (
+            isinstance(message, types.ElicitCompleteNotification) and self.on_link_done is not None
+        ):  # a link a person was asked to open (-32042) was completed, says the server
+            scope = link_scope(self.server.connection_key)
+            self.on_link_done(scope, message.params.elicitation_id)
 
     # -- listing and calling -----------------------------------------------------------
 

@@ -28,6 +28,7 @@ the model reads a definite error.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
@@ -41,6 +42,7 @@ __all__ = [
     "McpInputRequest",
     "McpRetry",
     "answer_input_request",
+    "link_scope",
     "retry_input",
 ]
 
@@ -68,6 +70,15 @@ class McpInputRequest:
     kind: Literal["input_required", "url_elicitation"]
     requests: Mapping[str, Any]
     request_state: str | None = None
+    # The server's link scope (:func:`link_scope`), for a URL elicitation: a completion
+    # the server sends later is matched to the call by it and the elicitation's id.
+    scope: str | None = None
+
+
+def link_scope(connection_key: str) -> str:
+    """A digest naming one server (its address and where its credentials come from)
+    for the link index: elicitation ids are the server's, unique on that server only."""
+    return hashlib.sha256(connection_key.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,8 @@ async def answer_input_request(request: McpInputRequest, ctx: ToolContext) -> No
             "requestState": request.request_state,
         }
     }
+    if request.scope is not None:
+        continuation["mcp"]["scope"] = request.scope
     raise ToolNeedsInput(
         render=render,
         output_schema=schema,

@@ -26,7 +26,7 @@ from parkway.runner.parking import ParkedCall
 from parkway.widgets_api.descriptors import describe_call
 from tests.helpers.mcp import McpServerThread, shop_entry
 from tests.helpers.runner_rig import Clock, finish, parked
-from tests.helpers.support import call, text
+from tests.helpers.support import call, eventually, text
 
 ASK = call("shop__ask_person", {"item": "pan"})
 
@@ -335,3 +335,47 @@ async def test_a_declined_link_is_the_model_s_to_read_and_the_server_is_not_call
     [error] = [e.error for e in events if isinstance(e, ToolFailed)]
     assert "did not complete the MCP server's link (decline)" in error
     assert shop.shop.url_calls == 1
+
+
+async def test_a_link_the_server_says_was_completed_settles_the_call_and_the_run_resumes(
+    redis: Redis,
+) -> None:
+    """A 2025-11-25 server's ``notifications/elicitation/complete`` for the link a parked
+    call waits for settles it as accepted (the server's decision, through the one-winner
+    settle) and resumes the run, which calls the tool again: nobody clicks "done"."""
+    with McpServerThread(legacy=True) as old:
+        async with shop_runner(redis, old, call("shop__ask_url")) as runner:
+            card, _ = await park(runner, "linked")
+            await old.complete_link("e-1")
+
+            async def idle() -> Any:
+                record = await runner.chat("linked", "alice")
+                return record if record.meta.get("state") == "idle" else None
+
+            record = await eventually(idle, what="the run resumed by the completion")
+            stored = await runner.call("linked", "alice", card.tool_call_id)
+            late = await runner.settle(  # the person's "done" afterwards: the same answer
+                "linked", "alice", card.tool_call_id,
+                {"outcome": "output", "output": {"responses": {"e-1": {"action": "accept"}}}},
+            )  # fmt: skip
+    assert stored.outcome is not None
+    assert stored.outcome["output"] == {"responses": {"e-1": {"action": "accept"}}}
+    assert not late.fresh
+    assert old.shop.url_calls == 2
+    assert "authorised" in json.dumps(list(record.entries))  # the retry's result
+
+
+async def test_a_completion_after_the_person_declined_changes_nothing(redis: Redis) -> None:
+    """The person's decline won: the server's later completion loses the settle and the
+    tool is not called again."""
+    with McpServerThread(legacy=True) as old:
+        async with shop_runner(redis, old, call("shop__ask_url")) as runner:
+            card, _ = await park(runner, "nope")
+            events = await settle_and_resume(
+                runner, "nope", card.tool_call_id, {"outcome": "declined"}
+            )
+            await old.complete_link("e-1")
+            stored = await runner.call("nope", "alice", card.tool_call_id)
+    assert stored.outcome is not None and stored.outcome["outcome"] == "declined"
+    assert [e for e in events if isinstance(e, ToolFailed)]
+    assert old.shop.url_calls == 1

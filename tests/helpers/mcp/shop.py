@@ -17,13 +17,14 @@ Tools (annotations as the server claims them):
   own ``requestState``; notes each call's ``(round, inputResponses, requestState)`` in
   ``rounds``;
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
-  first call only;
+  first call only (:meth:`McpServerThread.complete_link` then sends the completion);
 - ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
 - ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -103,6 +104,8 @@ class ShopServer:
         self.answers: list[tuple[str, dict[str, Any], str | None]] = []
         self.url_calls = 0
         self.rounds: list[tuple[int, dict[str, Any], str | None]] = []
+        # ask_url's session (and the server's loop): a completion is sent on it
+        self.url_session: tuple[Any, asyncio.AbstractEventLoop] | None = None
         # the methods it was asked, in order (initialize, tools/list, ...)
         self.methods: list[str] = []
         # log_level: the SDK configures the root logger only when nothing has yet
@@ -229,9 +232,10 @@ class ShopServer:
             )
 
         @app.tool(annotations=READ_ONLY)
-        def ask_url() -> str:
+        async def ask_url(ctx: Context) -> str:
             """Needs a person to visit a page first (once)."""
             self.url_calls += 1
+            self.url_session = (ctx.session, asyncio.get_running_loop())
             if self.url_calls > 1:
                 return "authorised"
             raise UrlElicitationRequiredError(
@@ -327,6 +331,14 @@ class McpServerThread:
             await app(scope, receive, send)
 
         return noting
+
+    async def complete_link(self, elicitation_id: str) -> None:
+        """Send ``notifications/elicitation/complete`` for ``elicitation_id`` on the
+        session that called ``ask_url`` (as a server does once the page was visited)."""
+        assert self.shop.url_session is not None, "ask_url was not called"
+        session, loop = self.shop.url_session
+        sent = asyncio.run_coroutine_threadsafe(session.send_elicit_complete(elicitation_id), loop)
+        await asyncio.wrap_future(sent)
 
     def start(self) -> McpServerThread:
         self.thread.start()
