@@ -232,8 +232,10 @@ class ToolNeedsInput(Exception):
     needs to go on (an MCP server's ``requestState``, say): it is stored with the parked
     call on the server only, never shown to a browser or the model, and handed back to
     the tool (``ctx.continuation``, with the settled outcome as ``ctx.answer``) when the
-    run resumes on any worker. A tool run again with an answer must not raise this
-    again: Parkway answers one round (the model gets an error instead)."""
+    run resumes on any worker. A tool run again with an answer may raise this again:
+    the call parks once more under its id, with the new widget and continuation, up to
+    :data:`~parkway.runner.agent.tools.MAX_INPUT_ROUNDS` rounds (then the model gets an
+    error instead)."""
 
     def __init__(
         self,

@@ -67,6 +67,7 @@ class _Record(BaseModel):
     self_approval: bool = True
     requester: str | None = None
     continuation: dict[str, Any] | None = None
+    input_round: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,11 @@ class ParkedCall:
     # record only; :func:`encode_call` with ``private=False`` (the event log's copy)
     # leaves it out, and no descriptor, view or wire encoder reads it.
     continuation: Mapping[str, Any] | None = None
+    # Which round of a person's input it asks for (1, 2, ...; 0: not a tool asking for
+    # input). Each round is a new record under the same toolCallId (the COMMIT script
+    # drops the outcome of the round before), so a call with a continuation is the one
+    # kind of record that may change: :class:`CallCache` does not vouch for it.
+    input_round: int = 0
     outcome: Mapping[str, Any] | None = None
 
     @property
@@ -154,6 +160,8 @@ def encode_call(call: ParkedCall, *, private: bool = True) -> str:
         record["description"] = call.description
     if call.auto_resume:
         record["auto_resume"] = True
+    if call.input_round:
+        record["input_round"] = call.input_round
     if call.approvers is not None:
         record["approvers"] = call.approvers
         record["requester"] = call.requester
@@ -203,6 +211,7 @@ def decode_call(raw: str | bytes, outcome: str | bytes | None = None) -> ParkedC
         self_approval=rec.self_approval,
         requester=rec.requester,
         continuation=rec.continuation,
+        input_round=rec.input_round,
         outcome=json.loads(outcome) if outcome is not None else None,
     )
 
@@ -233,8 +242,12 @@ class CallCache:
     A record never changes once written, so a worker that has one can judge a settle
     without reading it again: the settle is then one round trip, with the chat's owner
     and the call's existence checked by the SETTLE script itself. Outcomes change, so
-    none is kept here. Nor is the chat's state: the parked step a chat was left at by
-    this worker (:meth:`step`) is a guess that the ANSWER script checks.
+    none is kept here. The exception is a tool asking a person for input (a record with
+    a continuation): another worker may park it again under the same id for the next
+    round, with another form, so :meth:`recall` and :meth:`step` never answer for one
+    and its settle reads the record afresh. Nor is the chat's state: the parked step a
+    chat was left at by this worker (:meth:`step`) is a guess that the ANSWER script
+    checks.
     """
 
     def __init__(self, size: int = 4096) -> None:
@@ -259,7 +272,7 @@ class CallCache:
         if not ids:
             return None
         calls = [self._records.get((chat_id, i)) for i in ids]
-        if any(c is None for c in calls):
+        if any(c is None or c.continuation is not None for c in calls):
             return None
         return ids, [c for c in calls if c is not None]
 
@@ -272,8 +285,11 @@ class CallCache:
             self._records.popitem(last=False)
 
     def recall(self, chat_id: str, tool_call_id: str) -> ParkedCall | None:
-        """The call's record (with no outcome), if this worker has it."""
+        """The call's record (with no outcome), if this worker has it (and it is not a
+        record that may be written again: see the class doc)."""
         call = self._records.get((chat_id, tool_call_id))
+        if call is not None and call.continuation is not None:
+            return None
         if call is not None:
             self._records.move_to_end((chat_id, tool_call_id))
         return call

@@ -30,7 +30,8 @@ from parkway.runner.store import ArtifactStore
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
 __all__ = [
-    "ONE_ROUND",
+    "MAX_INPUT_ROUNDS",
+    "TOO_MANY_ROUNDS",
     "ToolContext",
     "ToolError",
     "ToolNeedsInput",
@@ -39,8 +40,13 @@ __all__ = [
     "input_problem",
 ]
 
-# What the model reads when a tool run again with a person's answer asks again.
-ONE_ROUND = "the tool asked for more input again; Parkway answers one round of input for now"
+# How many rounds of input one call may ask a person for (each round parks the call
+# again under its id); a tool that asks once more ends with TOO_MANY_ROUNDS.
+MAX_INPUT_ROUNDS = 10
+TOO_MANY_ROUNDS = (
+    f"the tool asked a person for input more than {MAX_INPUT_ROUNDS} times; "
+    "Parkway stopped it there (it did not run to its end)"
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,9 @@ class ToolContext:
     # "output", "output": ...}``, ``declined``, ``cancelled``, ...). None otherwise.
     continuation: Mapping[str, Any] | None = None
     answer: Mapping[str, Any] | None = None
+    # How many rounds of a person's input the call has had answered (0 on its first
+    # run): a tool that asks again past MAX_INPUT_ROUNDS gets an error instead.
+    input_round: int = 0
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
         """Put a ``data-<name>`` part on the run's stream after the tool's output."""
@@ -225,8 +234,8 @@ async def execute_tool(
     except TimeoutError:
         return ToolRun(error=f"tool {spec.name!r} timed out after {spec.timeout_s:g}s")
     except ToolNeedsInput as exc:
-        if ctx.continuation is not None:  # one round, for now
-            return ToolRun(error=ONE_ROUND)
+        if ctx.input_round >= MAX_INPUT_ROUNDS:
+            return ToolRun(error=TOO_MANY_ROUNDS)
         return ToolRun(needs_input=exc)
     except ToolError as exc:
         return ToolRun(error=str(exc)[:2000] or f"tool {spec.name!r} failed")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parkway.runner.agent import AgentTemplate, ToolRun
@@ -32,9 +33,11 @@ from parkway.runner.llm import ModelCatalog, ModelToolCall, ScriptedModel, ToolD
 from parkway.runner.mcp import McpOffer, McpTools
 from parkway.runner.ops import ModelLabel, Stopwatch, count_parked, span, traceparent
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store import ArtifactStore, ChatStore
+from parkway.runner.store import ArtifactStore, ChatStore, McpLink, McpLinks
 
 __all__ = ["StepDriver"]
+
+log = logging.getLogger(__name__)
 
 # A tool run off-stream (a new message came) that asks a person for input: nobody is
 # there to answer it.
@@ -57,6 +60,7 @@ class StepDriver:
         config: RunnerConfig,
         clock: Callable[[], float],
         mcp: McpTools,
+        links: McpLinks | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
@@ -65,6 +69,7 @@ class StepDriver:
         self.models = models
         self.config = config
         self.clock = clock
+        self.links = links
 
     async def apply_outcomes(
         self, supervisor: RunSupervisor, *, emit: bool, template: AgentTemplate | None = None
@@ -108,11 +113,13 @@ class StepDriver:
         for (call, tool_input), tool_run in zip(approved, runs, strict=True):
             needs = tool_run.needs_input
             if needs is not None and report is not None:
-                # an approved tool that now asks a person for input parks again
+                # an approved tool that now asks a person for input parks again, as does
+                # one run again with an answer that asks for the next round
                 asking.append(
                     self._asking(state, needs, call_id=call.tool_call_id,
                                  name=call.tool_name, tool_input=tool_input,
-                                 index=len(asking), trace=call.trace)
+                                 index=len(asking), trace=call.trace,
+                                 input_round=call.input_round + 1)
                 )  # fmt: skip
                 continue
             # off-stream (a new message came), nobody is there to ask
@@ -120,6 +127,7 @@ class StepDriver:
             record_tool_run(state, call.tool_call_id, call.tool_name, done, report)
         if not asking:
             return False
+        await self._remember_links(state, asking)
         ids = [a.tool_call_id for a in asking]
         with span("parkway.park", attributes={"parkway.calls": len(ids)}):
             await supervisor.commit(
@@ -246,6 +254,7 @@ class StepDriver:
             else:
                 record_tool_run(state, call.id or "", call.name, tool_run, emit)
         if parked or asking:
+            await self._remember_links(state, asking)
             watch = Stopwatch()  # the calls were stored with the step: this commit parks
             sorted_calls.parked.extend(asking)
             all_ids = [*ids, *(a.tool_call_id for a in asking)]
@@ -260,6 +269,27 @@ class StepDriver:
             await supervisor.commit("running")
         return sorted_calls
 
+    async def _remember_links(self, state: RunState, calls: Sequence[ParkedCall]) -> None:
+        """Index the links (URL elicitations) ``calls`` wait for, before they park, so
+        the server's completion finds its call on any worker (runner/store/links.py).
+        An index that cannot be written costs only that: the person says they finished."""
+        if self.links is None:
+            return
+        for call in calls:
+            mcp = (call.continuation or {}).get("mcp")
+            if not isinstance(mcp, Mapping) or mcp.get("kind") != "url_elicitation":
+                continue
+            scope, keys = mcp.get("scope"), tuple(str(k) for k in mcp.get("keys") or ())
+            if not isinstance(scope, str) or not keys:
+                continue
+            link = McpLink(state.chat_id, call.tool_call_id, state.principal, keys)
+            ttl_s = (call.deadline or self.clock()) - self.clock()
+            try:
+                await self.links.remember(scope, link, ttl_s)
+            except Exception:
+                log.warning("the links of call %s were not indexed", call.tool_call_id,
+                            exc_info=True)  # fmt: skip
+
     def _asking(
         self,
         state: RunState,
@@ -270,10 +300,13 @@ class StepDriver:
         tool_input: Any,
         index: int,
         trace: str | None,
+        input_round: int = 1,
     ) -> ParkedCall:
-        """The parked call of a server tool that ran and asked for a person's input."""
+        """The parked call of a server tool that ran and asked for a person's input
+        (``input_round``: the how-manieth time for this call)."""
         call = park_for_input(
             call_id, name, tool_input, needs, self.config, message_id=state.message_id,
             now=self.clock(), index=index, auto_resume=state.template.resume_policy == "auto",
+            input_round=input_round,
         )  # fmt: skip
         return dataclasses.replace(call, trace=trace) if trace is not None else call

@@ -102,6 +102,7 @@ class ToolExecutor:
             code=self.code,
             continuation=resumed.continuation if resumed is not None else None,
             answer=resumed.outcome if resumed is not None else None,
+            input_round=resumed.input_round if resumed is not None else 0,
         )
         attributes = {
             "gen_ai.operation.name": "execute_tool",

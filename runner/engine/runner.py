@@ -31,6 +31,7 @@ from parkway.runner.engine.driver import StepDriver
 from parkway.runner.engine.execution import (
     ToolExecutor,
 )
+from parkway.runner.engine.links import LinkSettler
 from parkway.runner.engine.run import Run, RunnerConfig, RunState, new_id
 from parkway.runner.engine.settling import (
     Answer,
@@ -62,6 +63,7 @@ from parkway.runner.store import (
     ArtifactStore,
     ChatRecord,
     ChatStore,
+    McpLinks,
     RedisClient,
     ResumeClaim,
     TurnClaim,
@@ -135,6 +137,9 @@ class Runner:
         self.models = models or ModelCatalog(model)
         self.template = template
         self.clock = clock
+        # A link an MCP server says was completed settles the call waiting for it.
+        links = McpLinks(redis)
+        self.mcp.on_link_done = LinkSettler(links, self.settling, self.auto_resume.start)
         self.driver = StepDriver(
             self.store,
             artifacts=self.artifacts,
@@ -143,6 +148,7 @@ class Runner:
             config=self.config,
             clock=clock,
             mcp=self.mcp,
+            links=links,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False

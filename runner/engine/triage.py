@@ -175,12 +175,14 @@ def park_for_input(
     now: float,
     index: int = 0,
     auto_resume: bool = False,
+    input_round: int = 1,
 ) -> ParkedCall:
     """The parked call of a server tool that ran and asked for a person's input
     (``needs``): a client call whose widget is ``needs.render``, whose answer is judged
     by ``needs.output_schema``, and whose record keeps ``needs.continuation`` (private:
     see :class:`~parkway.runner.parking.ParkedCall`). ``index`` orders it among the
-    step's other calls parked at ``now``."""
+    step's other calls parked at ``now``; ``input_round`` is the round of input it asks
+    for (2 and on: the tool was run again with an answer and asks again)."""
     return ParkedCall(
         tool_call_id=call_id,
         tool_name=name,
@@ -196,4 +198,5 @@ def park_for_input(
         output_schema=needs.output_schema,
         auto_resume=auto_resume,
         continuation=needs.continuation,
+        input_round=input_round,
     )

@@ -21,7 +21,9 @@ The tool list is kept for the entry's ``tools_ttl_s``, and dropped at once when 
 server says it changed: ``notifications/tools/list_changed``, which 2026-07-28 servers
 send on the ``subscriptions/listen`` stream the session keeps open and older ones on
 their own. Whenever that stream is (re)opened, and whenever a session drops, the list
-is dropped too: a change may have been missed meanwhile.
+is dropped too: a change may have been missed meanwhile. A new session is handed over
+only once its first stream is acknowledged (or the server has none; bounded by
+``connect_timeout_s``), so the first list, read after that, is not dropped at once.
 
 Sampling, elicitation and roots: the client declares none of these capabilities, so a
 server that asks anyway is refused by the SDK's defaults ("Sampling not supported",
@@ -62,6 +64,7 @@ from mcp_types import (
 
 from parkway.runner.agent import McpServer
 from parkway.runner.errors import McpUnavailableError
+from parkway.runner.mcp.input import link_scope
 
 __all__ = ["McpConnection", "McpListing", "McpStatus"]
 
@@ -144,7 +147,9 @@ def _reason(exc: BaseException, connect_timeout_s: float) -> str:
 class McpConnection:
     """One server's session on this worker (see the module doc). ``environ`` is where
     headers and a stdio server's ``env`` references are read, when it connects;
-    ``clock`` times the tool list's TTL and the pause after a failed connect."""
+    ``clock`` times the tool list's TTL and the pause after a failed connect;
+    ``on_link_done(scope, elicitation_id)`` hears the server's
+    ``notifications/elicitation/complete`` (it must not block)."""
 
     def __init__(
         self,
@@ -153,8 +158,10 @@ class McpConnection:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         retry_s: float = 5.0,
+        on_link_done: Callable[[str, str], None] | None = None,
     ) -> None:
         self.server = server
+        self.on_link_done = on_link_done
         self.environ = environ
         self.clock = clock
         self.retry_s = retry_s
@@ -288,10 +295,19 @@ class McpConnection:
                     "MCP server %s: connected (%s, protocol %s)",
                     server.name, server.transport, client.protocol_version,
                 )  # fmt: skip
-                if not ready.done():
-                    ready.set_result(client)
-                listener = asyncio.create_task(self._listen(client))
+                listening = asyncio.Event()
+                listener = asyncio.create_task(self._listen(client, listening))
                 try:
+                    # The session is handed over once its listen stream is acknowledged
+                    # (or the server has none): the acknowledgement drops the tool list,
+                    # so a list read before it would be read twice, and one read after it
+                    # misses no change. A slow acknowledgement does not hold it up longer
+                    # than a connect may take.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(server.connect_timeout_s):
+                            await listening.wait()
+                    if not ready.done():
+                        ready.set_result(client)
                     await self._stop.wait()
                 finally:
                     listener.cancel()
@@ -310,13 +326,14 @@ class McpConnection:
             self._client = None
             self.invalidate()
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, client: Client, listening: asyncio.Event) -> None:
         """Keep the 2026-07-28 ``subscriptions/listen`` stream open for tool list changes
         (each also reaches :meth:`_on_message`). A stream that ends (a proxy's idle
         timeout, a server restarting) is opened again after a pause, and the tool list is
         forgotten meanwhile: changes may have been missed. The session itself stays, so
         calls in flight on it are not cut; a server that is gone fails the new listen
-        request, and with it the session (:meth:`_hold`)."""
+        request, and with it the session (:meth:`_hold`). ``listening`` is set once the
+        first stream is acknowledged, or it is clear there will be none."""
         pause = _RELISTEN_FIRST_S
         while True:
             try:
@@ -325,16 +342,20 @@ class McpConnection:
                     # (while the list was read, or while no stream was open) might be.
                     pause = _RELISTEN_FIRST_S
                     self.invalidate()
+                    listening.set()
                     async for _ in subscription:
                         self.invalidate()
             except ListenNotSupportedError:
+                listening.set()
                 return  # an older server: it sends list_changed on its own
             except MCPError as exc:
+                listening.set()
                 if exc.code == CONNECTION_CLOSED:
                     self.drop()
                 return  # a server that does not serve subscriptions: nothing to listen to
             except Exception as exc:
                 log.info("MCP server %s: the listen stream ended: %r", self.server.name, _leaf(exc))
+            listening.set()  # a first stream that failed does not hold the session up
             self.invalidate()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(pause):
@@ -345,6 +366,11 @@ class McpConnection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.invalidate()
+        elif (
+            isinstance(message, types.ElicitCompleteNotification) and self.on_link_done is not None
+        ):  # a link a person was asked to open (-32042) was completed, says the server
+            scope = link_scope(self.server.connection_key)
+            self.on_link_done(scope, message.params.elicitation_id)
 
     # -- listing and calling -----------------------------------------------------------
 

@@ -20,11 +20,15 @@ restart). Once answered, :func:`retry_input` says how the call is made again: wi
 ``inputResponses`` and the ``requestState`` (input-required), or as the original call
 (URL elicitation, once the person says they finished). A decline or cancel of a form is
 sent to the server, which decides; of a URL, the model reads it without a retry.
-Parkway answers one round: a retry that asks again ends the call with an error.
+A retry that asks again (a new ``InputRequiredResult`` with new requests and a new
+``requestState``, or -32042 again) parks the call again under its id for the next
+round, up to :data:`~parkway.runner.agent.MAX_INPUT_ROUNDS` rounds per call; past that
+the model reads a definite error.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
@@ -38,6 +42,7 @@ __all__ = [
     "McpInputRequest",
     "McpRetry",
     "answer_input_request",
+    "link_scope",
     "retry_input",
 ]
 
@@ -65,6 +70,15 @@ class McpInputRequest:
     kind: Literal["input_required", "url_elicitation"]
     requests: Mapping[str, Any]
     request_state: str | None = None
+    # The server's link scope (:func:`link_scope`), for a URL elicitation: a completion
+    # the server sends later is matched to the call by it and the elicitation's id.
+    scope: str | None = None
+
+
+def link_scope(connection_key: str) -> str:
+    """A digest naming one server (its address and where its credentials come from)
+    for the link index: elicitation ids are the server's, unique on that server only."""
+    return hashlib.sha256(connection_key.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,8 @@ async def answer_input_request(request: McpInputRequest, ctx: ToolContext) -> No
             "requestState": request.request_state,
         }
     }
+    if request.scope is not None:
+        continuation["mcp"]["scope"] = request.scope
     raise ToolNeedsInput(
         render=render,
         output_schema=schema,

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,13 @@ from pydantic import ValidationError
 from parkway.runner.agent import AgentTemplate, McpServer, ToolContext, ToolSpec, server_of
 from parkway.runner.errors import McpUnavailableError, ToolError
 from parkway.runner.mcp.connection import McpConnection, McpStatus
-from parkway.runner.mcp.input import McpInputRequest, McpRetry, answer_input_request, retry_input
+from parkway.runner.mcp.input import (
+    McpInputRequest,
+    McpRetry,
+    answer_input_request,
+    link_scope,
+    retry_input,
+)
 from parkway.runner.mcp.listing import McpToolset, toolset
 
 __all__ = ["McpOffer", "McpTools", "tool_output"]
@@ -128,6 +134,9 @@ class McpTools:
         self._toolsets: OrderedDict[McpServer, McpToolset] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Told of each link a server says was completed (notifications/elicitation/
+        # complete) as (scope, elicitation id): the runner settles the call waiting for it.
+        self.on_link_done: Callable[[str, str], Coroutine[Any, Any, None]] | None = None
 
     def connection(self, server: McpServer) -> McpConnection:
         """The session to ``server``'s address (made, not yet opened, on first use)."""
@@ -136,7 +145,10 @@ class McpTools:
         if found is not None:
             self._connections.move_to_end(key)
             return found
-        found = McpConnection(server, environ=self.environ, clock=self.clock, retry_s=self.retry_s)
+        found = McpConnection(
+            server, environ=self.environ, clock=self.clock, retry_s=self.retry_s,
+            on_link_done=self._link_done,
+        )  # fmt: skip
         self._connections[key] = found
         idle = [k for k, c in self._connections.items() if c.busy == 0 and c is not found]
         while len(self._connections) > self.max_sessions and idle:
@@ -145,6 +157,14 @@ class McpTools:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         return found
+
+    def _link_done(self, scope: str, elicitation_id: str) -> None:
+        hook = self.on_link_done
+        if hook is None or self._closed:
+            return
+        task = asyncio.create_task(hook(scope, elicitation_id), name="parkway-mcp-link-done")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def toolset(self, server: McpServer) -> McpToolset:
         """``server``'s tools as its entry offers them. Raises
@@ -220,8 +240,9 @@ class McpTools:
             if exc.code == URL_ELICITATION_REQUIRED:
                 data = exc.data if isinstance(exc.data, Mapping) else {}
                 request = McpInputRequest(
-                    server.name, tool, name, dict(arguments), "url_elicitation", dict(data)
-                )
+                    server.name, tool, name, dict(arguments), "url_elicitation", dict(data),
+                    scope=link_scope(server.connection_key),
+                )  # fmt: skip
                 return await answer_input_request(request, ctx)
             if exc.code == REQUEST_TIMEOUT:
                 raise ToolError(

@@ -14,7 +14,9 @@
 - :mod:`~parkway.runner.store.deadlines`: the deadline index the sweeper reads;
 - :mod:`~parkway.runner.store.approvals`: the approvals index an approver's queue reads;
 - :mod:`~parkway.runner.store.audit`: the audit trails (settles, commits, connections);
-- :mod:`~parkway.runner.store.artifacts`: large tool results kept as a chat's artifacts.
+- :mod:`~parkway.runner.store.artifacts`: large tool results kept as a chat's artifacts;
+- :mod:`~parkway.runner.store.links`: the links MCP servers asked people to open, by
+  the server's elicitation id.
 
 It imports the runner's vocabulary (errors, parked calls) and the model's message types,
 never the engine, the agent or the event log's followers.
@@ -76,6 +78,7 @@ from parkway.runner.store.keys import (
     parse_deadline_member,
     usage_keys,
 )
+from parkway.runner.store.links import McpLink, McpLinks
 from parkway.runner.store.replies import TurnClaim
 from parkway.runner.store.scripts import AUDIT_APPEND, AUDIT_FUNCTION
 from parkway.runner.store.usage import Quotas
@@ -110,6 +113,8 @@ __all__ = [
     "ConnectionEntry",
     "EmbeddedRedis",
     "LogBatch",
+    "McpLink",
+    "McpLinks",
     "ModelView",
     "Quotas",
     "RedisClient",

@@ -31,6 +31,8 @@ __all__ = [
     "check_call_id",
     "check_chat_id",
     "deadline_member",
+    "mcp_link_done_key",
+    "mcp_link_key",
     "parse_deadline_member",
     "usage_keys",
 ]
@@ -183,6 +185,28 @@ class UsageKeys:
 
 def usage_keys(principal: str) -> UsageKeys:
     return UsageKeys(principal)
+
+
+# The links an MCP server asked a person to open (URL elicitations of parked calls,
+# runner/store/links.py), under the tag ``{mcplink:<scope>}``, ``scope`` being a digest
+# of the server's address and credentials' sources (runner/mcp/input.py, link_scope).
+
+
+def mcp_link_key(scope: str, elicitation_id: str) -> str:
+    """string, the call that waits for the link ``elicitation_id`` (the server's id), as
+    JSON ``{"chat", "call", "principal", "keys"}``: written when the call parks, with a
+    TTL of the call's deadline plus a minute; deleted once a completion settled the
+    call, else by its TTL."""
+    digest = hashlib.sha256(elicitation_id.encode()).hexdigest()[:32]
+    return f"pw:{{mcplink:{scope}}}:id:{digest}"
+
+
+def mcp_link_done_key(scope: str, chat_id: str, tool_call_id: str) -> str:
+    """set, the elicitation ids of a call's links the server said were completed:
+    written by each completion, with the TTL of the call's link keys; deleted with
+    them."""
+    call = hashlib.sha256(f"{chat_id} {tool_call_id}".encode()).hexdigest()[:32]
+    return f"pw:{{mcplink:{scope}}}:done:{call}"
 
 
 # -- agent revisions (runner/agent/revisions.py) -------------------------------------------------

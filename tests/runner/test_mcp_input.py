@@ -18,7 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, RunnerConfig, parse_agent_file
-from parkway.runner.agent import ONE_ROUND
+from parkway.runner.agent import MAX_INPUT_ROUNDS, TOO_MANY_ROUNDS
 from parkway.runner.engine.execution import NO_ANSWER
 from parkway.runner.engine.sweeper import Sweeper
 from parkway.runner.events import Event, ToolFailed, ToolSucceeded, events_to_json
@@ -26,7 +26,7 @@ from parkway.runner.parking import ParkedCall
 from parkway.widgets_api.descriptors import describe_call
 from tests.helpers.mcp import McpServerThread, shop_entry
 from tests.helpers.runner_rig import Clock, finish, parked
-from tests.helpers.support import call, text
+from tests.helpers.support import call, eventually, text
 
 ASK = call("shop__ask_person", {"item": "pan"})
 
@@ -177,18 +177,68 @@ async def test_a_timeout_gives_the_model_a_definite_result_without_calling_the_s
     assert shop.shop.answers == []
 
 
-async def test_a_tool_that_asks_again_gets_a_definite_error(
+async def test_a_tool_that_asks_two_rounds_parks_again_and_is_answered_after_a_cold_resume(
     redis: Redis, shop: McpServerThread
 ) -> None:
-    """Parkway answers one round for now: a retry that asks again is an error."""
+    """A retry that asks for more input parks the call again under the same id, with
+    the new form and the server's new requestState; each round is answered on a worker
+    that did not park it (a fresh runner: nothing in memory), and the last retry's
+    result is the model's."""
+    twice = call("shop__ask_twice", {"item": "pan"})
+    async with shop_runner(redis, shop, twice) as first:
+        card, _ = await park(first, "twice")
+        before = await first.call("twice", "alice", card.tool_call_id)
+    assert before.input_round == 1 and before.continuation is not None
+    async with shop_runner(redis, shop, twice) as second:
+        events = await settle_and_resume(
+            second, "twice", card.tool_call_id, answer("accept", {"w": "north"})
+        )
+        [again] = parked(events)
+        assert finish(events) == "tool-calls"
+        stored = await second.call("twice", "alice", again.tool_call_id)
+    assert again.tool_call_id == card.tool_call_id and again.kind == "client"
+    assert stored.outcome is None and stored.input_round == 2
+    assert stored.continuation is not None
+    state = stored.continuation["mcp"]["requestState"]  # the server's new one (sealed)
+    assert state and state != before.continuation["mcp"]["requestState"]
+    assert stored.continuation["mcp"]["keys"] == ["when"]
+    form = describe_call("twice", stored)["render"]["requests"]
+    assert list(form) == ["when"] and form["when"]["message"] == "Which day from north?"
+    async with shop_runner(redis, shop, twice) as third:
+        with pytest.raises(Exception, match="when"):  # judged by the second round's form
+            await third.settle("twice", "alice", card.tool_call_id, answer("accept", {"w": "x"}))
+        done = await settle_and_resume(
+            third, "twice", card.tool_call_id,
+            {"outcome": "output",
+             "output": {"responses": {"when": {"action": "accept", "content": {"d": "monday"}}}}},
+        )  # fmt: skip
+    [output] = outputs(done)
+    assert shown(output) == "pan ships from north on monday"
+    assert finish(done) == "stop"
+    assert shop.shop.rounds == [
+        (1, {}, None),
+        (2, {"where": {"action": "accept", "content": {"w": "north"}}}, "round1-pan"),
+        (3, {"when": {"action": "accept", "content": {"d": "monday"}}}, "round2-pan-north"),
+    ]
+
+
+async def test_a_tool_that_keeps_asking_is_stopped_after_the_last_round_with_a_definite_error(
+    redis: Redis, shop: McpServerThread
+) -> None:
+    """Rounds are bounded: a tool that asks again after MAX_INPUT_ROUNDS answered rounds
+    ends with an error the model reads, instead of parking for ever."""
+    again = {"outcome": "output",
+             "output": {"responses": {"again": {"action": "accept", "content": {}}}}}  # fmt: skip
     async with shop_runner(redis, shop, call("shop__ask_again")) as runner:
         card, _ = await park(runner, "again")
-        events = await settle_and_resume(
-            runner, "again", card.tool_call_id,
-            {"outcome": "output", "output": {"responses": {"again": {"action": "accept", "content": {}}}}},
-        )  # fmt: skip
-    assert [e.error for e in events if isinstance(e, ToolFailed)] == [ONE_ROUND]
-    assert [a[2] for a in shop.shop.answers] == [None, "again"]
+        for round_ in range(1, MAX_INPUT_ROUNDS):
+            events = await settle_and_resume(runner, "again", card.tool_call_id, again)
+            [more] = parked(events)
+            assert more.tool_call_id == card.tool_call_id and more.input_round == round_ + 1
+        events = await settle_and_resume(runner, "again", card.tool_call_id, again)
+    assert [e.error for e in events if isinstance(e, ToolFailed)] == [TOO_MANY_ROUNDS]
+    assert not parked(events) and finish(events) == "stop"
+    assert len(shop.shop.answers) == MAX_INPUT_ROUNDS + 1
 
 
 async def test_a_url_elicitation_parks_a_link_card_and_retries_once_done(
@@ -285,3 +335,47 @@ async def test_a_declined_link_is_the_model_s_to_read_and_the_server_is_not_call
     [error] = [e.error for e in events if isinstance(e, ToolFailed)]
     assert "did not complete the MCP server's link (decline)" in error
     assert shop.shop.url_calls == 1
+
+
+async def test_a_link_the_server_says_was_completed_settles_the_call_and_the_run_resumes(
+    redis: Redis,
+) -> None:
+    """A 2025-11-25 server's ``notifications/elicitation/complete`` for the link a parked
+    call waits for settles it as accepted (the server's decision, through the one-winner
+    settle) and resumes the run, which calls the tool again: nobody clicks "done"."""
+    with McpServerThread(legacy=True) as old:
+        async with shop_runner(redis, old, call("shop__ask_url")) as runner:
+            card, _ = await park(runner, "linked")
+            await old.complete_link("e-1")
+
+            async def idle() -> Any:
+                record = await runner.chat("linked", "alice")
+                return record if record.meta.get("state") == "idle" else None
+
+            record = await eventually(idle, what="the run resumed by the completion")
+            stored = await runner.call("linked", "alice", card.tool_call_id)
+            late = await runner.settle(  # the person's "done" afterwards: the same answer
+                "linked", "alice", card.tool_call_id,
+                {"outcome": "output", "output": {"responses": {"e-1": {"action": "accept"}}}},
+            )  # fmt: skip
+    assert stored.outcome is not None
+    assert stored.outcome["output"] == {"responses": {"e-1": {"action": "accept"}}}
+    assert not late.fresh
+    assert old.shop.url_calls == 2
+    assert "authorised" in json.dumps(list(record.entries))  # the retry's result
+
+
+async def test_a_completion_after_the_person_declined_changes_nothing(redis: Redis) -> None:
+    """The person's decline won: the server's later completion loses the settle and the
+    tool is not called again."""
+    with McpServerThread(legacy=True) as old:
+        async with shop_runner(redis, old, call("shop__ask_url")) as runner:
+            card, _ = await park(runner, "nope")
+            events = await settle_and_resume(
+                runner, "nope", card.tool_call_id, {"outcome": "declined"}
+            )
+            await old.complete_link("e-1")
+            stored = await runner.call("nope", "alice", card.tool_call_id)
+    assert stored.outcome is not None and stored.outcome["outcome"] == "declined"
+    assert [e for e in events if isinstance(e, ToolFailed)]
+    assert old.shop.url_calls == 1

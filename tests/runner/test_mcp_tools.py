@@ -408,6 +408,34 @@ async def test_the_tool_list_is_kept_for_its_ttl_on_the_sessions_clock(
     assert "shop__quietly_added" in listed.template.tools
 
 
+async def test_a_server_of_the_initialize_era_is_reached_by_negotiation_and_its_tools_work(
+    redis: Redis,
+) -> None:
+    """A 2025-11-25 server answers ``server/discover`` with "Method not found": the
+    session falls back to the ``initialize`` handshake at that revision, lists the tools
+    and calls them as on a 2026-07-28 server (a read-only one runs, a destructive one
+    parks and runs once approved)."""
+    turns = [
+        [call("old__lookup", {"sku": "kettle"}), call("old__cancel_order", {"order_id": "O-1"})],
+        [text("{{result.old__cancel_order.result}}")],
+    ]
+    with McpServerThread(legacy=True) as old:
+        async with mcp_runner(redis, turns, [shop_entry(old.url, name="old")]) as (runner, model):
+            first = await turn(runner, "legacy")
+            [card] = parked(first)
+            resumed = await approve(runner, "legacy", card.tool_call_id)
+            [server] = runner.template.mcps
+            client = await runner.mcp.connection(server).client()
+            negotiated = client.protocol_version
+    assert negotiated == "2025-11-25"
+    assert old.shop.methods[:2] == ["server/discover", "initialize"]
+    assert "initialize" in old.shop.methods and "tools/list" in old.shop.methods
+    assert "old__lookup" in model.offered(0)
+    assert outputs(first) == [{"sku": "kettle", "stock": 6}]
+    assert said(resumed) == "order O-1 cancelled"
+    assert old.shop.executions == [("cancel_order", {"order_id": "O-1"})]
+
+
 async def test_a_stdio_server_runs_and_asks_as_an_http_one(redis: Redis, tmp_path: Path) -> None:
     """The same server run as a subprocess over stdio: read-only runs, destructive
     parks and runs once approved; the session is shared, and ends with the runner."""

@@ -16,14 +16,18 @@ Tools (annotations as the server claims them):
   (every kind of field an elicitation schema has, its message and one title holding
   HTML) and ``note`` (one optional text); called again, it says what it received;
 - ``ask_again()``: asks for input on every call;
+- ``ask_twice(item)``: two rounds of input (a warehouse, then a day), each with its
+  own ``requestState``; notes each call's ``(round, inputResponses, requestState)`` in
+  ``rounds``;
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
-  first call only;
+  first call only (:meth:`McpServerThread.complete_link` then sends the completion);
 - ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
 - ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -33,10 +37,12 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
+    METHOD_NOT_FOUND,
     CallToolResult,
     CreateMessageRequest,
     CreateMessageRequestParams,
@@ -71,6 +77,7 @@ SHOP_TOOLS = [
     "ask_person",
     "ask_details",
     "ask_again",
+    "ask_twice",
     "ask_url",
     "ask_model",
     "hold",
@@ -113,7 +120,9 @@ class ShopServer:
     ``(tool, arguments)``, and ``calls_file`` (when set) gets a line for each too (a
     stdio server is another process)."""
 
-    def __init__(self, name: str = "shop", calls_file: Path | None = None) -> None:
+    def __init__(
+        self, name: str = "shop", calls_file: Path | None = None, *, legacy: bool = False
+    ) -> None:
         self.executions: list[tuple[str, dict[str, Any]]] = []
         self.calls_file = calls_file
         self.release = threading.Event()
@@ -122,8 +131,15 @@ class ShopServer:
         self.asked: list[str] = []
         self.answers: list[tuple[str, dict[str, Any], str | None]] = []
         self.url_calls = 0
+        self.rounds: list[tuple[int, dict[str, Any], str | None]] = []
+        # ask_url's session (and the server's loop): a completion is sent on it
+        self.url_session: tuple[Any, asyncio.AbstractEventLoop] | None = None
+        # the methods it was asked, in order (initialize, tools/list, ...)
+        self.methods: list[str] = []
         # log_level: the SDK configures the root logger only when nothing has yet
-        self.app: MCPServer[Any] = MCPServer(name, log_level="WARNING")
+        self.app: MCPServer[Any] = MCPServer(
+            name, log_level="WARNING", middleware=[_Era(self.methods, legacy=legacy)]
+        )
         app = self.app
 
         @app.tool(annotations=READ_ONLY)
@@ -239,9 +255,50 @@ class ShopServer:
             )
 
         @app.tool(annotations=READ_ONLY)
-        def ask_url() -> str:
+        def ask_twice(item: str, ctx: Context) -> CallToolResult | InputRequiredResult:
+            """Needs two answers (a warehouse, then a day), then ships ``item``."""
+            answers = {
+                k: v.model_dump(mode="json", exclude_none=True)
+                for k, v in (ctx.input_responses or {}).items()
+            }
+            state = ctx.request_state
+            self.rounds.append((len(self.rounds) + 1, answers, state))
+            if state is None:
+                asked = ("where", "Which warehouse?", "w", f"round1-{item}")
+            elif state == f"round1-{item}" and answers.get("where", {}).get("action") == "accept":
+                w = answers["where"]["content"]["w"]
+                asked = ("when", f"Which day from {w}?", "d", f"round2-{item}-{w}")
+            elif state.startswith(f"round2-{item}-") and "when" in answers:
+                w = state.removeprefix(f"round2-{item}-")
+                when = answers["when"]
+                text = (
+                    f"{item} ships from {w} on {when['content']['d']}"
+                    if when.get("action") == "accept"
+                    else f"not shipped: the person chose {when.get('action')}"
+                )
+                return CallToolResult(content=[TextContent(type="text", text=text)])
+            else:
+                return CallToolResult(
+                    content=[TextContent(type="text", text="not shipped")], is_error=True
+                )
+            key, message, field, next_state = asked
+            form = ElicitRequestFormParams(
+                message=message,
+                requested_schema={
+                    "type": "object",
+                    "properties": {field: {"type": "string"}},
+                    "required": [field],
+                },
+            )
+            return InputRequiredResult(
+                input_requests={key: ElicitRequest(params=form)}, request_state=next_state
+            )
+
+        @app.tool(annotations=READ_ONLY)
+        async def ask_url(ctx: Context) -> str:
             """Needs a person to visit a page first (once)."""
             self.url_calls += 1
+            self.url_session = (ctx.session, asyncio.get_running_loop())
             if self.url_calls > 1:
                 return "authorised"
             raise UrlElicitationRequiredError(
@@ -281,6 +338,25 @@ class ShopServer:
                 out.write(f" mood={mood}\n" if mood else "\n")
 
 
+class _Era:
+    """Server middleware noting each request's method; ``legacy``: a server of the
+    ``initialize`` era (2025-11-25 and before), which has no ``server/discover`` and
+    answers it "Method not found", as such a server does. (The SDK serves both eras and
+    has no setting to limit them; its documented seams are this middleware and the
+    ``server/discover`` handler.)"""
+
+    def __init__(self, methods: list[str], *, legacy: bool) -> None:
+        self.methods = methods
+        self.legacy = legacy
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if ctx.request_id is not None:
+            self.methods.append(ctx.method)
+            if self.legacy and ctx.method == "server/discover":
+                raise MCPError(code=METHOD_NOT_FOUND, message="Method not found")
+        return await call_next(ctx)
+
+
 def _restock(sku: str) -> str:
     """Restock an article."""
     return f"restocked {sku}"
@@ -288,10 +364,13 @@ def _restock(sku: str) -> str:
 
 class McpServerThread:
     """A :class:`ShopServer` over streamable HTTP, served by uvicorn in a thread on a
-    free loopback port (or ``port``: a restarted server keeps its address)."""
+    free loopback port (or ``port``: a restarted server keeps its address); ``legacy``:
+    a server of the ``initialize`` era (protocol 2025-11-25)."""
 
-    def __init__(self, shop: ShopServer | None = None, *, port: int | None = None) -> None:
-        self.shop = shop or ShopServer()
+    def __init__(
+        self, shop: ShopServer | None = None, *, port: int | None = None, legacy: bool = False
+    ) -> None:
+        self.shop = shop or ShopServer(legacy=legacy)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         # the Authorization header of each request, as the server received it
@@ -315,6 +394,14 @@ class McpServerThread:
             await app(scope, receive, send)
 
         return noting
+
+    async def complete_link(self, elicitation_id: str) -> None:
+        """Send ``notifications/elicitation/complete`` for ``elicitation_id`` on the
+        session that called ``ask_url`` (as a server does once the page was visited)."""
+        assert self.shop.url_session is not None, "ask_url was not called"
+        session, loop = self.shop.url_session
+        sent = asyncio.run_coroutine_threadsafe(session.send_elicit_complete(elicitation_id), loop)
+        await asyncio.wrap_future(sent)
 
     def start(self) -> McpServerThread:
         self.thread.start()
