@@ -233,7 +233,11 @@ class ToolNeedsInput(Exception):
     call on the server only, never shown to a browser or the model, and handed back to
     the tool (``ctx.continuation``, with the settled outcome as ``ctx.answer``) when the
     run resumes on any worker. A tool run again with an answer must not raise this
-    again: Parkway answers one round (the model gets an error instead)."""
+    again: Parkway answers one round (the model gets an error instead), unless
+    ``repeat``: a request a person answers by acting elsewhere (signing in), which may be
+    needed again (the server refused the new token), each time at a person's pace.
+    ``result_style="connection"`` makes it a connection call: only the server's OAuth
+    callback records a successful connection (:mod:`parkway.runner.outcomes`)."""
 
     def __init__(
         self,
@@ -243,6 +247,8 @@ class ToolNeedsInput(Exception):
         continuation: dict[str, Any],
         description: str = "",
         deadline_s: float | None = None,
+        result_style: str | None = None,
+        repeat: bool = False,
     ) -> None:
         super().__init__("the tool needs input from a person")
         self.render = render
@@ -250,3 +256,5 @@ class ToolNeedsInput(Exception):
         self.continuation = continuation
         self.description = description
         self.deadline_s = deadline_s
+        self.result_style = result_style
+        self.repeat = repeat

@@ -225,7 +225,7 @@ async def execute_tool(
     except TimeoutError:
         return ToolRun(error=f"tool {spec.name!r} timed out after {spec.timeout_s:g}s")
     except ToolNeedsInput as exc:
-        if ctx.continuation is not None:  # one round, for now
+        if ctx.continuation is not None and not exc.repeat:  # one round, for now
             return ToolRun(error=ONE_ROUND)
         return ToolRun(needs_input=exc)
     except ToolError as exc:

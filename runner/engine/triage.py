@@ -196,4 +196,5 @@ def park_for_input(
         output_schema=needs.output_schema,
         auto_resume=auto_resume,
         continuation=needs.continuation,
+        result_style=needs.result_style,
     )

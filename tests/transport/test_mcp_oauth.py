@@ -1,0 +1,261 @@
+"""MCP servers that need OAuth, end to end over HTTP: a real Parkway (uvicorn), the
+suite's real oidc-provider as the authorization server (RFC 8707 resource indicators on,
+JWT access tokens for each MCP server's URL), and MCP servers built with the official SDK
+that answer 401 with their protected resource metadata and check each token's signature,
+issuer and audience.
+
+A user without a connection to a server sees only its sign-in tool; calling it parks on a
+connect card for the configured provider; the same connect flow as ``request_connection``
+(start token, flow cookie, single-use state, PKCE, ``iss``) now also sends the server's
+URL as ``resource``; the callback settles the call and the resume lists the server's tools
+with the user's token, which the model then calls. A server that refuses a token later
+parks the call again, and the resume retries that very call. The token is never in the
+event log, the chat, either wire, the model's input or Redis unencrypted; one server's
+token never reaches another server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from parkway.runner.canonical import canonical_json
+from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
+from parkway.runner.llm.scripted import last_tool_results, last_user_text
+from tests.helpers.connect_rig import ACME_SECRET, TOKEN_KEY, Browser, outcome_of
+from tests.helpers.mcp import SecureServerThread
+from tests.helpers.oidc_peer import OidcPeer, login_and_consent, oidc_peer
+from tests.helpers.support import ServerThread, free_port, sse_chunks, user_message
+
+pytestmark = [
+    pytest.mark.node,
+    pytest.mark.skipif(shutil.which("node") is None, reason="the `node` executable is not on PATH"),
+]
+
+
+class SignInModel:
+    """A scripted model: "whoami on <server>" calls ``<server>__whoami`` when it is
+    offered, else ``<server>__sign_in`` (once); then says what the tools answered."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.requests.append(request)
+        server = last_user_text(request).split()[-1]
+        offered = {t.name for t in request.tools}
+        results = last_tool_results(request)
+        tried = {r["tool"] for r in results}
+        if f"{server}__whoami" in offered and f"{server}__whoami" not in tried:
+            yield ModelToolCall(name=f"{server}__whoami", input={})
+            return
+        if f"{server}__sign_in" in offered and not tried:
+            yield ModelToolCall(name=f"{server}__sign_in", input={})
+            return
+        yield ModelTextDelta("Result: " + canonical_json(results))
+
+    def seen(self) -> str:
+        return "\n".join(repr(r) for r in self.requests)
+
+
+@dataclass
+class Rig:
+    server: ServerThread
+    peer: OidcPeer
+    secure: SecureServerThread
+    other: SecureServerThread
+    rogue: SecureServerThread
+    model: SignInModel
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+
+@pytest.fixture(scope="module")
+def rig(redis_url: str) -> Iterator[Rig]:
+    port = free_port()
+    ports = {name: free_port() for name in ("secure", "other", "rogue")}
+    urls = {name: f"http://127.0.0.1:{p}/mcp" for name, p in ports.items()}
+    clients = [
+        {
+            "client_id": "parkway",
+            "client_secret": ACME_SECRET,
+            "redirect_uris": [f"http://127.0.0.1:{port}/connect/idp/callback"],
+        }
+    ]
+    with oidc_peer(clients, resources=list(urls.values())) as peer:
+        servers = {
+            "secure": SecureServerThread(peer.issuer, port=ports["secure"], name="secure"),
+            "other": SecureServerThread(peer.issuer, port=ports["other"], name="other"),
+            # its metadata names an authorization server Parkway was not configured with
+            "rogue": SecureServerThread(
+                peer.issuer, port=ports["rogue"], name="rogue",
+                authorization_server="http://127.0.0.1:9/",
+            ),
+        }  # fmt: skip
+        for mcp in servers.values():
+            mcp.start()
+        auth = {"provider": "idp", "scopes": ["mcp:tools"]}
+        agent = {
+            "template": {
+                "instructions": "mcp oauth agent",
+                "tools": [],
+                "mcps": [{"name": n, "url": urls[n], "auth": auth} for n in servers],
+            },
+            "model": {"scripted": {"turns": []}},
+        }
+        providers = [
+            {
+                "name": "idp",
+                "display_name": "Identity",
+                "issuer": peer.issuer,
+                "client_id": "parkway",
+                "client_secret": ACME_SECRET,
+                "scopes": ["openid", "profile", "offline_access"],
+                "allowed_scopes": ["mcp:tools"],
+            }
+        ]
+        model = SignInModel()
+        server = ServerThread(
+            redis_url, agent, model=model, port=port,
+            oauth_providers=json.dumps(providers), token_key=SecretStr(TOKEN_KEY),
+        ).start()  # fmt: skip
+        try:
+            yield Rig(server, peer, servers["secure"], servers["other"], servers["rogue"], model)
+        finally:
+            server.stop()
+            for mcp in servers.values():
+                mcp.stop()
+
+
+@pytest.fixture
+def browser(rig: Rig, redis: Redis) -> Iterator[Browser]:
+    del redis  # a clean database, and the keyspace check afterwards
+    rig.secure.refuse_calls = False
+    user = Browser(rig.base_url).login()
+    try:
+        yield user
+    finally:
+        user.close()
+
+
+def ask(browser: Browser, chat: str, server: str) -> list[dict[str, Any]]:
+    body = {
+        "id": chat,
+        "messages": [user_message(f"whoami on {server}")],
+        "trigger": "submit-message",
+    }
+    response = browser.post("/api/chat", json=body)
+    assert response.status_code == 200, response.text
+    return sse_chunks(response.text)
+
+
+def parked_call(chunks: list[dict[str, Any]], tool: str) -> str:
+    calls = [c for c in chunks if c["type"] == "tool-input-available" and c["toolName"] == tool]
+    assert len(calls) == 1, chunks
+    return str(calls[0]["toolCallId"])
+
+
+def sign_in(browser: Browser, chat: str, call: str, *, login: str = "alice") -> str:
+    """Start the call's flow as its widget does, sign in and consent; the callback URL."""
+    start = browser.start("idp", chat, call)
+    assert start.status_code == 303, start.text
+    return login_and_consent(browser.http, start.headers["location"], login=login)
+
+
+def said(chunks: list[dict[str, Any]]) -> str:
+    return "".join(str(c.get("delta", "")) for c in chunks)
+
+
+async def _dump_with(rig: Rig, work: Any) -> Any:
+    client = Redis.from_url(rig.server.settings.redis_url or "")
+    try:
+        return await work(client)
+    finally:
+        await client.aclose()
+
+
+def test_sign_in_parks_on_a_connect_card_and_the_resume_calls_the_tool_with_the_token(
+    rig: Rig, browser: Browser
+) -> None:
+    """The round trip: no connection → the server's sign-in tool parks on a connect card
+    naming the server's host and the configured provider; the flow sends the server's
+    URL as the RFC 8707 resource with PKCE S256; the callback settles the call; the
+    resume lists the server's tools with the user's token and the model's call of one
+    is answered for that user. The token is nowhere but the Authorization header."""
+    before = len(rig.secure.bearers)
+    chunks = ask(browser, "m-happy", "secure")
+    call = parked_call(chunks, "secure__sign_in")
+    widgets = [c for c in chunks if c["type"] == "data-parkway-widget"]
+    assert widgets, chunks
+    card = browser.call("m-happy", call)["widget"]
+    assert card["kind"] == "connect"
+    assert card["provider"] == "idp"
+    assert card["mcpServer"] == {"server": "secure", "host": "127.0.0.1", "tool": "sign_in"}
+    assert "token=" in card["startUrl"]
+
+    start = browser.start("idp", "m-happy", call)
+    assert start.status_code == 303, start.text
+    query = {k: v[0] for k, v in parse_qs(urlsplit(start.headers["location"]).query).items()}
+    assert query["resource"] == rig.secure.url
+    assert query["code_challenge_method"] == "S256"
+    assert "mcp:tools" in query["scope"].split()
+    callback = browser.get(login_and_consent(browser.http, start.headers["location"]))
+    assert callback.status_code == 200, callback.text
+    outcome = outcome_of(browser, "m-happy", call)
+    assert outcome is not None
+    assert outcome["outcome"] == "output"
+    assert outcome["output"]["connected"] is True
+
+    resumed = browser.post("/api/chats/m-happy/resume")
+    assert resumed.status_code == 200, resumed.text
+    text = said(sse_chunks(resumed.text))
+    assert "you are alice" in text, text
+    assert "'signedIn': True" in rig.model.seen()  # the sign-in's result: the tools' names
+
+    tokens = {b for b in rig.secure.bearers[before:] if b}
+    assert tokens, "the server received no token"
+    history = browser.get("/api/chats/m-happy")
+    assert history.status_code == 200
+    dumped = asyncio.run(_dump_with(rig, redis_text))
+    for token in tokens:
+        assert token not in resumed.text
+        assert token not in history.text
+        assert token not in "\n".join(browser.seen)
+        assert token not in rig.model.seen()
+        assert token not in dumped  # sealed at rest, and never in the event log
+        assert token not in rig.other.bearers  # never sent to another server
+        assert token not in rig.rogue.bearers
+
+
+async def redis_text(client: Redis) -> str:
+    out: list[str] = []
+    async for key in client.scan_iter(count=500):
+        kind = (await client.type(key)).decode()
+        if kind == "string":
+            out.append(repr(await client.get(key)))
+        elif kind == "hash":
+            out.append(repr(await client.hgetall(key)))
+        elif kind == "list":
+            out.append(repr(await client.lrange(key, 0, -1)))
+        elif kind == "stream":
+            out.append(repr(await client.xrange(key)))
+        elif kind in ("zset", "set"):
+            out.append(
+                repr(
+                    await client.zrange(key, 0, -1)
+                    if kind == "zset"
+                    else await client.smembers(key)
+                )
+            )
+    return "\n".join(out)
