@@ -166,6 +166,14 @@ def parked_call(chunks: list[dict[str, Any]], tool: str) -> str:
     return str(calls[0]["toolCallId"])
 
 
+def agui_body(thread: str) -> dict[str, Any]:
+    """An AG-UI run with no input: the thread's messages come back as a snapshot."""
+    return {
+        "threadId": thread, "runId": f"r-{thread}", "messages": [], "tools": [],
+        "context": [], "state": {}, "forwardedProps": {},
+    }  # fmt: skip
+
+
 def sign_in(browser: Browser, chat: str, call: str, *, login: str = "alice") -> str:
     """Start the call's flow as its widget does, sign in and consent; the callback URL."""
     start = browser.start("idp", chat, call)
@@ -227,10 +235,14 @@ def test_sign_in_parks_on_a_connect_card_and_the_resume_calls_the_tool_with_the_
     assert tokens, "the server received no token"
     history = browser.get("/api/chats/m-happy")
     assert history.status_code == 200
+    agui = browser.post("/api/agui", json=agui_body("m-happy"))  # the AG-UI wire's view
+    assert agui.status_code == 200, agui.text
+    assert "you are alice" in agui.text
     dumped = asyncio.run(_dump_with(rig, redis_text))
     for token in tokens:
         assert token not in resumed.text
         assert token not in history.text
+        assert token not in agui.text
         assert token not in "\n".join(browser.seen)
         assert token not in rig.model.seen()
         assert token not in dumped  # sealed at rest, and never in the event log
@@ -259,3 +271,112 @@ async def redis_text(client: Redis) -> str:
                 )
             )
     return "\n".join(out)
+
+
+def test_a_server_whose_metadata_names_another_authorization_server_gets_no_card(
+    rig: Rig, browser: Browser
+) -> None:
+    """A server may not send the user to an authorization server the operator did not
+    configure for it (phishing, a mix-up): its protected resource metadata must name
+    the provider's issuer. Otherwise the model reads a definite error, no call parks
+    and no card (no popup) is shown."""
+    chunks = ask(browser, "m-rogue", "rogue")
+    assert not [c for c in chunks if c["type"] == "data-parkway-widget"], chunks
+    finished = [c for c in chunks if c["type"] == "finish"]
+    assert finished and finished[-1].get("finishReason") != "tool-calls", chunks
+    errors = [c for c in chunks if c["type"] == "tool-output-error"]
+    assert len(errors) == 1, chunks
+    assert "not the configured provider 'idp'" in errors[0]["errorText"]
+    assert "Parkway will not ask the user to sign in" in said(chunks)
+    view = browser.get("/api/chats/m-rogue").json()
+    assert not view.get("calls"), view
+
+
+def test_a_token_for_one_server_is_never_sent_to_another(rig: Rig, browser: Browser) -> None:
+    """Tokens are issued for one resource (RFC 8707) and looked up by it: signed in to
+    'secure', the user still has to sign in to 'other', whose requests carry no token
+    at all, and whose card asks for its own resource."""
+    call = parked_call(ask(browser, "m-a", "secure"), "secure__sign_in")
+    browser.get(sign_in(browser, "m-a", call))
+    assert browser.post("/api/chats/m-a/resume").status_code == 200
+    secure_tokens = {b for b in rig.secure.bearers if b}
+    assert secure_tokens
+    before = len(rig.other.bearers)
+
+    chunks = ask(browser, "m-b", "other")
+    other_call = parked_call(chunks, "other__sign_in")  # no whoami offered: no token
+    assert rig.other.bearers[before:], "the other server was asked for its challenge"
+    assert all(b is None for b in rig.other.bearers[before:])
+    start = browser.start("idp", "m-b", other_call)
+    query = parse_qs(urlsplit(start.headers["location"]).query)
+    assert query["resource"] == [rig.other.url]
+    assert not secure_tokens & set(rig.other.bearers)
+
+
+def test_a_forged_or_replayed_state_is_refused(rig: Rig, browser: Browser) -> None:
+    """The MCP card's flow is the connect flow: a state nobody issued is refused before
+    any token request, and the callback URL used a second time (a reload, a leaked
+    URL) is refused and changes nothing."""
+    call = parked_call(ask(browser, "m-replay", "secure"), "secure__sign_in")
+    callback = sign_in(browser, "m-replay", call)
+    forged = browser.get(callback.replace("state=", "state=forged"))
+    assert forged.status_code == 400
+    assert outcome_of(browser, "m-replay", call) is None
+    assert browser.get(callback).status_code == 200
+    settled = outcome_of(browser, "m-replay", call)
+    assert settled is not None
+    replayed = browser.get(callback)
+    assert replayed.status_code == 400
+    assert outcome_of(browser, "m-replay", call) == settled
+    # and the browser cannot claim the connection itself
+    claim = browser.post(
+        f"/api/chats/m-replay/calls/{call}",
+        json={"outcome": "output", "output": {"connected": True, "connection_id": "x"}},
+    )
+    assert claim.status_code in (403, 409), claim.text
+
+
+def test_a_refused_token_parks_the_call_again_and_the_resume_retries_it(
+    rig: Rig, browser: Browser
+) -> None:
+    """A server that stops accepting the user's token (revoked, keys rotated) answers
+    the call 401: the call itself parks on a connect card again (no error for the
+    model), and once the user signed in again the resume makes that very call with the
+    new token."""
+    call = parked_call(ask(browser, "m-first", "secure"), "secure__sign_in")
+    browser.get(sign_in(browser, "m-first", call))
+    first = browser.post("/api/chats/m-first/resume")
+    assert "you are alice" in said(sse_chunks(first.text))
+
+    rig.secure.refuse_calls = True
+    chunks = ask(browser, "m-again", "secure")
+    again = parked_call(chunks, "secure__whoami")  # the tool call parks, not sign_in
+    card = browser.call("m-again", again)["widget"]
+    assert card["kind"] == "connect"
+    assert card["mcpServer"]["tool"] == "whoami"
+    rig.secure.refuse_calls = False
+    before = len(rig.secure.bearers)
+    browser.get(sign_in(browser, "m-again", again, login="alice"))
+    resumed = browser.post("/api/chats/m-again/resume")
+    assert resumed.status_code == 200, resumed.text
+    text = said(sse_chunks(resumed.text))
+    assert "you are alice" in text, text
+    assert any(b for b in rig.secure.bearers[before:])
+
+
+def test_a_declined_card_tells_the_model_and_the_server_is_not_called(
+    rig: Rig, browser: Browser
+) -> None:
+    """Not now on the card settles the call declined: the resume does not call the
+    server and the model reads that the user did not sign in."""
+    call = parked_call(ask(browser, "m-no", "secure"), "secure__sign_in")
+    declined = browser.post(
+        f"/api/chats/m-no/calls/{call}",
+        json={"outcome": "output", "output": {"connected": False, "reason": "declined"}},
+    )
+    assert declined.status_code == 200, declined.text
+    before = len(rig.secure.bearers)
+    resumed = browser.post("/api/chats/m-no/resume")
+    text = said(sse_chunks(resumed.text))
+    assert "did not sign in to MCP server 'secure' (declined)" in text, text
+    assert not any(rig.secure.bearers[before:])
