@@ -21,6 +21,7 @@ import json
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,7 +35,13 @@ from parkway.runner.llm.scripted import last_tool_results, last_user_text
 from tests.helpers.connect_rig import ACME_SECRET, TOKEN_KEY, Browser, outcome_of
 from tests.helpers.mcp import SecureServerThread
 from tests.helpers.oidc_peer import OidcPeer, login_and_consent, oidc_peer
-from tests.helpers.support import ServerThread, free_port, sse_chunks, user_message
+from tests.helpers.support import (
+    ParkwayProcess,
+    ServerThread,
+    free_port,
+    sse_chunks,
+    user_message,
+)
 
 pytestmark = [
     pytest.mark.node,
@@ -75,6 +82,9 @@ class Rig:
     other: SecureServerThread
     rogue: SecureServerThread
     model: SignInModel
+    agent: dict[str, Any]
+    providers: str
+    spare_port: int  # for `parkway serve` processes: its callback is registered too
 
     @property
     def base_url(self) -> str:
@@ -83,14 +93,16 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(redis_url: str) -> Iterator[Rig]:
-    port = free_port()
+    port, spare_port = free_port(), free_port()
     ports = {name: free_port() for name in ("secure", "other", "rogue")}
     urls = {name: f"http://127.0.0.1:{p}/mcp" for name, p in ports.items()}
     clients = [
         {
             "client_id": "parkway",
             "client_secret": ACME_SECRET,
-            "redirect_uris": [f"http://127.0.0.1:{port}/connect/idp/callback"],
+            "redirect_uris": [
+                f"http://127.0.0.1:{p}/connect/idp/callback" for p in (port, spare_port)
+            ],
         }
     ]
     with oidc_peer(clients, resources=list(urls.values())) as peer:
@@ -131,7 +143,10 @@ def rig(redis_url: str) -> Iterator[Rig]:
             oauth_providers=json.dumps(providers), token_key=SecretStr(TOKEN_KEY),
         ).start()  # fmt: skip
         try:
-            yield Rig(server, peer, servers["secure"], servers["other"], servers["rogue"], model)
+            yield Rig(
+                server, peer, servers["secure"], servers["other"], servers["rogue"], model,
+                agent, json.dumps(providers), spare_port,
+            )  # fmt: skip
         finally:
             server.stop()
             for mcp in servers.values():
@@ -380,3 +395,42 @@ def test_a_declined_card_tells_the_model_and_the_server_is_not_called(
     text = said(sse_chunks(resumed.text))
     assert "did not sign in to MCP server 'secure' (declined)" in text, text
     assert not any(rig.secure.bearers[before:])
+
+
+def test_a_worker_killed_after_parking_leaves_the_sign_in_to_another(
+    rig: Rig, browser: Browser, tmp_path: Path
+) -> None:
+    """Nothing of the sign-in lives in a worker's memory: `parkway serve` parks the call
+    and is killed with SIGKILL; a new process on the same Redis takes the provider's
+    callback, settles the call, and its resume reads the token from Redis (decrypted
+    there) and calls the server with it."""
+    del browser  # the fixture's clean database; this test's browser talks to processes
+    agent = {
+        "template": {**rig.agent["template"], "mcps": rig.agent["template"]["mcps"][:1]},
+        "model": {"scripted": {"turns": [
+            [{"tool_call": {"name": "secure__sign_in", "input": {}}}],
+            [{"tool_call": {"name": "secure__whoami", "input": {}}}],
+            [{"text": "done"}],
+        ]}},
+    }  # fmt: skip
+    agent_file = tmp_path / "agent.json"
+    agent_file.write_text(json.dumps(agent))
+    env = {"PARKWAY_OAUTH_PROVIDERS": rig.providers, "PARKWAY_TOKEN_KEY": TOKEN_KEY}
+    redis_url = rig.server.settings.redis_url or ""
+    first = ParkwayProcess(redis_url, agent_file, port=rig.spare_port, env=env).start()
+    user = Browser(first.base_url).login()
+    try:
+        call = parked_call(ask(user, "m-kill", "secure"), "secure__sign_in")
+        callback = sign_in(user, "m-kill", call, login="bob")
+    finally:
+        first.kill()
+    second = ParkwayProcess(redis_url, agent_file, port=rig.spare_port, env=env).start()
+    try:
+        assert user.get(callback).status_code == 200
+        resumed = user.post("/api/chats/m-kill/resume")
+    finally:
+        second.stop()
+        user.close()
+    assert resumed.status_code == 200, resumed.text
+    outputs = [c for c in sse_chunks(resumed.text) if c["type"] == "tool-output-available"]
+    assert any("you are bob" in json.dumps(c["output"]) for c in outputs), resumed.text
