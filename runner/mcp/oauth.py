@@ -136,7 +136,10 @@ async def check_challenge(server: McpServer, issuer: str | None, challenge: str 
         if challenge is None:
             challenge = await _challenge_of(server)
             if challenge is None:
-                raise ToolError(f"MCP server {name!r} refused the call's authorization")
+                raise ToolError(
+                    f"MCP server {name!r} did not ask for a sign-in (no 401 without a token), "
+                    "yet the user has no connection it accepts"
+                )
         found = _resource_metadata_url(challenge)
         # Only from the server's own origin: a challenge must not make the worker fetch
         # another address (SSRF); the well-known location otherwise.

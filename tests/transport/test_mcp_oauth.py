@@ -17,8 +17,10 @@ token never reaches another server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,15 @@ from redis.asyncio import Redis
 from parkway.runner.canonical import canonical_json
 from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
 from parkway.runner.llm.scripted import last_tool_results, last_user_text
-from tests.helpers.connect_rig import ACME_SECRET, TOKEN_KEY, Browser, outcome_of
+from parkway.widgets_api.connect import TokenCipher
+from tests.helpers.connect_rig import (
+    ACME_SECRET,
+    TOKEN_KEY,
+    Browser,
+    connection_key,
+    outcome_of,
+    stored_tokens,
+)
 from tests.helpers.mcp import SecureServerThread
 from tests.helpers.oidc_peer import OidcPeer, login_and_consent, oidc_peer
 from tests.helpers.support import (
@@ -434,3 +444,36 @@ def test_a_worker_killed_after_parking_leaves_the_sign_in_to_another(
     assert resumed.status_code == 200, resumed.text
     outputs = [c for c in sse_chunks(resumed.text) if c["type"] == "tool-output-available"]
     assert any("you are bob" in json.dumps(c["output"]) for c in outputs), resumed.text
+
+
+def test_an_expired_token_is_refreshed_for_the_same_resource(rig: Rig, browser: Browser) -> None:
+    """A connection whose access token has expired is refreshed (once, under the
+    connection's lock) with the server's URL as the resource again: the server accepts
+    the new token (its audience is still the server) and the user is not asked to sign
+    in again."""
+    call = parked_call(ask(browser, "m-r1", "secure"), "secure__sign_in")
+    browser.get(sign_in(browser, "m-r1", call))
+    assert "you are alice" in said(sse_chunks(browser.post("/api/chats/m-r1/resume").text))
+    (listed,) = browser.get("/api/connections?provider=idp").json()["connections"]
+    assert listed["resource"] == rig.secure.url
+    assert "token" not in json.dumps(listed).lower()
+    key = connection_key(browser.principal, listed["id"])
+
+    async def expire(client: Redis) -> str:
+        tokens = stored_tokens(await client.hgetall(key), browser.principal, listed["id"])
+        tokens["expires_at"] = time.time() - 3600
+        digest = hashlib.sha256(browser.principal.encode()).hexdigest()[:32]
+        context = f"parkway.connection.v1|{digest}|{listed['id']}"
+        sealed = TokenCipher.from_setting(TOKEN_KEY).seal(json.dumps(tokens).encode(), context)
+        await client.hset(key, "tokens", sealed)
+        return str(tokens["access_token"])
+
+    old = asyncio.run(_dump_with(rig, expire))
+    rig.peer.reset_stats()
+    before = len(rig.secure.bearers)
+    chunks = ask(browser, "m-r2", "secure")
+    assert "you are alice" in json.dumps(chunks), chunks
+    assert rig.peer.stats()["token_requests"].get("refresh_token") == 1
+    sent = {b for b in rig.secure.bearers[before:] if b}
+    assert sent
+    assert old not in sent
