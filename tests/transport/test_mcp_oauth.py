@@ -457,18 +457,8 @@ def test_an_expired_token_is_refreshed_for_the_same_resource(rig: Rig, browser: 
     (listed,) = browser.get("/api/connections?provider=idp").json()["connections"]
     assert listed["resource"] == rig.secure.url
     assert "token" not in json.dumps(listed).lower()
-    key = connection_key(browser.principal, listed["id"])
-
-    async def expire(client: Redis) -> str:
-        tokens = stored_tokens(await client.hgetall(key), browser.principal, listed["id"])
-        tokens["expires_at"] = time.time() - 3600
-        digest = hashlib.sha256(browser.principal.encode()).hexdigest()[:32]
-        context = f"parkway.connection.v1|{digest}|{listed['id']}"
-        sealed = TokenCipher.from_setting(TOKEN_KEY).seal(json.dumps(tokens).encode(), context)
-        await client.hset(key, "tokens", sealed)
-        return str(tokens["access_token"])
-
-    old = asyncio.run(_dump_with(rig, expire))
+    old = str(stored_connection(rig, browser, listed["id"])["access_token"])
+    rewrite_tokens(rig, browser, listed["id"], expires_at=time.time() - 3600)
     rig.peer.reset_stats()
     before = len(rig.secure.bearers)
     chunks = ask(browser, "m-r2", "secure")
@@ -477,3 +467,66 @@ def test_an_expired_token_is_refreshed_for_the_same_resource(rig: Rig, browser: 
     sent = {b for b in rig.secure.bearers[before:] if b}
     assert sent
     assert old not in sent
+
+
+def stored_connection(rig: Rig, browser: Browser, connection_id: str) -> dict[str, Any]:
+    """A stored connection's tokens, decrypted as the store does (tests only)."""
+    key = connection_key(browser.principal, connection_id)
+
+    async def work(client: Redis) -> dict[str, Any]:
+        return stored_tokens(await client.hgetall(key), browser.principal, connection_id)
+
+    return dict(asyncio.run(_dump_with(rig, work)))
+
+
+def rewrite_tokens(rig: Rig, browser: Browser, connection_id: str, **changes: Any) -> None:
+    """Change a stored connection's sealed tokens (tests only)."""
+    key = connection_key(browser.principal, connection_id)
+
+    async def work(client: Redis) -> None:
+        tokens = stored_tokens(await client.hgetall(key), browser.principal, connection_id)
+        tokens.update(changes)
+        digest = hashlib.sha256(browser.principal.encode()).hexdigest()[:32]
+        context = f"parkway.connection.v1|{digest}|{connection_id}"
+        sealed = TokenCipher.from_setting(TOKEN_KEY).seal(json.dumps(tokens).encode(), context)
+        await client.hset(key, "tokens", sealed)
+
+    asyncio.run(_dump_with(rig, work))
+
+
+def test_a_refused_refresh_asks_the_user_to_sign_in_again(rig: Rig, browser: Browser) -> None:
+    """A refresh the provider refuses (invalid_grant) marks the connection as needing a
+    reconnect, with no retry loop: the next step offers the sign-in tool again, whose
+    card parks, and the expired token is never sent."""
+    call = parked_call(ask(browser, "m-g1", "secure"), "secure__sign_in")
+    browser.get(sign_in(browser, "m-g1", call))
+    browser.post("/api/chats/m-g1/resume")
+    (listed,) = browser.get("/api/connections?provider=idp").json()["connections"]
+    rewrite_tokens(rig, browser, listed["id"], expires_at=time.time() - 3600,
+                   refresh_token="not-a-refresh-token")  # fmt: skip
+    rig.peer.reset_stats()
+    again = parked_call(ask(browser, "m-g2", "secure"), "secure__sign_in")
+    assert rig.peer.stats()["token_requests"].get("refresh_token") == 1
+    (after,) = browser.get("/api/connections?provider=idp").json()["connections"]
+    assert after["status"] == "needs_reconnect"
+    assert browser.call("m-g2", again)["widget"]["kind"] == "connect"
+
+
+def test_two_users_each_reach_the_server_as_themselves(rig: Rig, browser: Browser) -> None:
+    """Sessions are per (server, connection): two users signed in to one server on one
+    worker each call it with their own token, never the other's."""
+    call = parked_call(ask(browser, "m-alice", "secure"), "secure__sign_in")
+    browser.get(sign_in(browser, "m-alice", call, login="alice"))
+    browser.post("/api/chats/m-alice/resume")
+    bob = Browser(rig.base_url).login()
+    try:
+        call = parked_call(ask(bob, "m-bob", "secure"), "secure__sign_in")
+        bob.get(sign_in(bob, "m-bob", call, login="bob"))
+        assert "you are bob" in said(sse_chunks(bob.post("/api/chats/m-bob/resume").text))
+        again = ask(browser, "m-alice-2", "secure")
+        assert "you are alice" in json.dumps(again), again
+        assert "you are bob" not in json.dumps(again)
+        later = ask(bob, "m-bob-2", "secure")
+        assert "you are bob" in json.dumps(later), later
+    finally:
+        bob.close()
