@@ -530,3 +530,13 @@ def test_two_users_each_reach_the_server_as_themselves(rig: Rig, browser: Browse
         assert "you are bob" in json.dumps(later), later
     finally:
         bob.close()
+
+
+def test_the_connection_store_reaches_server_tools_and_mcp_sessions(rig: Rig) -> None:
+    """The connect flow starts after the runner is built and hands it the connection
+    store: both server tools (``ctx.access_token``) and the MCP sessions must get it."""
+    app = rig.server.app
+    store = app.state.oauth.connections
+    assert app.state.runner.credentials is store
+    assert app.state.runner.executor.credentials is store
+    assert app.state.runner.mcp.credentials is store
