@@ -31,9 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx2
-from authlib.integrations.base_client import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
 from redis.exceptions import LockNotOwnedError
 
 from parkway.runner.agent import ConnectionUnavailableError
@@ -49,6 +46,11 @@ from parkway.runner.store import (
 from parkway.widgets_api.connect.audit import AuditNote, audit_args
 from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError
 from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
+from parkway.widgets_api.connect.token_endpoint import (
+    TokenExchangeError,
+    call_token_endpoint,
+    oauth_client,
+)
 from parkway.widgets_api.keys import ConnectionKeys
 
 __all__ = ["AuditNote", "Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
@@ -70,54 +72,6 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
 return 1
 """
-
-
-class TokenExchangeError(Exception):
-    """A token endpoint call failed. ``code`` is the OAuth error code or one of
-    ``timeout``, ``network``, ``http_<status>``, ``invalid_response``; no token, secret or
-    response body is ever in the message."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(f"token endpoint failed: {code}")
-        self.code = code
-
-
-def oauth_client(provider: Provider, *, timeout_s: float, **kwargs: Any) -> AsyncOAuth2Client:
-    """An authlib client for ``provider``. No ``scope`` is set on it: a refresh must not
-    ask for more than was granted, and authlib sends the client's scope when it has one."""
-    return AsyncOAuth2Client(
-        client_id=provider.client_id,
-        client_secret=provider.client_secret,
-        token_endpoint_auth_method=provider.token_auth_method,
-        revocation_endpoint_auth_method=provider.token_auth_method,
-        timeout=timeout_s,
-        follow_redirects=False,
-        **kwargs,
-    )
-
-
-async def call_token_endpoint(operation: Callable[[], Any]) -> dict[str, Any]:
-    """Run an authlib token request, mapping every failure to :class:`TokenExchangeError`."""
-    try:
-        token = await operation()
-    except OAuthError as exc:
-        raise TokenExchangeError(_error_code(exc.error)) from None
-    except httpx2.TimeoutException:
-        raise TokenExchangeError("timeout") from None
-    except httpx2.HTTPStatusError as exc:
-        raise TokenExchangeError(f"http_{exc.response.status_code}") from None
-    except httpx2.HTTPError:
-        raise TokenExchangeError("network") from None
-    except ValueError:
-        raise TokenExchangeError("invalid_response") from None
-    if not isinstance(token, dict) or not isinstance(token.get("access_token"), str):
-        raise TokenExchangeError("invalid_response")
-    return dict(token)
-
-
-def _error_code(value: Any) -> str:
-    text = str(value or "error")
-    return "".join(c for c in text if c.isalnum() or c == "_")[:64] or "error"
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.widgets_api.connect.connections import (
-    ConnectionStore,
+from parkway.widgets_api.connect.connections import ConnectionStore
+from parkway.widgets_api.connect.providers import Provider
+from parkway.widgets_api.connect.records import FlowRecord
+from parkway.widgets_api.connect.token_endpoint import (
     TokenExchangeError,
     call_token_endpoint,
     oauth_client,
 )
-from parkway.widgets_api.connect.providers import Provider
-from parkway.widgets_api.connect.records import FlowRecord
 
 __all__ = ["Exchange"]
 
