@@ -35,6 +35,7 @@ from parkway.runner.canonical import canonical_json
 from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta, ModelToolCall
 from parkway.runner.llm.scripted import last_tool_results, last_user_text
 from parkway.widgets_api.connect import TokenCipher
+from tests.helpers.agui import agui_events, outcome
 from tests.helpers.connect_rig import (
     ACME_SECRET,
     TOKEN_KEY,
@@ -540,3 +541,39 @@ def test_the_connection_store_reaches_server_tools_and_mcp_sessions(rig: Rig) ->
     assert app.state.runner.credentials is store
     assert app.state.runner.executor.credentials is store
     assert app.state.runner.mcp.credentials is store
+
+
+def test_over_ag_ui_the_card_is_a_connection_interrupt_and_the_resume_calls_the_server(
+    rig: Rig, browser: Browser
+) -> None:
+    """The same round trip on the AG-UI wire: the run ends with one `connection`
+    interrupt whose widget names the server's host; after the sign-in, a run resuming
+    the interrupt gets the server's answer, and no token is on the wire."""
+    first = browser.post("/api/agui", json={
+        **agui_body("m-agui"),
+        "messages": [{"id": "u1", "role": "user", "content": "whoami on secure"}],
+    })  # fmt: skip
+    assert first.status_code == 200, first.text
+    [interrupt] = outcome(agui_events(first.text))["interrupts"]
+    assert interrupt["reason"] == "connection"
+    widget = interrupt["metadata"]["parkway"]["widget"]
+    assert widget["mcpServer"]["host"] == "127.0.0.1"
+    start = browser.get(widget["startUrl"])
+    assert start.status_code == 303, start.text
+    assert (
+        browser.get(login_and_consent(browser.http, start.headers["location"])).status_code == 200
+    )
+    before = len(rig.secure.bearers)
+    second = browser.post("/api/agui", json={
+        **agui_body("m-agui"), "runId": "r-m-agui-2",
+        "resume": [{"interruptId": interrupt["id"], "status": "resolved"}],
+    })  # fmt: skip
+    assert second.status_code == 200, second.text
+    events = agui_events(second.text)
+    assert outcome(events) == {"type": "success"}
+    assert "you are alice" in json.dumps(events)
+    tokens = {b for b in rig.secure.bearers[before:] if b}
+    assert tokens
+    for token in tokens:
+        assert token not in first.text
+        assert token not in second.text
