@@ -235,7 +235,10 @@ class ToolNeedsInput(Exception):
     run resumes on any worker. A tool run again with an answer may raise this again:
     the call parks once more under its id, with the new widget and continuation, up to
     :data:`~parkway.runner.agent.tools.MAX_INPUT_ROUNDS` rounds (then the model gets an
-    error instead)."""
+    error instead): a form after a form, or a sign-in again after the server refused the
+    new token. ``result_style="connection"`` makes it a connection call: only the
+    server's OAuth callback records a successful connection
+    (:mod:`parkway.runner.outcomes`)."""
 
     def __init__(
         self,
@@ -245,6 +248,7 @@ class ToolNeedsInput(Exception):
         continuation: dict[str, Any],
         description: str = "",
         deadline_s: float | None = None,
+        result_style: str | None = None,
     ) -> None:
         super().__init__("the tool needs input from a person")
         self.render = render
@@ -252,3 +256,4 @@ class ToolNeedsInput(Exception):
         self.continuation = continuation
         self.description = description
         self.deadline_s = deadline_s
+        self.result_style = result_style

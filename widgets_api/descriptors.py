@@ -137,10 +137,11 @@ def describe_call(
         # the requester "waiting for an approver" rather than buttons it would refuse
         descriptor["approvers"] = call.approvers
         descriptor["selfApproval"] = call.self_approval
-    if kind == "connect" and call.tool_name == REQUEST_CONNECTION and isinstance(call.input, dict):
-        provider = str(call.input.get("provider") or "")
+    connect = _connect_of(kind, call, render, descriptor)
+    if connect is not None:
+        provider, requested = connect
         descriptor["provider"] = provider
-        descriptor["scopes"] = list(call.input.get("scopes") or [])
+        descriptor["scopes"] = requested
         names = providers or {}
         descriptor["providerName"] = names.get(provider, provider)
         descriptor["configured"] = provider in names
@@ -168,6 +169,28 @@ def describe_call(
     if render:
         descriptor["render"] = render
     return descriptor
+
+
+def _connect_of(
+    kind: str, call: ParkedCall, render: dict[str, Any], descriptor: dict[str, Any]
+) -> tuple[str, list[Any]] | None:
+    """The provider and scopes of a connect card: a ``request_connection`` call's
+    input, or (taken out of ``render``) those of an MCP tool call parked because its
+    server needs OAuth (runner/mcp/oauth.py), whose card also names the server and its
+    host (``mcpServer``)."""
+    if kind != "connect":
+        return None
+    if call.tool_name == REQUEST_CONNECTION and isinstance(call.input, dict):
+        return str(call.input.get("provider") or ""), list(call.input.get("scopes") or [])
+    if call.result_style != "connection":
+        return None
+    server = render.pop("mcpServer", None)
+    if isinstance(server, Mapping):
+        descriptor["mcpServer"] = {
+            k: str(server[k]) for k in ("server", "host", "tool") if k in server
+        }
+    scopes = render.pop("scopes", None)
+    return str(render.pop("provider", "")), list(scopes or [])
 
 
 def _describe_mcp(card: Mapping[str, Any]) -> dict[str, Any]:

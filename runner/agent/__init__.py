@@ -30,7 +30,14 @@ from parkway.runner.agent.agentfile import (
 )
 from parkway.runner.agent.commits import COMMIT_CONFIG
 from parkway.runner.agent.credentials import ConnectionUnavailableError, Credentials
-from parkway.runner.agent.mcps import McpPolicy, McpServer, exposed_name, server_of
+from parkway.runner.agent.mcps import (
+    McpAuth,
+    McpPolicy,
+    McpServer,
+    canonical_resource,
+    exposed_name,
+    server_of,
+)
 from parkway.runner.agent.merge import LIST_SECTIONS, OverlayMerge, entry_identity, merge_overlay
 from parkway.runner.agent.platform_ops import (
     AUTHORING_SKILLS,
@@ -86,6 +93,7 @@ __all__ = [
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
+    "McpAuth",
     "McpPolicy",
     "McpServer",
     "NotAnEditorError",
@@ -96,6 +104,7 @@ __all__ = [
     "ToolNeedsInput",
     "ToolRun",
     "ToolSpec",
+    "canonical_resource",
     "check_function_tools",
     "check_mcp_servers",
     "check_working_copy",

@@ -39,3 +39,20 @@ class Credentials(Protocol):
         """A valid access token for ``connection_id`` (refreshed if needed), granted at
         least ``scopes``. Raises :class:`ConnectionUnavailableError`."""
         ...
+
+    def provider_issuer(self, provider: str) -> str | None:
+        """The issuer of the configured provider ``provider``; None when there is no
+        such provider (or it has no issuer: it cannot vouch for an MCP server)."""
+        ...
+
+    async def resource_connection(self, principal: str, provider: str, resource: str) -> str | None:
+        """The id of ``principal``'s usable connection with ``provider`` whose tokens
+        were issued for ``resource`` (an MCP server's canonical URL), or None."""
+        ...
+
+    async def resource_token(self, principal: str, connection_id: str, resource: str) -> str:
+        """:meth:`access_token` for a connection issued for ``resource`` only: a
+        connection issued for anything else (another server, no resource) is refused
+        (``not_found``), so a token never reaches a server it was not issued for.
+        Raises :class:`ConnectionUnavailableError`."""
+        ...

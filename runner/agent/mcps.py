@@ -54,9 +54,11 @@ from parkway.runner.validation import describe_first_error
 
 __all__ = [
     "MCP_NAME_MAX",
+    "McpAuth",
     "McpPolicy",
     "McpServer",
     "SecretRef",
+    "canonical_resource",
     "exposed_name",
     "operator_parts",
     "parse_mcp_servers",
@@ -91,6 +93,16 @@ class _ToolSettings(BaseModel):
     policy: McpPolicy
 
 
+class McpAuth(BaseModel):
+    """An HTTP server that needs OAuth (docs/mcp.md, "Servers that need OAuth"): the
+    configured connect provider whose issuer must be among the server's authorization
+    servers, and the scopes asked for (beyond the provider's own)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    provider: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    scopes: tuple[str, ...] = Field(default=(), max_length=50)
+
+
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = Field(min_length=1, max_length=SERVER_NAME_MAX)
@@ -105,6 +117,7 @@ class _Entry(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     connect_timeout_s: float = Field(default=10.0, gt=0, le=120)
     tools_ttl_s: float = Field(default=300.0, ge=0, le=86400)
+    auth: McpAuth | None = None
 
     @field_validator("name")
     @classmethod
@@ -151,6 +164,13 @@ class McpServer:
     timeout_s: float = 30.0
     connect_timeout_s: float = 10.0
     tools_ttl_s: float = 300.0
+    auth: McpAuth | None = None
+
+    @property
+    def resource(self) -> str | None:
+        """The server's canonical URL (RFC 8707 resource indicator, MCP authorization):
+        scheme and host lowercased, no fragment; None for a stdio server."""
+        return None if self.url is None else canonical_resource(self.url)
 
     @property
     def connection_key(self) -> str:
@@ -163,6 +183,7 @@ class McpServer:
             "command": list(self.command),
             "env": [[k, v if isinstance(v, str) else v.model_dump()] for k, v in self.env],
             "connect_timeout_s": self.connect_timeout_s,
+            "auth": None if self.auth is None else self.auth.model_dump(mode="json"),
         }
         return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
@@ -175,6 +196,21 @@ class McpServer:
         tool's annotations decide (:mod:`parkway.runner.mcp.listing`)."""
         own = dict(self.policies).get(tool)
         return own or self.policy
+
+
+def canonical_resource(url: str) -> str:
+    """``url`` as a resource indicator: scheme and host lowercased, default port
+    dropped, no fragment, no trailing ``/`` on an empty path."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    netloc = host if port is None or port == default else f"{host}:{port}"
+    path = parts.path if parts.path != "/" else ""
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme.lower()}://{netloc}{path}{query}"
 
 
 def exposed_name(server: str, tool: str) -> str:
@@ -228,6 +264,10 @@ def _server(entry: _Entry, where: str) -> McpServer:
         _check_url(entry.url)
     elif entry.headers:
         raise ValueError("headers are for an HTTP server (url); a stdio server has env")
+    elif entry.auth is not None:
+        raise ValueError("auth is for an HTTP server (url); a stdio server has none")
+    if entry.auth is not None and any(n.lower() == "authorization" for n in entry.headers):
+        raise ValueError("auth and an Authorization header exclude each other")
     headers = tuple((name, _header_ref(name, value)) for name, value in entry.headers.items())
     lowered = [name.lower() for name, _ in headers]
     if len(set(lowered)) != len(lowered):
@@ -247,6 +287,7 @@ def _server(entry: _Entry, where: str) -> McpServer:
         timeout_s=entry.timeout_s,
         connect_timeout_s=entry.connect_timeout_s,
         tools_ttl_s=entry.tools_ttl_s,
+        auth=entry.auth,
     )
 
 
@@ -279,11 +320,16 @@ def operator_parts(entry: Any) -> str | None:
     """The part of an ``mcps`` entry only the operator may write, as canonical JSON: a
     stdio server's ``command`` and ``env``; an HTTP server's ``url`` with its
     ``headers`` when it has any (they send a server-side secret to that url). None when
-    the entry has neither (an HTTP server without headers is the editors' to add)."""
+    the entry has neither (an HTTP server without headers is the editors' to add). An
+    ``auth`` is the operator's too, with its ``url``: it sends the user's token for that
+    provider to that address."""
     if not isinstance(entry, Mapping):
         return None
     if entry.get("command") is not None:
         return canonical_json({"command": entry.get("command"), "env": entry.get("env") or {}})
-    if entry.get("headers"):
-        return canonical_json({"url": entry.get("url"), "headers": entry.get("headers")})
+    if entry.get("headers") or entry.get("auth") is not None:
+        parts = {"url": entry.get("url"), "headers": entry.get("headers") or {}}
+        if entry.get("auth") is not None:
+            parts["auth"] = entry.get("auth")
+        return canonical_json(parts)
     return None

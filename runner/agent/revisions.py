@@ -132,7 +132,8 @@ def check_mcp_servers(document: Mapping[str, Any], *trusted: Mapping[str, Any]) 
     template (the committed one, and the agent file) has exactly, under the same name: a
     stdio server's ``command`` and ``env`` (a program the server runs), or an HTTP
     server's ``url`` with its ``headers`` read from the environment (a server-side secret
-    sent to that url). Only the agent file, or a Python agent, may add or change those;
+    sent to that url) or its ``auth`` (a user's token for a provider sent to that url).
+    Only the agent file, or a Python agent, may add or change those;
     a commit, ``commit_config`` or a playground working copy may keep, drop or reorder
     them, change their tool filters and policies, and add HTTP servers without headers.
     Raises :class:`TemplateError`."""
@@ -146,10 +147,13 @@ def check_mcp_servers(document: Mapping[str, Any], *trusted: Mapping[str, Any]) 
         if parts is None or parts in allowed.get(str(entry.get("name")), set()):
             continue
         what = "command" if entry.get("command") is not None else "url and headers"
+        if entry.get("command") is None and entry.get("auth") is not None:
+            what = "url and auth" if not entry.get("headers") else "url, headers and auth"
         raise TemplateError(
             f"MCP server {str(entry.get('name'))[:64]!r}: its {what} differ from the "
-            "committed agent's: a stdio command runs a program on the server and headers "
-            "send the server's secrets, so only the agent file can add or change them"
+            "committed agent's: a stdio command runs a program on the server, and headers "
+            "and auth send the server's secrets or a user's token, so only the agent file "
+            "can add or change them"
         )
 
 

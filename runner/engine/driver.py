@@ -158,7 +158,7 @@ class StepDriver:
         for _ in range(self.config.max_steps):
             # The step's tools: the template's, and its MCP servers' as listed now (a
             # server's tools may change between steps; one that is down offers none).
-            offer = await self.mcp.offer(template)
+            offer = await self.mcp.offer(template, state.principal)
             tools = tuple(
                 ToolDescription(s.name, s.description, s.input_schema)
                 for s in offer.template.tools.values()

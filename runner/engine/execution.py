@@ -82,7 +82,7 @@ class ToolExecutor:
         made_under = template or state.template
         spec = made_under.tool(name)
         if spec is None and made_under.mcps and self.mcp is not None:
-            found = await self.mcp.find(made_under, name)
+            found = await self.mcp.find(made_under, name, state.principal)
             if isinstance(found, str):
                 return ToolRun(error=found)
             spec = found

@@ -101,7 +101,7 @@ class Runner:
         ``mcp`` holds the worker's MCP sessions (a new one by default; the runner closes
         it when it closes)."""
         self.config = config or RunnerConfig()
-        self.credentials = credentials
+        self._credentials = credentials
         self.agents = agents
         self.store = ChatStore(
             redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s,
@@ -126,6 +126,8 @@ class Runner:
         self.code = code
         # The MCP servers' sessions of this worker (runner/mcp/), for every template.
         self.mcp = mcp or McpTools()
+        if self.mcp.credentials is None:  # servers that need OAuth send users' tokens
+            self.mcp.credentials = credentials
         self.executor = ToolExecutor(
             credentials,
             agents,
@@ -161,6 +163,18 @@ class Runner:
     @model.setter
     def model(self, model: Model | None) -> None:
         self.models.default = model
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """The connection store server tools and MCP servers that need OAuth read
+        tokens from (set after construction by the connect flow's start)."""
+        return self._credentials
+
+    @credentials.setter
+    def credentials(self, credentials: Credentials | None) -> None:
+        self._credentials = credentials
+        self.executor.credentials = credentials
+        self.mcp.credentials = credentials
 
     @property
     def settle_listeners(self) -> list[SettleListener]:

@@ -199,4 +199,5 @@ def park_for_input(
         auto_resume=auto_resume,
         continuation=needs.continuation,
         input_round=input_round,
+        result_style=needs.result_style,
     )

@@ -7,7 +7,9 @@
 - :mod:`~parkway.runner.mcp.listing`: a server's tools as the model is offered them, with
   their approval policies;
 - :mod:`~parkway.runner.mcp.input`: a server's request for input from a person (the seam
-  where such a call will park).
+  where such a call will park);
+- :mod:`~parkway.runner.mcp.oauth`: servers that need OAuth: their challenge checked, the
+  call parked on a connect card, the user's token on that server's session only.
 
 The template's ``mcps`` section itself is the agent layer's
 (:mod:`parkway.runner.agent.mcps`). This package imports the agent layer, never the engine.
@@ -16,10 +18,12 @@ The template's ``mcps`` section itself is the agent layer's
 from parkway.runner.mcp.connection import McpConnection, McpListing, McpStatus
 from parkway.runner.mcp.input import NEEDS_INPUT, McpInputRequest, answer_input_request
 from parkway.runner.mcp.listing import McpToolset, annotations_of, policy_of
+from parkway.runner.mcp.oauth import SIGN_IN_TOOL, check_challenge
 from parkway.runner.mcp.tools import McpOffer, McpTools, tool_output
 
 __all__ = [
     "NEEDS_INPUT",
+    "SIGN_IN_TOOL",
     "McpConnection",
     "McpInputRequest",
     "McpListing",
@@ -29,6 +33,7 @@ __all__ = [
     "McpToolset",
     "annotations_of",
     "answer_input_request",
+    "check_challenge",
     "policy_of",
     "tool_output",
 ]

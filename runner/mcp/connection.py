@@ -65,6 +65,7 @@ from mcp_types import (
 from parkway.runner.agent import McpServer
 from parkway.runner.errors import McpUnavailableError
 from parkway.runner.mcp.input import link_scope
+from parkway.runner.mcp.oauth import BearerAuth, McpAuthRequired
 
 __all__ = ["McpConnection", "McpListing", "McpStatus"]
 
@@ -159,9 +160,13 @@ class McpConnection:
         clock: Callable[[], float] = time.monotonic,
         retry_s: float = 5.0,
         on_link_done: Callable[[str, str], None] | None = None,
+        auth: BearerAuth | None = None,
     ) -> None:
         self.server = server
         self.on_link_done = on_link_done
+        # The bearer token of a server that needs OAuth: this session is one user's
+        # connection's (runner/mcp/oauth.py), never shared with another's.
+        self.auth = auth
         self.environ = environ
         self.clock = clock
         self.retry_s = retry_s
@@ -207,6 +212,24 @@ class McpConnection:
         self._client = None
         self._stop.set()
         self.invalidate()
+
+    def use_token(self, token: str) -> None:
+        """The token this session sends from now on (a refresh may have replaced it); a
+        new token lifts the pause after a refused connect."""
+        assert self.auth is not None
+        if token != self.auth.token:
+            self.auth.token = token
+            self.auth.refused = False
+            self._failed_at = self._reason = None
+
+    def refused(self) -> McpAuthRequired | None:
+        """The server's 401, when the last request of this session got one."""
+        if self.auth is None or not self.auth.refused:
+            return None
+        self.auth.refused = False
+        self.drop()
+        self._failed_at = self._reason = None
+        return McpAuthRequired(self.auth.challenge)
 
     # -- the session ---------------------------------------------------------------------
 
@@ -265,7 +288,9 @@ class McpConnection:
         # (the request's own timeout), and the listen stream is idle for as long as the
         # tools do not change.
         http = httpx2.AsyncClient(
-            headers=headers, timeout=httpx2.Timeout(server.connect_timeout_s, read=None)
+            headers=headers,
+            timeout=httpx2.Timeout(server.connect_timeout_s, read=None),
+            auth=self.auth,
         )
         stack.push_async_callback(http.aclose)
         assert server.url is not None
@@ -397,6 +422,9 @@ class McpConnection:
                         continue
                     if exc.code == CONNECTION_CLOSED:
                         raise self._failed("the connection closed") from None
+                    refused = self.refused()
+                    if refused is not None:  # 401: the caller asks the user to sign in
+                        raise refused from None
                     # a server without tools (or that will not list them) offers none
                     log.warning("MCP server %s did not list its tools: %s", self.server.name, exc)
                     tools = []

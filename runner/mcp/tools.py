@@ -45,9 +45,18 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from parkway.runner.agent import AgentTemplate, McpServer, ToolContext, ToolSpec, server_of
+from parkway.runner.agent import (
+    AgentTemplate,
+    ConnectionUnavailableError,
+    Credentials,
+    McpServer,
+    ToolContext,
+    ToolSpec,
+    exposed_name,
+    server_of,
+)
 from parkway.runner.errors import McpUnavailableError, ToolError
-from parkway.runner.mcp.connection import McpConnection, McpStatus
+from parkway.runner.mcp.connection import McpConnection, McpListing, McpStatus
 from parkway.runner.mcp.input import (
     McpInputRequest,
     McpRetry,
@@ -56,6 +65,14 @@ from parkway.runner.mcp.input import (
     retry_input,
 )
 from parkway.runner.mcp.listing import McpToolset, toolset
+from parkway.runner.mcp.oauth import (
+    SIGN_IN_TOOL,
+    BearerAuth,
+    McpAuthRequired,
+    check_challenge,
+    connection_answer,
+    park_for_connection,
+)
 
 __all__ = ["McpOffer", "McpTools", "tool_output"]
 
@@ -130,17 +147,23 @@ class McpTools:
         self.clock = clock
         self.retry_s = retry_s
         self.max_sessions = max_sessions
+        # The connection store, for servers that need OAuth (the runner sets it).
+        self.credentials: Credentials | None = None
         self._connections: OrderedDict[str, McpConnection] = OrderedDict()
-        self._toolsets: OrderedDict[McpServer, McpToolset] = OrderedDict()
+        self._toolsets: OrderedDict[tuple[McpServer, str | None], McpToolset] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
         # Told of each link a server says was completed (notifications/elicitation/
         # complete) as (scope, elicitation id): the runner settles the call waiting for it.
         self.on_link_done: Callable[[str, str], Coroutine[Any, Any, None]] | None = None
 
-    def connection(self, server: McpServer) -> McpConnection:
-        """The session to ``server``'s address (made, not yet opened, on first use)."""
-        key = server.connection_key
+    def connection(self, server: McpServer, credential: str | None = None) -> McpConnection:
+        """The session to ``server``'s address (made, not yet opened, on first use); for
+        a server that needs OAuth, ``credential`` names the user's connection whose
+        token the session sends: one session per server and connection."""
+        key = (
+            server.connection_key if credential is None else f"{server.connection_key}|{credential}"
+        )
         found = self._connections.get(key)
         if found is not None:
             self._connections.move_to_end(key)
@@ -148,6 +171,7 @@ class McpTools:
         found = McpConnection(
             server, environ=self.environ, clock=self.clock, retry_s=self.retry_s,
             on_link_done=self._link_done,
+            auth=BearerAuth() if credential is not None else None,
         )  # fmt: skip
         self._connections[key] = found
         idle = [k for k, c in self._connections.items() if c.busy == 0 and c is not found]
@@ -166,25 +190,126 @@ class McpTools:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    async def toolset(self, server: McpServer) -> McpToolset:
-        """``server``'s tools as its entry offers them. Raises
+    async def toolset(self, server: McpServer, principal: str | None = None) -> McpToolset:
+        """``server``'s tools as its entry offers them (for a server that needs OAuth,
+        as listed with ``principal``'s token; without one, its sign-in tool). Raises
         :class:`McpUnavailableError`."""
-        listing = await self.connection(server).listing(server.tools_ttl_s)
-        made = self._toolsets.get(server)
+        credential: str | None = None
+        if server.auth is not None:
+            try:
+                credential, connection = await self._authorized(server, principal)
+                listing = await self._guarded(connection, connection.listing(server.tools_ttl_s))
+            except McpAuthRequired:
+                return self._sign_in_toolset(server)
+        else:
+            listing = await self.connection(server).listing(server.tools_ttl_s)
+        key = (server, credential)
+        made = self._toolsets.get(key)
         if made is None or made.listing is not listing:
             made = toolset(server, listing, self.call)
-            self._toolsets[server] = made
+            self._toolsets[key] = made
             while len(self._toolsets) > 4 * self.max_sessions:
                 self._toolsets.popitem(last=False)
-        self._toolsets.move_to_end(server)
+        self._toolsets.move_to_end(key)
         return made
 
-    async def offer(self, template: AgentTemplate) -> McpOffer:
-        """What a step of a run on ``template`` offers (see :class:`McpOffer`)."""
+    # -- servers that need OAuth (runner/mcp/oauth.py) ----------------------------------
+
+    async def _authorized(
+        self, server: McpServer, principal: str | None, connection_id: str | None = None
+    ) -> tuple[str, McpConnection]:
+        """The connection's id and the session sending ``principal``'s token for
+        ``server`` (the connection ``connection_id``, else their usable one for the
+        server). Raises
+        :class:`McpAuthRequired` when they have none (or it must be connected again)."""
+        assert server.auth is not None
+        assert server.resource is not None
+        credentials = self.credentials
+        if credentials is None or principal is None:
+            raise McpUnavailableError(server.name, "this server has no connection store")
+        if connection_id is None:
+            connection_id = await credentials.resource_connection(
+                principal, server.auth.provider, server.resource
+            )
+        if connection_id is None:
+            raise McpAuthRequired(None)
+        try:
+            token = await credentials.resource_token(principal, connection_id, server.resource)
+        except ConnectionUnavailableError as exc:
+            if exc.reason in ("needs_reconnect", "not_found"):
+                raise McpAuthRequired(None) from None
+            raise McpUnavailableError(server.name, "its sign-in could not be renewed") from None
+        connection = self.connection(server, connection_id)
+        connection.use_token(token)
+        return connection_id, connection
+
+    @staticmethod
+    async def _guarded(connection: McpConnection, work: Any) -> Any:
+        """``await work``; a 401 the session got meanwhile raises
+        :class:`McpAuthRequired` instead of what it failed with."""
+        try:
+            return await work
+        except (McpUnavailableError, MCPError):
+            refused = connection.refused()
+            if refused is not None:
+                raise refused from None
+            raise
+
+    def _sign_in_toolset(self, server: McpServer) -> McpToolset:
+        name = exposed_name(server.name, SIGN_IN_TOOL)
+        spec = ToolSpec(
+            name=name,
+            kind="mcp",
+            description=(
+                f"Sign the user in to the MCP server {server.name!r}: its tools are offered "
+                "once they have. Returns the tools' names, never a credential."
+            ),
+            input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+            approval_policy="allow",
+            timeout_s=2 * server.connect_timeout_s + 5,
+            source=server.where,
+            func=self._sign_in_runner(server, name),
+        )
+        return McpToolset(McpListing((), -1, 0.0), {name: spec}, {name: SIGN_IN_TOOL})
+
+    def _sign_in_runner(self, server: McpServer, name: str) -> Any:
+        async def run(tool_input: Any, ctx: ToolContext) -> Any:
+            del tool_input
+            return await self.sign_in(server, name, ctx)
+
+        return run
+
+    async def _ask_to_sign_in(
+        self, server: McpServer, challenge: str | None, tool: str, name: str, arguments: Any
+    ) -> Any:
+        """Check the server's challenge, then park the call on a connect card (or raise
+        :class:`ToolError`: the model reads why no card is shown)."""
+        assert server.auth is not None
+        credentials = self.credentials
+        issuer = None if credentials is None else credentials.provider_issuer(server.auth.provider)
+        await check_challenge(server, issuer, challenge)
+        park_for_connection(server, tool, name, arguments)
+
+    async def sign_in(self, server: McpServer, name: str, ctx: ToolContext) -> Any:
+        """The sign-in tool of a server that needs OAuth: parks on a connect card until
+        the user has a connection the server accepts; then its tools' names."""
+        connection_id = connection_answer(ctx, server)
+        try:
+            _, connection = await self._authorized(server, ctx.principal, connection_id)
+            listing = await self._guarded(connection, connection.listing(0))
+        except McpAuthRequired as exc:
+            return await self._ask_to_sign_in(server, exc.challenge, SIGN_IN_TOOL, name, {})
+        names = [exposed_name(server.name, t.name) for t in listing.tools if server.offers(t.name)]
+        return {"signedIn": True, "server": server.name, "tools": names}
+
+    async def offer(self, template: AgentTemplate, principal: str | None = None) -> McpOffer:
+        """What a step of a run on ``template`` offers (see :class:`McpOffer`);
+        ``principal``: whose tokens servers that need OAuth get."""
         if not template.mcps:
             return McpOffer(template)
         found = await asyncio.gather(
-            *(self.toolset(server) for server in template.mcps), return_exceptions=True
+            *(self.toolset(server, principal) for server in template.mcps),
+            return_exceptions=True,
         )
         tools: dict[str, ToolSpec] = dict(template.tools)
         unavailable: dict[str, str] = {}
@@ -203,14 +328,18 @@ class McpTools:
         offered = dataclasses.replace(template, tools=tools, instructions=instructions)
         return McpOffer(offered, unavailable)
 
-    async def find(self, template: AgentTemplate, name: str) -> ToolSpec | str:
+    async def find(
+        self, template: AgentTemplate, name: str, principal: str | None = None
+    ) -> ToolSpec | str:
         """The spec of the MCP tool ``name`` of ``template``, or why there is none now
         (words for the model): the server cannot be reached, or no longer offers it."""
         server = next((s for s in template.mcps if s.name == server_of(name)), None)
         if server is None:
             return f"tool {name!r} is no longer in the agent template"
+        if server.auth is not None and name == exposed_name(server.name, SIGN_IN_TOOL):
+            return self._sign_in_toolset(server).specs[name]
         try:
-            spec = (await self.toolset(server)).specs.get(name)
+            spec = (await self.toolset(server, principal)).specs.get(name)
         except McpUnavailableError as exc:
             return str(exc)
         if spec is None:
@@ -227,15 +356,32 @@ class McpTools:
     ) -> Any:
         """Call ``server``'s tool ``tool`` (offered as ``name``) with ``arguments``; its
         output, or :class:`ToolError` with what the model should read."""
-        connection = self.connection(server)
         retry = McpRetry()
-        if ctx.continuation is not None:  # answered by a person: the call is made again
-            retry = retry_input(ctx.continuation, ctx.answer or {})
+        if server.auth is not None:
+            connection_id = connection_answer(ctx, server)  # parked on a sign-in: its answer
+            try:
+                _, connection = await self._authorized(server, ctx.principal, connection_id)
+            except McpAuthRequired as exc:
+                return await self._ask_to_sign_in(server, exc.challenge, tool, name, arguments)
+            if connection_id is None and ctx.continuation is not None:
+                retry = retry_input(ctx.continuation, ctx.answer or {})
+        else:
+            connection = self.connection(server)
+            if ctx.continuation is not None:  # answered by a person: the call is made again
+                retry = retry_input(ctx.continuation, ctx.answer or {})
         try:
-            result = await connection.call(
-                tool, arguments, server.timeout_s,
-                input_responses=retry.input_responses, request_state=retry.request_state,
-            )  # fmt: skip
+            try:
+                result = await connection.call(
+                    tool, arguments, server.timeout_s,
+                    input_responses=retry.input_responses, request_state=retry.request_state,
+                )  # fmt: skip
+            except (MCPError, McpUnavailableError):
+                denied = connection.refused()
+                if denied is not None:  # 401: the token was refused; sign in again
+                    return await self._ask_to_sign_in(
+                        server, denied.challenge, tool, name, arguments
+                    )
+                raise
         except MCPError as exc:
             if exc.code == URL_ELICITATION_REQUIRED:
                 data = exc.data if isinstance(exc.data, Mapping) else {}
@@ -288,6 +434,8 @@ class McpTools:
         if within_s is not None and servers:
 
             async def check(server: McpServer) -> None:
+                if server.auth is not None:
+                    return  # listed with each user's token only: nothing to check here
                 try:
                     async with asyncio.timeout(within_s):
                         await self.toolset(server)

@@ -74,13 +74,15 @@ class OidcPeer:
         coop: bool = False,
         access_token_ttl: int | None = None,
         grant_only: str | None = None,
+        resources: Sequence[str] = (),
     ) -> OidcPeer:
         """Start a provider on a free loopback port and wait until it serves.
 
         ``clients`` are ``{client_id, client_secret, redirect_uris}`` mappings; each may
         authenticate with ``client_secret_basic`` or ``client_secret_post``. ``coop`` adds ``Cross-Origin-Opener-Policy: same-origin``
         to its HTML pages; ``access_token_ttl`` is in seconds (default 3600);
-        ``grant_only`` (space-separated scopes) makes consent grant only those.
+        ``grant_only`` (space-separated scopes) makes consent grant only those;
+        ``resources``: resource servers (RFC 8707) it issues JWT access tokens for.
         """
         node = _node_executable()
         workdir = Path(tempfile.mkdtemp(prefix="oidc-peer-"))
@@ -101,6 +103,8 @@ class OidcPeer:
             command += ["--access-token-ttl", str(access_token_ttl)]
         if grant_only is not None:
             command += ["--grant-only", grant_only]
+        for resource in resources:
+            command += ["--resource", resource]
 
         stderr_path = workdir / "stderr.log"
         with stderr_path.open("wb") as stderr:
@@ -160,10 +164,15 @@ def oidc_peer(
     coop: bool = False,
     access_token_ttl: int | None = None,
     grant_only: str | None = None,
+    resources: Sequence[str] = (),
 ) -> Iterator[OidcPeer]:
     """:meth:`OidcPeer.start` as a context manager: the provider stops on exit."""
     peer = OidcPeer.start(
-        clients, coop=coop, access_token_ttl=access_token_ttl, grant_only=grant_only
+        clients,
+        coop=coop,
+        access_token_ttl=access_token_ttl,
+        grant_only=grant_only,
+        resources=resources,
     )
     try:
         yield peer

@@ -173,3 +173,41 @@ def test_headers_read_from_the_environment_stay_with_their_url() -> None:
             check_mcp_servers(template(changed), template(HTTP), template())
     # function tools are checked apart, as before
     check_function_tools(template(secret), template())
+
+
+def test_auth_names_a_provider_for_an_http_server_and_its_resource_is_canonical() -> None:
+    """``auth`` links an HTTP server to a configured provider; the resource indicator
+    sent for it is the server's canonical URL (RFC 8707: scheme and host lowercased, no
+    default port, no fragment). It makes no sense on a stdio server, nor beside an
+    Authorization header (which token would the server get?)."""
+    entry = {**HTTP, "url": "HTTPS://MCP.Example:443/mcp#x", "auth": {"provider": "crm"}}
+    (server,) = load_template(template(entry)).mcps
+    assert server.auth is not None
+    assert server.auth.provider == "crm"
+    assert server.resource == "https://mcp.example/mcp"
+    bad = (
+        ({**STDIO, "auth": {"provider": "crm"}}, "auth is for an HTTP server"),
+        (
+            {**entry, "headers": {"authorization": {"env": "T"}}},
+            "auth and an Authorization header exclude each other",
+        ),
+        ({**HTTP, "auth": {"provider": "crm", "client_secret": "x"}}, "client_secret"),
+    )
+    for wrong, message in bad:
+        with pytest.raises(TemplateError, match=message):
+            load_template(template(wrong))
+
+
+def test_auth_stays_with_its_url_and_only_the_operator_sets_it() -> None:
+    """``auth`` sends a user's token for a provider to the entry's url: an editor may not
+    add it, change its provider, nor point it at another url."""
+    linked = {**HTTP, "auth": {"provider": "crm"}}
+    check_mcp_servers(template(linked), template(linked))
+    with pytest.raises(TemplateError, match="its url and auth differ"):
+        check_mcp_servers(template(linked), template(HTTP))  # added by an editor
+    for changed in (
+        {**linked, "url": "https://evil.example/mcp"},
+        {**HTTP, "auth": {"provider": "x"}},
+    ):
+        with pytest.raises(TemplateError, match="its url and auth differ"):
+            check_mcp_servers(template(changed), template(linked))

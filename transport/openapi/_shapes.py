@@ -283,6 +283,11 @@ class ConnectionView(_Out):
     status: Literal["active", "needs_reconnect"]
     createdAt: int
     updatedAt: int
+    resource: str | None = Field(
+        default=None,
+        description="the MCP server URL (RFC 8707 resource) its tokens were issued for; "
+        "absent for a plain connection",
+    )
 
 
 class ConnectionList(_Out):

@@ -32,6 +32,8 @@ The package, one module per concern:
 - :mod:`parkway.widgets_api.connect.records`: the flow record kept in Redis, and its store;
 - :mod:`parkway.widgets_api.connect.start_tokens`: the start links' one-time tokens;
 - :mod:`parkway.widgets_api.connect.exchange`: the code-for-token exchange and the account lookup;
+- :mod:`parkway.widgets_api.connect.token_endpoint`: the authlib client of every token
+  endpoint call, and its failures as ``TokenExchangeError``;
 - :mod:`parkway.widgets_api.connect.pages`: the callback's result page and the error pages.
 """
 

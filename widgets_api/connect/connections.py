@@ -31,9 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx2
-from authlib.integrations.base_client import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
 from redis.exceptions import LockNotOwnedError
 
 from parkway.runner.agent import ConnectionUnavailableError
@@ -49,6 +46,11 @@ from parkway.runner.store import (
 from parkway.widgets_api.connect.audit import AuditNote, audit_args
 from parkway.widgets_api.connect.cipher import TokenCipher, TokenKeyError
 from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
+from parkway.widgets_api.connect.token_endpoint import (
+    TokenExchangeError,
+    call_token_endpoint,
+    oauth_client,
+)
 from parkway.widgets_api.keys import ConnectionKeys
 
 __all__ = ["AuditNote", "Connection", "ConnectionStore", "TokenExchangeError", "oauth_client"]
@@ -72,54 +74,6 @@ return 1
 """
 
 
-class TokenExchangeError(Exception):
-    """A token endpoint call failed. ``code`` is the OAuth error code or one of
-    ``timeout``, ``network``, ``http_<status>``, ``invalid_response``; no token, secret or
-    response body is ever in the message."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(f"token endpoint failed: {code}")
-        self.code = code
-
-
-def oauth_client(provider: Provider, *, timeout_s: float, **kwargs: Any) -> AsyncOAuth2Client:
-    """An authlib client for ``provider``. No ``scope`` is set on it: a refresh must not
-    ask for more than was granted, and authlib sends the client's scope when it has one."""
-    return AsyncOAuth2Client(
-        client_id=provider.client_id,
-        client_secret=provider.client_secret,
-        token_endpoint_auth_method=provider.token_auth_method,
-        revocation_endpoint_auth_method=provider.token_auth_method,
-        timeout=timeout_s,
-        follow_redirects=False,
-        **kwargs,
-    )
-
-
-async def call_token_endpoint(operation: Callable[[], Any]) -> dict[str, Any]:
-    """Run an authlib token request, mapping every failure to :class:`TokenExchangeError`."""
-    try:
-        token = await operation()
-    except OAuthError as exc:
-        raise TokenExchangeError(_error_code(exc.error)) from None
-    except httpx2.TimeoutException:
-        raise TokenExchangeError("timeout") from None
-    except httpx2.HTTPStatusError as exc:
-        raise TokenExchangeError(f"http_{exc.response.status_code}") from None
-    except httpx2.HTTPError:
-        raise TokenExchangeError("network") from None
-    except ValueError:
-        raise TokenExchangeError("invalid_response") from None
-    if not isinstance(token, dict) or not isinstance(token.get("access_token"), str):
-        raise TokenExchangeError("invalid_response")
-    return dict(token)
-
-
-def _error_code(value: Any) -> str:
-    text = str(value or "error")
-    return "".join(c for c in text if c.isalnum() or c == "_")[:64] or "error"
-
-
 @dataclass(frozen=True)
 class Connection:
     """A connection as anyone but a tool's code may see it: no token."""
@@ -132,6 +86,9 @@ class Connection:
     created_at: float
     updated_at: float
     subject: str | None = None
+    # The RFC 8707 resource its tokens were issued for (an MCP server's canonical URL),
+    # None for a plain connection: its token goes to that resource only.
+    resource: str | None = None
 
     def reference(self) -> dict[str, Any]:
         """The ``request_connection`` result naming this connection."""
@@ -144,7 +101,7 @@ class Connection:
         }
 
     def public(self) -> dict[str, Any]:
-        return {
+        found = {
             "id": self.id,
             "provider": self.provider,
             "account": self.account,
@@ -153,6 +110,9 @@ class Connection:
             "createdAt": int(self.created_at * 1000),
             "updatedAt": int(self.updated_at * 1000),
         }
+        if self.resource is not None:
+            found["resource"] = self.resource
+        return found
 
 
 def _digest(principal: str) -> str:
@@ -224,6 +184,7 @@ class ConnectionStore:
             created_at=float(fields["created_at"]),
             updated_at=float(fields["updated_at"]),
             subject=fields.get("subject") or None,
+            resource=fields.get("resource") or None,
         )
 
     async def save(
@@ -236,13 +197,16 @@ class ConnectionStore:
         subject: str | None,
         scopes: Sequence[str],
         audit: AuditNote | None = None,
+        resource: str | None = None,
     ) -> Connection:
-        """Store a new grant; the same account of the same provider reuses its id. With
+        """Store a new grant; the same account of the same provider (and ``resource``,
+        the RFC 8707 resource its tokens were issued for) reuses its id. With
         ``audit``, the grant's audit entry is appended in the same transaction."""
         keys = self._keys(principal)
         connection_id: str | None = None
+        by_subject = f"{provider.name} {subject}" + (f" {resource}" if resource else "")
         if subject:
-            existing = await self.redis.hget(keys.by_subject, f"{provider.name} {subject}")
+            existing = await self.redis.hget(keys.by_subject, by_subject)
             if existing is not None:
                 connection_id = _text(existing)
         created = self.clock()
@@ -263,13 +227,15 @@ class ConnectionStore:
             "updated_at": repr(self.clock()),
             "tokens": self._seal(principal, connection_id, stored),
         }
+        if resource:
+            record["resource"] = resource
         key = keys.connection(connection_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             pipe.hset(key, mapping=record)
             pipe.sadd(keys.index, connection_id)
             if subject:
-                pipe.hset(keys.by_subject, f"{provider.name} {subject}", connection_id)
+                pipe.hset(keys.by_subject, by_subject, connection_id)
             for k in (key, keys.index, keys.by_subject):
                 pipe.expire(k, self.ttl_s)
             if audit is not None:
@@ -355,7 +321,10 @@ class ConnectionStore:
             pipe.delete(key, keys.refresh_lock(connection_id))
             pipe.srem(keys.index, connection_id)
             if connection.subject:
-                pipe.hdel(keys.by_subject, f"{connection.provider} {connection.subject}")
+                by_subject = f"{connection.provider} {connection.subject}"
+                if connection.resource:
+                    by_subject += f" {connection.resource}"
+                pipe.hdel(keys.by_subject, by_subject)
             if audit is not None:
                 await self._audited(pipe, principal, "revoked", connection, audit)
             await pipe.execute()
@@ -385,6 +354,33 @@ class ConnectionStore:
         return opened
 
     # -- tokens for tools --------------------------------------------------------------
+
+    def provider_issuer(self, provider: str) -> str | None:
+        """The configured provider's issuer (an MCP server's metadata must name it)."""
+        found = self.providers.get(provider)
+        return None if found is None else found.issuer
+
+    async def resource_connection(self, principal: str, provider: str, resource: str) -> str | None:
+        """The id of ``principal``'s latest active connection with ``provider`` issued
+        for ``resource``, or None."""
+        found = [
+            c
+            for c in await self.list(principal, provider)
+            if c.resource == resource and c.status == "active"
+        ]
+        return max(found, key=lambda c: c.updated_at).id if found else None
+
+    async def resource_token(self, principal: str, connection_id: str, resource: str) -> str:
+        """:meth:`access_token` of a connection issued for ``resource`` only (see
+        :class:`parkway.runner.agent.credentials.Credentials`)."""
+        connection = await self.get(principal, connection_id)
+        if connection is None or connection.resource != resource:
+            raise ConnectionUnavailableError(
+                f"there is no connection {connection_id!r} for this server",
+                reason="not_found",
+                provider=None,
+            )
+        return await self.access_token(principal, connection_id)
 
     async def access_token(
         self, principal: str, connection_id: str, *, scopes: Sequence[str] = ()
@@ -507,10 +503,13 @@ class ConnectionStore:
             await self._mark(key, "needs_reconnect")
             raise self._reconnect_error(connection)
 
+        # RFC 8707: a connection issued for a resource asks for it again on refresh
+        extra = {"resource": connection.resource} if connection.resource else {}
+
         async def operation() -> Any:
             async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
                 return await client.refresh_token(
-                    provider.token_endpoint, refresh_token=refresh_token
+                    provider.token_endpoint, refresh_token=refresh_token, **extra
                 )
 
         try:

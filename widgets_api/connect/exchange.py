@@ -3,22 +3,32 @@ the provider's token endpoint, then the account it belongs to from the userinfo 
 
 A grant whose account cannot be read is revoked at once: nothing is stored for it, so
 nothing else would ever end it.
+
+A flow for a resource (RFC 8707: an MCP server's canonical URL) sends ``resource`` on the
+token request too. Its access token is for that resource, not the userinfo endpoint, so
+the account is read from the ID token the same token response carries: received straight
+from the token endpoint the flow record names (OpenID Connect Core §3.1.3.7 lets TLS to
+it stand in for the signature check), and only its ``iss`` (the provider's) and ``aud``
+(this client) are required. Without one, the account is the provider's name alone and
+the connection has no subject (each sign-in is a new connection).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from parkway.widgets_api.connect.connections import (
-    ConnectionStore,
+from parkway.widgets_api.connect.connections import ConnectionStore
+from parkway.widgets_api.connect.providers import Provider
+from parkway.widgets_api.connect.records import FlowRecord
+from parkway.widgets_api.connect.token_endpoint import (
     TokenExchangeError,
     call_token_endpoint,
     oauth_client,
 )
-from parkway.widgets_api.connect.providers import Provider
-from parkway.widgets_api.connect.records import FlowRecord
 
 __all__ = ["Exchange"]
 
@@ -42,12 +52,17 @@ class Exchange:
         extra: dict[str, Any] = {"code": code, "redirect_uri": flow.redirect_uri}
         if flow.verifier:
             extra["code_verifier"] = flow.verifier
+        if flow.resource:
+            extra["resource"] = flow.resource
 
         async def fetch() -> Any:
             async with oauth_client(provider, timeout_s=self.http_timeout_s) as client:
                 return await client.fetch_token(provider.token_endpoint, **extra)
 
         token = await call_token_endpoint(fetch)
+        if flow.resource:
+            account, subject = _id_token_account(provider, token)
+            return token, account, subject
         try:
             account, subject = await self._account(provider, token)
         except TokenExchangeError:
@@ -86,3 +101,31 @@ class Exchange:
 
         subject = first(provider.subject_claims)
         return first(provider.account_claims) or subject or "account", subject
+
+
+def _id_token_account(provider: Provider, token: dict[str, Any]) -> tuple[str, str | None]:
+    """The account and subject of a resource flow's ID token (see the module doc)."""
+    fallback = (f"{provider.display_name} account", None)
+    raw = token.get("id_token")
+    if not isinstance(raw, str) or raw.count(".") != 2:
+        return fallback
+    try:
+        payload = raw.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except ValueError:
+        return fallback
+    audience = claims.get("aud") if isinstance(claims, dict) else None
+    audiences = audience if isinstance(audience, list) else [audience]
+    if claims.get("iss") != provider.issuer or provider.client_id not in audiences:
+        log.warning("connect: the ID token of %s names another issuer or client", provider.name)
+        return fallback
+
+    def first(names: tuple[str, ...]) -> str | None:
+        for name in names:
+            value = claims.get(name)
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                return str(value)[:200]
+        return None
+
+    subject = first(provider.subject_claims)
+    return first(provider.account_claims) or subject or fallback[0], subject

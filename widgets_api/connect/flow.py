@@ -12,7 +12,8 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -44,7 +45,7 @@ from parkway.widgets_api.connect.providers import Provider, ProviderRegistry
 from parkway.widgets_api.connect.records import FlowRecord, FlowStore, outcome_summary
 from parkway.widgets_api.connect.start_tokens import StartTokens
 
-__all__ = ["ConnectFlow"]
+__all__ = ["ConnectFlow", "ConnectRequest", "connect_request"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,39 @@ _START_PARAMS = {"chat", "call", "retry", "origin", "token"}
 _OAUTH_RESPONSE_PARAMS = ("state", "code", "iss", "error", "error_description", "error_uri")
 _MAX_PARAM = 512
 _FAILED = {"declined", "cancelled", "denied", "error", "timeout"}
+
+
+@dataclass(frozen=True)
+class ConnectRequest:
+    """What a parked connection call asks for: a ``request_connection`` call's input, or
+    the private continuation of an MCP tool call parked because its server needs OAuth
+    (``resource``: the server's canonical URL, RFC 8707)."""
+
+    provider: str
+    scopes: tuple[str, ...] = ()
+    resource: str | None = None
+
+
+def connect_request(call: ParkedCall) -> ConnectRequest | None:
+    """The connection ``call`` waits for, or None when it is no connection call."""
+    if call.tool_name == REQUEST_CONNECTION:
+        asked = call.input if isinstance(call.input, dict) else {}
+        scopes = asked.get("scopes")
+        return ConnectRequest(
+            str(asked.get("provider") or ""),
+            tuple(str(s) for s in scopes) if isinstance(scopes, list) else (),
+        )
+    mcp = (call.continuation or {}).get("mcp")
+    if call.result_style != "connection" or not isinstance(mcp, Mapping):
+        return None
+    if mcp.get("kind") != "oauth" or not isinstance(mcp.get("resource"), str):
+        return None
+    scopes = mcp.get("scopes")
+    return ConnectRequest(
+        str(mcp.get("provider") or ""),
+        tuple(str(s) for s in scopes) if isinstance(scopes, list) else (),
+        str(mcp["resource"]),
+    )
 
 
 def _sha(value: str) -> str:
@@ -148,10 +182,10 @@ class ConnectFlow:
         if origin not in self.allowed_origins:
             return self._fail(400, "Invalid request", "That origin is not allowed here.")
         call = await self._call(chat_id, call_id, principal)
-        if call is None or call.tool_name != REQUEST_CONNECTION:
+        asked = None if call is None else connect_request(call)
+        if call is None or asked is None:
             return self._fail(404, "Request not found", "There is no such connection request.")
-        asked = call.input if isinstance(call.input, dict) else {}
-        if asked.get("provider") != provider.name:
+        if asked.provider != provider.name:
             return self._fail(400, "Wrong provider", "This request is for another provider.")
         # Only from the page that shows the widget: a navigation from elsewhere (the
         # cookie rides along) carries no token, or one already spent (start_tokens.py).
@@ -184,7 +218,7 @@ class ConnectFlow:
         digest = _sha(state)
         cookie = secrets.token_urlsafe(32)
         verifier = secrets.token_urlsafe(64) if provider.pkce == "s256" else None
-        scopes = list(provider.requested_scopes(asked.get("scopes") or ()))
+        scopes = list(provider.requested_scopes(asked.scopes))
         record = FlowRecord(
             chat=chat_id,
             call=call.tool_call_id,
@@ -199,6 +233,7 @@ class ConnectFlow:
             retry=retry,
             created=self.clock(),
             ticket=grant is not None and grant.kind == "ticket",
+            resource=asked.resource,
         )
         await self.flows.save(digest, record)  # one live flow per call: the older dies
         client = oauth_client(
@@ -214,6 +249,8 @@ class ConnectFlow:
                 state=state,
                 code_verifier=verifier,
                 **dict(provider.authorize_params),
+                # RFC 8707: the token is for the MCP server that asked, and no other
+                **({"resource": asked.resource} if asked.resource else {}),
             )
         response = RedirectResponse(url, status_code=303)
         response.headers["cache-control"] = "no-store"
@@ -253,10 +290,10 @@ class ConnectFlow:
             )
         chat_id, call_id, retry = body
         call = await self._call(chat_id, call_id, principal)
-        if call is None or call.tool_name != REQUEST_CONNECTION:
+        asked = None if call is None else connect_request(call)
+        if asked is None:
             return json_error(404, "not_found", "no such connection request")
-        asked = call.input if isinstance(call.input, dict) else {}
-        if asked.get("provider") != provider.name:
+        if asked.provider != provider.name:
             return json_error(409, "wrong_provider", "the request is for another provider")
         ticket = self.start_tokens.issue_ticket(provider.name, chat_id, call_id, principal)
         query = urlencode({"chat": chat_id, "call": call_id, "token": ticket})
@@ -341,7 +378,7 @@ class ConnectFlow:
         scopes = granted.split() if isinstance(granted, str) and granted.strip() else flow.scopes
         connection = await self.connections.save(
             flow.principal, provider, token, account=account, subject=subject, scopes=scopes,
-            audit=AuditNote("callback", flow.chat, flow.call),
+            audit=AuditNote("callback", flow.chat, flow.call), resource=flow.resource,
         )  # fmt: skip
         if flow.retry:
             return result_page(flow, provider, "connected", settled_now=False, account=account)
@@ -458,17 +495,21 @@ class ConnectFlow:
             )
         chat_id, call_id, connection_id = body
         call = await self._call(chat_id, call_id, principal)
-        if call is None or call.tool_name != REQUEST_CONNECTION:
+        asked = None if call is None else connect_request(call)
+        if asked is None:
             return json_error(404, "not_found", "no such connection request")
-        asked = call.input if isinstance(call.input, dict) else {}
         connection = await self.connections.get(principal, connection_id)
         if connection is None or connection.provider != provider.name:
             return json_error(404, "not_found", "no such connection")
-        if asked.get("provider") != provider.name:
+        if asked.provider != provider.name:
             return json_error(409, "wrong_provider", "the request is for another provider")
+        if connection.resource != asked.resource:
+            # a token goes only where it was issued for: an MCP server's connection to
+            # that server, a plain connection to request_connection
+            return json_error(409, "wrong_resource", "that connection is for something else")
         if connection.status != "active":
             return json_error(409, "needs_reconnect", "that connection must be connected again")
-        wanted = provider.requested_scopes(asked.get("scopes") or ())
+        wanted = provider.requested_scopes(asked.scopes)
         missing = [s for s in wanted if s not in connection.scopes]
         if missing:
             return json_error(
@@ -511,6 +552,6 @@ class ConnectFlow:
     async def on_settled(self, settled: Settled) -> None:
         """A connect call the browser settled (Not now, Cancel, an error) forgets its
         flow: a callback arriving later with that state is refused."""
-        if settled.by != "client" or settled.call.tool_name != REQUEST_CONNECTION:
+        if settled.by != "client" or connect_request(settled.call) is None:
             return
         await self.flows.forget(settled.chat_id, settled.call.tool_call_id)

@@ -37,6 +37,9 @@ class FlowRecord(BaseModel):
     created: float
     # started with a ticket (start_tokens.py): the callback's popup may have no identity
     ticket: bool = False
+    # the RFC 8707 resource asked for (an MCP server's canonical URL), on both the
+    # authorization and the token request
+    resource: str | None = None
 
 
 def outcome_summary(outcome: dict[str, Any] | None) -> str:

@@ -2,6 +2,7 @@
 server served over streamable HTTP on loopback (:class:`McpServerThread`) or over stdio
 (``python -m tests.helpers.mcp.stdio_shop``)."""
 
+from tests.helpers.mcp.secure import SecureServerThread
 from tests.helpers.mcp.shop import (
     BIG_TEXT_BYTES,
     SHOP_TOOLS,
@@ -15,6 +16,7 @@ __all__ = [
     "BIG_TEXT_BYTES",
     "SHOP_TOOLS",
     "McpServerThread",
+    "SecureServerThread",
     "ShopServer",
     "shop_entry",
     "stdio_entry",

@@ -9,7 +9,12 @@
 // Usage:
 //   node server.mjs --clients FILE [--port N] [--coop same-origin]
 //                   [--access-token-ttl SECONDS] [--grant-only "SCOPE ..."]
-//                   [--exit-on-stdin-close]
+//                   [--resource URL]... [--exit-on-stdin-close]
+//
+// --resource turns on RFC 8707 resource indicators for that resource server (an MCP
+// server's canonical URL): a request naming it gets a JWT access token whose `aud` is
+// that URL and whose scope is among RESOURCE_SCOPES, signed with the provider's key
+// (published at /jwks); another resource is refused (invalid_target).
 //
 // On ready it prints one JSON line, {"issuer": "http://127.0.0.1:PORT", "port": PORT},
 // then serves until SIGTERM or SIGINT (or stdin closing, with --exit-on-stdin-close).
@@ -22,7 +27,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 
 const HOST = '127.0.0.1';
 const CLIENT_KEYS = new Set(['client_id', 'client_secret', 'redirect_uris']);
@@ -37,6 +42,8 @@ const ROUTES = {
   introspection: '/token/introspection',
 };
 const FORM_LIMIT_BYTES = 64 * 1024;
+// The scopes a --resource server accepts.
+const RESOURCE_SCOPES = 'mcp:tools';
 
 function fail(message) {
   process.stderr.write(`oidc test provider: ${message}\n`);
@@ -55,6 +62,7 @@ function parseOptions(argv) {
         coop: { type: 'string' },
         'access-token-ttl': { type: 'string', default: '3600' },
         'grant-only': { type: 'string' },
+        resource: { type: 'string', multiple: true, default: [] },
         'exit-on-stdin-close': { type: 'boolean', default: false },
       },
     });
@@ -85,6 +93,7 @@ function parseOptions(argv) {
     coop: values.coop === 'same-origin',
     clients: loadClients(values.clients),
     grantOnly,
+    resources: values.resource,
     exitOnStdinClose: values['exit-on-stdin-close'],
   };
 }
@@ -228,6 +237,24 @@ function configure(options, issuer) {
     },
     features: {
       devInteractions: { enabled: false },
+      resourceIndicators: {
+        enabled: options.resources.length > 0,
+        // no resource asked: the access token is for userinfo, as without the feature
+        defaultResource: () => undefined,
+        useGrantedResource: () => true,
+        async getResourceServerInfo(ctx, resourceIndicator) {
+          if (!options.resources.includes(resourceIndicator)) {
+            throw new errors.InvalidTarget();
+          }
+          return {
+            scope: RESOURCE_SCOPES,
+            audience: resourceIndicator,
+            accessTokenTTL: accessTokenTtl,
+            accessTokenFormat: 'jwt',
+            jwt: { sign: { alg: 'RS256' } },
+          };
+        },
+      },
       revocation: { enabled: true },
       userinfo: { enabled: true },
       introspection: {

@@ -47,6 +47,13 @@ export class ConnectWidget extends Widget {
   }
 
   userLine(ctx) {
+    // an MCP server that needs OAuth: the card names the server and its host (the
+    // descriptor's mcpServer), the one the token will be sent to
+    const mcp = ctx.desc.mcpServer;
+    if (mcp && typeof mcp.server === "string") {
+      const host = typeof mcp.host === "string" && mcp.host ? ` (${mcp.host})` : "";
+      return `The MCP server ${mcp.server}${host} asks you to sign in with your ${this.providerName(ctx)} account.`;
+    }
     const reason = ctx.input && typeof ctx.input.reason === "string" ? ctx.input.reason : null;
     return reason || `The agent wants to use your ${this.providerName(ctx)} account.`;
   }
