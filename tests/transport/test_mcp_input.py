@@ -121,6 +121,53 @@ async def test_the_ag_ui_interrupt_shows_the_form_and_not_the_state(
     assert private(raw, state)
 
 
+async def test_a_forged_or_replayed_answer_never_reaches_the_server(
+    redis_url: str, redis: Redis, shop: McpServerThread
+) -> None:
+    """Answers the server must never get: another user's (404, as for a chat that is not
+    there), one the form does not accept (422), and the owner's own answer sent again
+    after the resume called the server with it (the settle is idempotent, no second
+    resume). One answer per round reaches the server, and the parked record is unchanged
+    by each refusal."""
+    with server_thread(redis_url, agent(ASK, [shop_entry(shop.url)])) as server:
+        owner = await Api(server.base_url).login()
+        intruder = await Api(server.base_url).login()
+        try:
+            chunks = sse_chunks((await owner.chat("forge", [{"id": "u1", "role": "user",
+                                 "parts": [{"type": "text", "text": "go"}]}])).text)  # fmt: skip
+            call_id = widget(chunks)["toolCallId"]
+            record = await redis.hget(chat_keys("forge").calls, call_id)
+            forged = {"outcome": "output", "output": NORTH}
+            stolen = await intruder.settle("forge", call_id, forged)
+            stolen_resume = await intruder.resume("forge")
+            bad = await owner.settle("forge", call_id, {"outcome": "output", "output": {
+                "responses": {"where": {"action": "accept", "content": {"w": 7}}}}})  # fmt: skip
+            unchanged = await redis.hget(chat_keys("forge").calls, call_id)
+            calls_before = list(shop.shop.answers)
+            settled = await owner.settle("forge", call_id, forged)
+            resumed = await owner.resume("forge")
+            replayed = await owner.settle("forge", call_id, forged)
+            replayed_resume = await owner.resume("forge")
+        finally:
+            await owner.aclose()
+            await intruder.aclose()
+    assert stolen.status_code == 404, stolen.text
+    assert stolen.json()["error"]["code"] == "chat_not_found"
+    assert stolen_resume.status_code == 404, stolen_resume.text
+    assert bad.status_code == 422, bad.text
+    assert unchanged == record
+    assert calls_before == []  # nothing reached the server before the owner's answer
+    assert settled.status_code == 200, settled.text
+    assert resumed.status_code == 200, resumed.text
+    assert "pan ships from north" in resumed.text
+    assert replayed.status_code == 200 and replayed.json()["fresh"] is False, replayed.text
+    assert replayed_resume.status_code == 409, replayed_resume.text
+    assert replayed_resume.json()["error"]["code"] == "nothing_to_resume"
+    assert shop.shop.answers == [
+        ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
+    ]
+
+
 def _parked_id(events: list[dict[str, Any]]) -> str:
     for event in events:
         if event["type"] == "TOOL_CALL_START":
