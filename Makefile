@@ -52,11 +52,13 @@ run: $(RUN_STAMP)
 	$(BIN)/parkway serve --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
 # The suite on TEST_WORKERS pytest-xdist workers (much of it waits on real processes,
-# browsers and servers); TEST_WORKERS=0 runs it in this one process.
+# browsers and servers; TEST_WORKERS=0 runs it in this one process), then the tests
+# marked `serial`, which must not share the machine (tests/README.md).
 TEST_WORKERS ?= 2
 
 test: venv node-deps
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial'
+	$(BIN)/pytest -m serial
 
 # mypy cannot follow the editable install's import hook: it checks the folders through
 # links named as they install (build/mypy-path/parkway/runner -> runner/, ...).

@@ -104,3 +104,12 @@ def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
     repository: built once for the session (shared by pytest-xdist's workers), for every
     test that runs the installed product (the example project, the served playground)."""
     return shared_once(tmp_path_factory, "user", install_for_user)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that checks the sandbox uid leaves no process behind (the ``leftovers``
+    fixture) counts every process of that uid on the host, and some hit its process cap:
+    another worker's sandbox would be counted, or starved. They are ``serial``."""
+    for item in items:
+        if "leftovers" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)

@@ -145,7 +145,10 @@ def test_serve_a_python_agent_by_module_and_attribute(project: Path) -> None:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert line.startswith("Parkway is serving trips.agent:agent at "), line
+        if not line.startswith("Parkway is serving trips.agent:agent at "):
+            proc.kill()  # it said nothing, or something else: show what it wrote instead
+            _, errors = proc.communicate(timeout=30)
+            raise AssertionError(f"serve printed {line!r}; its stderr:\n{errors}")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             session = client.post("/api/sessions")
             assert session.status_code == 201, session.text
