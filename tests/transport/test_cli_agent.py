@@ -14,7 +14,9 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -82,12 +84,16 @@ async def book_stay(ctx: ToolContext, city: str, nights: Annotated[int, Field(ge
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "trip-app"
-    (root / "trips").mkdir(parents=True)
-    (root / "trips" / "__init__.py").write_text("")
-    (root / "trips" / "agent.py").write_text(textwrap.dedent(AGENT_MODULE))
-    return root
+def project() -> Iterator[Path]:
+    # A short folder of its own, not pytest's tmp_path: `parkway serve` keeps its embedded
+    # Redis's socket in the project's .parkway/, and a unix socket's path is short-limited
+    # (pytest-xdist's workers nest tmp_path a level deeper).
+    with tempfile.TemporaryDirectory(prefix="pw-") as folder:
+        root = Path(folder) / "trip-app"
+        (root / "trips").mkdir(parents=True)
+        (root / "trips" / "__init__.py").write_text("")
+        (root / "trips" / "agent.py").write_text(textwrap.dedent(AGENT_MODULE))
+        yield root
 
 
 def _parkway(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
