@@ -344,7 +344,12 @@ class Api:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=30)
+        # Idle connections are dropped well before the server's keep-alive timeout (5 s):
+        # a request sent on a connection the server is closing at that moment fails
+        # with ReadError, which a busy machine made happen (an HTTP race, not Parkway's).
+        self.http = httpx.AsyncClient(
+            base_url=base_url, timeout=30, limits=httpx.Limits(keepalive_expiry=2)
+        )
         self.token = ""
         self.principal = ""
 

@@ -105,8 +105,10 @@ async def test_a_thousand_chats_parked_then_resumed_across_three_workers(
     workers = [ParkwayProcess(redis_url, agent, env=UNLIMITED).start() for _ in range(3)]
     chats = [f"k{i}" for i in range(1000)]
     limit = asyncio.Semaphore(48)
+    owner = Api(workers[0].base_url)
+    clients: list[Api] = []
     try:
-        owner = await Api(workers[0].base_url).login()
+        await owner.login()
         clients = [owner.same_user(w.base_url) for w in workers]
 
         async def park(i: int) -> list[dict[str, Any]]:
@@ -125,9 +127,9 @@ async def test_a_thousand_chats_parked_then_resumed_across_three_workers(
         statuses = await asyncio.gather(
             *(answer(i, (i + k) % 3) for i in range(len(chats)) for k in (0, 1))
         )
+    finally:
         for client in [owner, *clients]:
             await client.aclose()
-    finally:
         for worker in workers:
             worker.stop()
     assert statuses.count(200) == len(chats)
