@@ -157,6 +157,12 @@ class SettleConflictError(ConflictError):
         self.existing = existing
 
 
+class LiveQuestionClosedError(ConflictError):
+    """A live question (runner/engine/live.py) was answered already, or its wait ended."""
+
+    code = "live_question_closed"
+
+
 class ChatBusyError(ConflictError):
     code = "chat_busy"
 

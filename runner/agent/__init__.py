@@ -63,8 +63,11 @@ from parkway.runner.agent.template import (
     load_template_json,
 )
 from parkway.runner.agent.tools import (
+    LIVE_CANCEL,
     MAX_INPUT_ROUNDS,
     TOO_MANY_ROUNDS,
+    LiveInput,
+    LiveQuestion,
     ToolContext,
     ToolNeedsInput,
     ToolRun,
@@ -77,6 +80,7 @@ __all__ = [
     "AUTHORING_SKILLS",
     "COMMIT_CONFIG",
     "LIST_SECTIONS",
+    "LIVE_CANCEL",
     "MAX_INPUT_ROUNDS",
     "PER_CALL",
     "PLATFORM_OPS",
@@ -93,6 +97,8 @@ __all__ = [
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
+    "LiveInput",
+    "LiveQuestion",
     "McpAuth",
     "McpPolicy",
     "McpServer",

@@ -11,7 +11,9 @@ with, optionally, ``include`` / ``exclude`` (lists of the server's tool names),
 settings: ``{"<tool>": {"policy": "allow" | "ask"}}``), ``timeout_s`` (one
 ``tools/call``, default 30), ``connect_timeout_s`` (default 10) and ``tools_ttl_s`` (how
 long a worker trusts the server's tool list before listing again, default 300; a
-``notifications/tools/list_changed`` refreshes it sooner).
+``notifications/tools/list_changed`` refreshes it sooner) and ``live_input_s`` (how long
+a call waits for the person when an older server asks a form question in the middle of
+it, default 60, at most 600; 0: such questions are cancelled at once; docs/mcp.md).
 
 :func:`parse_mcp_servers` validates the section when the template loads, so a bad entry
 fails there with a message that names it (``mcps[1] 'files': ...``). The running side
@@ -117,6 +119,7 @@ class _Entry(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     connect_timeout_s: float = Field(default=10.0, gt=0, le=120)
     tools_ttl_s: float = Field(default=300.0, ge=0, le=86400)
+    live_input_s: float = Field(default=60.0, ge=0, le=600)
     auth: McpAuth | None = None
 
     @field_validator("name")
@@ -164,6 +167,7 @@ class McpServer:
     timeout_s: float = 30.0
     connect_timeout_s: float = 10.0
     tools_ttl_s: float = 300.0
+    live_input_s: float = 60.0
     auth: McpAuth | None = None
 
     @property
@@ -287,6 +291,7 @@ def _server(entry: _Entry, where: str) -> McpServer:
         timeout_s=entry.timeout_s,
         connect_timeout_s=entry.connect_timeout_s,
         tools_ttl_s=entry.tools_ttl_s,
+        live_input_s=entry.live_input_s,
         auth=entry.auth,
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +30,11 @@ from parkway.runner.store import ArtifactStore
 # ToolError lives with the runner's other errors (runner/errors.py); it is named here
 # too because a tool's author reaches for it beside ToolContext.
 __all__ = [
+    "LIVE_CANCEL",
     "MAX_INPUT_ROUNDS",
     "TOO_MANY_ROUNDS",
+    "LiveInput",
+    "LiveQuestion",
     "ToolContext",
     "ToolError",
     "ToolNeedsInput",
@@ -49,6 +52,29 @@ TOO_MANY_ROUNDS = (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LiveQuestion:
+    """A question for the chat's person that a running call waits for (an older MCP
+    server's form elicitation during ``tools/call``): ``message`` and the form's
+    ``requested_schema`` as the asker sent them, ``asker`` (who asks, for the card:
+    ``{"server": ..., "tool": ...}``) and ``wait_s``, how long the call waits."""
+
+    message: str
+    requested_schema: Mapping[str, Any]
+    asker: Mapping[str, str]
+    wait_s: float
+
+
+# What the asker gets when nobody answers: the wait ended, the worker is shutting down,
+# or the call runs where no person watches (an MCP elicitation's "cancel").
+LIVE_CANCEL: Mapping[str, Any] = {"action": "cancel"}
+
+LiveInput = Callable[[LiveQuestion], Awaitable[Mapping[str, Any]]]
+"""Asks the person a :class:`LiveQuestion` and waits (bounded by its ``wait_s``) for the
+answer: ``{"action": "accept", "content": {...}}``, ``{"action": "decline"}`` or
+:data:`LIVE_CANCEL`."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +160,17 @@ class ToolContext:
     # How many rounds of a person's input the call has had answered (0 on its first
     # run): a tool that asks again past MAX_INPUT_ROUNDS gets an error instead.
     input_round: int = 0
+    # Asks the person a question while the call runs and waits a bounded time for the
+    # answer (runner/engine/live.py); None where nobody watches the run (it is made for
+    # a run streamed to its person). Use :meth:`ask_live`.
+    live_input: LiveInput | None = None
+
+    async def ask_live(self, question: LiveQuestion) -> Mapping[str, Any]:
+        """The person's answer to ``question`` (see :data:`LiveInput`), or
+        :data:`LIVE_CANCEL` when nobody can answer it now."""
+        if self.live_input is None:
+            return LIVE_CANCEL
+        return await self.live_input(question)
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
         """Put a ``data-<name>`` part on the run's stream after the tool's output."""

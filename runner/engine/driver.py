@@ -105,6 +105,7 @@ class StepDriver:
                     tool_input,
                     template,
                     resumed=call if call.continuation is not None else None,
+                    emit=report,
                 )
                 for call, tool_input in approved
             )
@@ -239,7 +240,7 @@ class StepDriver:
         )
         runs = await asyncio.gather(
             *(
-                self.executor.execute(state, c.id or "", c.name, c.input, offer.template)
+                self.executor.execute(state, c.id or "", c.name, c.input, offer.template, emit=emit)
                 for c in to_run
             )
         )

@@ -23,6 +23,7 @@ from parkway.runner.agent import (
     execute_tool,
 )
 from parkway.runner.codemode import CodeMode
+from parkway.runner.engine.live import LiveQuestions
 from parkway.runner.engine.run import Emit, RunState
 from parkway.runner.errors import QuotaExceededError
 from parkway.runner.events import DataPublished, ToolDenied, ToolFailed, ToolSucceeded
@@ -59,8 +60,10 @@ class ToolExecutor:
         artifacts: ArtifactStore | None = None,
         code: CodeMode | None = None,
         mcp: McpTools | None = None,
+        live: LiveQuestions | None = None,
     ) -> None:
         self.mcp = mcp
+        self.live = live
         self.credentials = credentials
         self.agents = agents
         self.max_output_bytes = max_output_bytes
@@ -76,9 +79,12 @@ class ToolExecutor:
         template: AgentTemplate | None = None,
         *,
         resumed: ParkedCall | None = None,
+        emit: Emit | None = None,
     ) -> ToolRun:
         """Run the call; ``resumed``: a parked call of a tool that asked a person for
-        input, now answered (the tool gets its continuation and the answer)."""
+        input, now answered (the tool gets its continuation and the answer). ``emit``:
+        the run's events, when its person watches it (the tool may then ask them a
+        live question, runner/engine/live.py)."""
         made_under = template or state.template
         spec = made_under.tool(name)
         if spec is None and made_under.mcps and self.mcp is not None:
@@ -103,6 +109,11 @@ class ToolExecutor:
             continuation=resumed.continuation if resumed is not None else None,
             answer=resumed.outcome if resumed is not None else None,
             input_round=resumed.input_round if resumed is not None else 0,
+            live_input=(
+                self.live.asker(state, call_id, emit)
+                if self.live is not None and emit is not None
+                else None
+            ),
         )
         attributes = {
             "gen_ai.operation.name": "execute_tool",

@@ -32,6 +32,7 @@ from parkway.runner.engine.execution import (
     ToolExecutor,
 )
 from parkway.runner.engine.links import LinkSettler
+from parkway.runner.engine.live import LiveQuestions
 from parkway.runner.engine.run import Run, RunnerConfig, RunState, new_id
 from parkway.runner.engine.settling import (
     Answer,
@@ -63,6 +64,7 @@ from parkway.runner.store import (
     ArtifactStore,
     ChatRecord,
     ChatStore,
+    LiveStore,
     McpLinks,
     RedisClient,
     ResumeClaim,
@@ -128,6 +130,8 @@ class Runner:
         self.mcp = mcp or McpTools()
         if self.mcp.credentials is None:  # servers that need OAuth send users' tokens
             self.mcp.credentials = credentials
+        # Questions a running call puts to the chat's person (runner/engine/live.py).
+        self.live = LiveQuestions(LiveStore(redis))
         self.executor = ToolExecutor(
             credentials,
             agents,
@@ -135,6 +139,7 @@ class Runner:
             artifacts=self.artifacts,
             code=code,
             mcp=self.mcp,
+            live=self.live,
         )
         self.models = models or ModelCatalog(model)
         self.template = template
@@ -523,6 +528,13 @@ class Runner:
             quiet_s=self.config.follow_quiet_s,
             clock=self.clock,
         )
+
+    async def answer_live(
+        self, chat_id: str, principal: str, tool_call_id: str, live_id: str, body: Any
+    ) -> Mapping[str, Any]:
+        """Answer the live question ``live_id`` of a running call (runner/engine/live.py):
+        the first answer of its owner wins while the call waits; the answer recorded."""
+        return await self.live.answer(chat_id, principal, tool_call_id, live_id, body)
 
     async def stop(self, chat_id: str, principal: str) -> bool:
         """Ask the chat's running run to stop (it keeps its partial answer). False when

@@ -25,14 +25,22 @@ is dropped too: a change may have been missed meanwhile. A new session is handed
 only once its first stream is acknowledged (or the server has none; bounded by
 ``connect_timeout_s``), so the first list, read after that, is not dropped at once.
 
-Sampling, elicitation and roots: the client declares none of these capabilities, so a
-server that asks anyway is refused by the SDK's defaults ("Sampling not supported",
-"List roots not supported", "Elicitation not supported"). Sampling would spend the
-operator's model on a server's prompt, outside any run, its approvals and its log;
-roots would describe the worker's files to a server; and a question for a person
-must wait for one, which is parking, not a callback (docs/mcp.md). A 2026-07-28 server
-asks for input in the result of the call itself instead (``InputRequiredResult``):
-the caller gets that result and decides (:mod:`parkway.runner.mcp.input`).
+Sampling and roots: the client declares neither capability, so a server that asks
+anyway is refused by the SDK's defaults ("Sampling not supported", "List roots not
+supported"). Sampling would spend the operator's model on a server's prompt, outside
+any run, its approvals and its log; roots would describe the worker's files to a server.
+
+Elicitation. A 2026-07-28 server asks for input in the result of the call itself
+(``InputRequiredResult``): the caller gets that result and parks the call
+(:mod:`parkway.runner.mcp.input`). An older server asks with an ``elicitation/create``
+request in the middle of a call, which only a live wait can answer: the session
+declares the capability and :meth:`McpConnection._on_elicit` answers. A request says
+nothing of the call it belongs to, so it goes to a call only when that is the one call
+in flight on the session and the call brought a way to ask its person (``live``):
+anything else (two calls in flight, a call nobody watches, a URL-mode request, more
+than :data:`MAX_LIVE_QUESTIONS` in one call) is answered ``cancel`` at once, never
+routed to a person who might be someone else. While the person is asked, the call's own
+timeout (``timeout_s``) stops; the wait is bounded by the entry's ``live_input_s``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from typing import Any
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
@@ -57,14 +66,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
+    REQUEST_TIMEOUT,
     CallToolResult,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
     ElicitResult,
+    ErrorData,
     InputRequiredResult,
 )
 
 from parkway.runner.agent import McpServer
 from parkway.runner.errors import McpUnavailableError
-from parkway.runner.mcp.input import link_scope
+from parkway.runner.mcp.input import LIVE_CANCELLED, MAX_LIVE_QUESTIONS, LiveAsk, link_scope
 from parkway.runner.mcp.oauth import BearerAuth, McpAuthRequired
 
 __all__ = ["McpConnection", "McpListing", "McpStatus"]
@@ -77,6 +90,16 @@ _MAX_PAGES = 50
 # fails again, up to the second.
 _RELISTEN_FIRST_S = 0.5
 _RELISTEN_MAX_S = 30.0
+
+
+@dataclass
+class _InFlight:
+    """A call in flight on the session: how it asks its person (None: it cannot), and
+    its own timer, which stops while the person is asked."""
+
+    live: LiveAsk | None
+    timer: asyncio.Timeout | None = None
+    asked: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,6 +195,8 @@ class McpConnection:
         self.retry_s = retry_s
         self.last_used = clock()
         self.busy = 0
+        # The calls in flight on this session (the elicitation requests' routing)
+        self._in_flight: dict[int, _InFlight] = {}
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -273,6 +298,7 @@ class McpConnection:
             "mode": "auto",
             "cache": None,  # the tool list is kept here, with the entry's TTL
             "message_handler": self._on_message,
+            "elicitation_callback": self._on_elicit,
             "client_info": _client_info(),
         }
         if server.transport == "stdio":
@@ -474,13 +500,16 @@ class McpConnection:
         *,
         input_responses: Mapping[str, Any] | None = None,
         request_state: str | None = None,
+        live: LiveAsk | None = None,
     ) -> CallToolResult | InputRequiredResult:
         """One ``tools/call``, in the SDK's manual input mode (an ``InputRequiredResult``
         is returned, not answered). Raises :class:`McpUnavailableError` when the server
         cannot be reached, :class:`MCPError` for the server's own error answers
         (``REQUEST_TIMEOUT`` after ``timeout_s``, and ``CONNECTION_CLOSED`` when the
         session dropped during the call: its result is unknown). ``input_responses`` and
-        ``request_state`` answer an earlier ``InputRequiredResult`` of the same call."""
+        ``request_state`` answer an earlier ``InputRequiredResult`` of the same call;
+        ``live`` asks the call's person an older server's question during the call (see
+        the module doc)."""
         responses = (
             {k: ElicitResult.model_validate(v) for k, v in input_responses.items()}
             if input_responses is not None
@@ -488,17 +517,35 @@ class McpConnection:
         )
         client = await self.client()
         self.busy += 1
+        flight = _InFlight(live)
+        self._in_flight[id(flight)] = flight
         try:
             for attempt in range(2):
                 try:
-                    return await client.session.call_tool(
-                        tool,
-                        dict(arguments),
-                        read_timeout_seconds=timeout_s,
-                        input_responses=responses,  # type: ignore[arg-type]
-                        request_state=request_state,
-                        allow_input_required=True,
-                    )
+                    if live is None:
+                        return await client.session.call_tool(
+                            tool,
+                            dict(arguments),
+                            read_timeout_seconds=timeout_s,
+                            input_responses=responses,  # type: ignore[arg-type]
+                            request_state=request_state,
+                            allow_input_required=True,
+                        )
+                    # A call that may ask its person: its own timer, which stops while
+                    # the person is asked (_on_elicit), instead of the SDK's.
+                    try:
+                        async with asyncio.timeout(timeout_s) as flight.timer:
+                            return await client.session.call_tool(
+                                tool,
+                                dict(arguments),
+                                input_responses=responses,  # type: ignore[arg-type]
+                                request_state=request_state,
+                                allow_input_required=True,
+                            )
+                    except TimeoutError:
+                        if flight.timer is None or not flight.timer.expired():
+                            raise
+                        raise MCPError(REQUEST_TIMEOUT, "the call timed out") from None
                 except MCPError as exc:
                     # A 2026-07-28 server refuses a call whose tool this session has not
                     # listed as it is now: list again and send it once more (as the SDK's
@@ -521,8 +568,49 @@ class McpConnection:
             )
             raise MCPError(CONNECTION_CLOSED, "the connection failed during the call") from None
         finally:
+            self._in_flight.pop(id(flight), None)
             self.busy -= 1
             self.last_used = self.clock()
+
+    async def _on_elicit(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        """A server's ``elicitation/create`` during a call (see the module doc): the
+        person's answer when it can be routed to the one call in flight, else cancel."""
+        del context
+        flights = list(self._in_flight.values())
+        if not isinstance(params, ElicitRequestFormParams):
+            log.info("MCP server %s asked for a URL during a call: cancelled", self.server.name)
+            return LIVE_CANCELLED
+        if len(flights) != 1 or flights[0].live is None:
+            log.info(
+                "MCP server %s asked a question no one call's person can answer (%d calls "
+                "in flight): cancelled", self.server.name, len(flights),
+            )  # fmt: skip
+            return LIVE_CANCELLED
+        flight = flights[0]
+        live = flight.live
+        assert live is not None
+        if flight.asked >= MAX_LIVE_QUESTIONS or self.server.live_input_s <= 0:
+            return LIVE_CANCELLED
+        flight.asked += 1
+        loop = asyncio.get_running_loop()
+        timer = flight.timer
+        when = None if timer is None else timer.when()
+        left = None if when is None else when - loop.time()
+        if timer is not None and not timer.expired():
+            timer.reschedule(None)  # the call's clock stops while the person is asked
+        try:
+            async with asyncio.timeout(self.server.live_input_s + 5):
+                return await live(params)
+        except Exception:
+            log.warning("MCP server %s: a live question failed", self.server.name, exc_info=True)
+            return LIVE_CANCELLED
+        finally:
+            # the call's clock runs again, unless the call ended meanwhile
+            if timer is not None and left is not None and id(flight) in self._in_flight:
+                with contextlib.suppress(RuntimeError):  # (its timeout block has ended)
+                    timer.reschedule(loop.time() + max(left, 0.0))
 
     async def _never_connected(self) -> None:
         """Raise :class:`McpUnavailableError` when the session that a call found closed

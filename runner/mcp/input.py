@@ -24,31 +24,57 @@ A retry that asks again (a new ``InputRequiredResult`` with new requests and a n
 ``requestState``, or -32042 again) parks the call again under its id for the next
 round, up to :data:`~parkway.runner.agent.MAX_INPUT_ROUNDS` rounds per call; past that
 the model reads a definite error.
+
+An older (2025-11-25) server may also ask a form question with ``elicitation/create`` in
+the middle of a call. That cannot park (the server holds the call open for the answer),
+so it is a bounded live wait: :func:`live_asker` puts the question to the call's person
+through :meth:`ToolContext.ask_live <parkway.runner.agent.ToolContext.ask_live>` and
+gives the server the answer, or ``cancel`` when none came within the entry's
+``live_input_s`` (routing: :mod:`parkway.runner.mcp.connection`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit
 
-from parkway.runner.agent import ToolContext
+from mcp_types import ElicitRequestFormParams, ElicitResult
+from pydantic import ValidationError
+
+from parkway.runner.agent import LiveQuestion, McpServer, ToolContext
 from parkway.runner.errors import ToolError, ToolNeedsInput
 
 __all__ = [
+    "MAX_LIVE_QUESTIONS",
     "NEEDS_INPUT",
+    "LiveAsk",
     "McpInputRequest",
     "McpRetry",
     "answer_input_request",
     "link_scope",
+    "live_asker",
     "retry_input",
 ]
 
 NEEDS_INPUT = "this MCP tool needs input from a person that Parkway cannot ask for"
 
 _ACTIONS = {"declined": "decline", "cancelled": "cancel", "error": "cancel"}
+
+log = logging.getLogger(__name__)
+
+# How many questions one call may ask its person live (each waits up to live_input_s):
+# the call's overall bound counts on it (runner/mcp/listing.py).
+MAX_LIVE_QUESTIONS = 3
+
+LiveAsk = Callable[[ElicitRequestFormParams], Awaitable[ElicitResult]]
+"""How a running call asks its person a server's form question and gets the answer
+(:func:`live_asker`)."""
+
+LIVE_CANCELLED = ElicitResult(action="cancel")
 
 
 @dataclass(frozen=True)
@@ -218,3 +244,29 @@ def retry_input(continuation: Mapping[str, Any], answer: Mapping[str, Any]) -> M
             )
         return McpRetry()
     return McpRetry(responses, mcp.get("requestState"))
+
+
+def live_asker(ctx: ToolContext, server: McpServer, tool: str) -> LiveAsk | None:
+    """How the call ``ctx`` describes asks its person ``server``'s form questions live,
+    or None when it cannot (nobody watches the run, or the entry's ``live_input_s`` is
+    0): the server is then answered ``cancel``."""
+    if ctx.live_input is None or server.live_input_s <= 0:
+        return None
+
+    async def ask(params: ElicitRequestFormParams) -> ElicitResult:
+        dumped = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        schema = dumped.get("requestedSchema")
+        question = LiveQuestion(
+            message=params.message,
+            requested_schema=schema if isinstance(schema, dict) else {"type": "object"},
+            asker={"server": server.name, "tool": tool},
+            wait_s=server.live_input_s,
+        )
+        answer = await ctx.ask_live(question)
+        try:
+            return ElicitResult.model_validate(dict(answer))
+        except ValidationError:
+            log.warning("MCP server %s: a live answer was not an elicitation result", server.name)
+            return LIVE_CANCELLED
+
+    return ask

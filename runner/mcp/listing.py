@@ -31,6 +31,7 @@ from jsonschema.exceptions import SchemaError
 from parkway.runner.agent import McpPolicy, McpServer, ToolContext, ToolSpec, exposed_name
 from parkway.runner.canonical import canonical_json
 from parkway.runner.mcp.connection import McpListing
+from parkway.runner.mcp.input import MAX_LIVE_QUESTIONS
 
 __all__ = ["McpCaller", "McpToolset", "annotations_of", "policy_of", "toolset"]
 
@@ -137,9 +138,14 @@ def toolset(server: McpServer, listing: McpListing, call: McpCaller) -> McpTools
             # the approval card names the server, the tool and its hints (widgets_api/
             # descriptors.py); the parked call keeps them with its record
             render={"mcp": card},
-            # the session's own bounds come first (connecting, then the call's timeout);
-            # this one only backs them up
-            timeout_s=server.connect_timeout_s + server.timeout_s + 5,
+            # the session's own bounds come first (connecting, then the call's timeout,
+            # which stops while its person is asked live); this one only backs them up
+            timeout_s=(
+                server.connect_timeout_s
+                + server.timeout_s
+                + 5
+                + MAX_LIVE_QUESTIONS * (server.live_input_s + 5)
+            ),
             source=server.where,
             func=_runner(call, server, tool.name, name),
         )

@@ -62,6 +62,7 @@ from parkway.runner.mcp.input import (
     McpRetry,
     answer_input_request,
     link_scope,
+    live_asker,
     retry_input,
 )
 from parkway.runner.mcp.listing import McpToolset, toolset
@@ -374,6 +375,7 @@ class McpTools:
                 result = await connection.call(
                     tool, arguments, server.timeout_s,
                     input_responses=retry.input_responses, request_state=retry.request_state,
+                    live=live_asker(ctx, server, tool),
                 )  # fmt: skip
             except (MCPError, McpUnavailableError):
                 denied = connection.refused()

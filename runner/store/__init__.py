@@ -16,7 +16,9 @@
 - :mod:`~parkway.runner.store.audit`: the audit trails (settles, commits, connections);
 - :mod:`~parkway.runner.store.artifacts`: large tool results kept as a chat's artifacts;
 - :mod:`~parkway.runner.store.links`: the links MCP servers asked people to open, by
-  the server's elicitation id.
+  the server's elicitation id;
+- :mod:`~parkway.runner.store.live`: the questions running calls put to a chat's person
+  and wait for (live questions).
 
 It imports the runner's vocabulary (errors, parked calls) and the model's message types,
 never the engine, the agent or the event log's followers.
@@ -79,6 +81,7 @@ from parkway.runner.store.keys import (
     usage_keys,
 )
 from parkway.runner.store.links import McpLink, McpLinks
+from parkway.runner.store.live import LIVE_UNSEEN_MS, LiveRecord, LiveStore
 from parkway.runner.store.replies import TurnClaim
 from parkway.runner.store.scripts import AUDIT_APPEND, AUDIT_FUNCTION
 from parkway.runner.store.usage import Quotas
@@ -90,6 +93,7 @@ __all__ = [
     "AUDIT_KEEP_S",
     "CHAT_ID",
     "COOL_DOWN_S",
+    "LIVE_UNSEEN_MS",
     "LOGWATCH_CHANNEL",
     "MAX_APPROVALS_PAGE",
     "MAX_CALL_ID",
@@ -112,6 +116,8 @@ __all__ = [
     "CommitEntry",
     "ConnectionEntry",
     "EmbeddedRedis",
+    "LiveRecord",
+    "LiveStore",
     "LogBatch",
     "McpLink",
     "McpLinks",

@@ -148,6 +148,15 @@ class ChatKeys:
         # append; nothing deletes it.
         self.audit = f"{tag}:audit"
 
+    def live(self, live_id: str) -> str:
+        """hash: one live question a running call put to the chat's person
+        (runner/store/live.py): ``call``, ``principal``, ``schema`` (its form's JSON
+        Schema), ``deadline`` and ``seen`` (epoch ms: when the wait ends, and when its
+        worker last looked), ``state`` (``open``, ``answered``, ``expired``) and
+        ``answer`` (JSON). Written when the question is asked, with a TTL of its wait
+        and two minutes; nothing else deletes it."""
+        return f"pw:{{{self.chat_id}}}:live:{live_id}"
+
     def settle_attempt(self, tool_call_id: str) -> str:
         """string: the nonce of the settle that won a call, so that the same attempt
         sent again (its reply lost) is told it won. TTL 60 s."""

@@ -8,6 +8,7 @@ test sees what the server received, whichever worker called it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.helpers.support import (
     ParkwayProcess,
     answered,
     call,
+    eventually,
     server_thread,
     sse_chunks,
     text,
@@ -210,3 +212,113 @@ async def test_a_parked_form_cold_resumes_on_a_new_process_after_sigkill(
     assert shop.shop.answers == [
         ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
     ]
+
+
+# -- an older server's question during the call: the live wait ---------------------------
+
+LIVE = [[call("shop__ask_live", {"item": "pan"})], [text("{{last_tool_results}}")]]
+LIVE_NORTH = {"action": "accept", "content": {"warehouse": "north"}}
+
+
+@pytest.fixture
+def old() -> Iterator[McpServerThread]:
+    """The shop as a server of the ``initialize`` era (2025-11-25)."""
+    with McpServerThread(legacy=True) as server:
+        yield server
+
+
+async def test_a_live_question_is_answered_over_http_by_its_owner_only_and_once(
+    redis_url: str, redis: Redis, old: McpServerThread
+) -> None:
+    """An older server's form during the call reaches the AI SDK stream as the
+    ``data-parkway-live-input`` part. Its answer route refuses another user (404), a
+    body too large (413), content the form does not take (422) and an unknown id (404);
+    the owner's answer wins (200, again 200 for the same), a different one after it is
+    409; the server gets the winner and the stream goes on to its result."""
+    statuses: dict[str, tuple[int, str]] = {}
+    with server_thread(redis_url, agent(LIVE, [shop_entry(old.url)])) as server:
+        owner = await Api(server.base_url).login()
+        intruder = await Api(server.base_url).login()
+        lines: list[str] = []
+        body = {"id": "live", "trigger": "submit-message", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]}  # fmt: skip
+        try:
+            async with owner.http.stream("POST", "/api/chat", json=body) as response:
+                async for line in response.aiter_lines():
+                    lines.append(line)
+                    if '"data-parkway-live-input"' not in line or '"open"' not in line:
+                        continue
+                    part = json.loads(line.removeprefix("data:"))
+                    url = (f"/api/chats/live/calls/{part['data']['toolCallId']}"
+                           f"/live/{part['id']}")  # fmt: skip
+                    tries = {
+                        "intruder": (intruder, LIVE_NORTH),
+                        "huge": (owner, {"action": "accept",
+                                         "content": {"warehouse": "x" * 200_000}}),
+                        "bad": (owner, {"action": "accept", "content": {"warehouse": 7}}),
+                        "owner": (owner, LIVE_NORTH),
+                        "again": (owner, LIVE_NORTH),
+                        "other": (owner, {"action": "decline"}),
+                    }  # fmt: skip
+                    for name, (who, answer) in tries.items():
+                        reply = await who.http.post(url, json=answer)
+                        statuses[name] = (reply.status_code, reply.text)
+                    unknown = await owner.http.post(
+                        url.rsplit("/", 1)[0] + "/lq_AAAAAAAAAAAAAAAA", json=LIVE_NORTH
+                    )
+                    statuses["unknown"] = (unknown.status_code, unknown.text)
+        finally:
+            await owner.aclose()
+            await intruder.aclose()
+    chunks = sse_chunks("\n".join(lines))
+    assert {k: v[0] for k, v in statuses.items()} == {
+        "intruder": 404, "huge": 413, "bad": 422, "owner": 200, "again": 200,
+        "other": 409, "unknown": 404,
+    }, statuses  # fmt: skip
+    assert json.loads(statuses["other"][1])["error"]["code"] == "live_question_closed"
+    assert json.loads(statuses["owner"][1])["answer"] == LIVE_NORTH
+    states = [c["data"]["state"] for c in chunks if c["type"] == "data-parkway-live-input"]
+    assert states == ["open", "answered"]
+    assert old.shop.live == [("accept", {"warehouse": "north"})]
+    assert "pan ships from north" in said(chunks)
+
+
+async def test_a_live_question_reaches_an_ag_ui_client_as_a_custom_event(
+    redis_url: str, redis: Redis, old: McpServerThread
+) -> None:
+    """On the AG-UI wire the question is the ``parkway.data`` CUSTOM event named
+    ``parkway-live-input``; answered through the same route, the run goes on."""
+    with server_thread(redis_url, agent(LIVE, [shop_entry(old.url)])) as server:
+        api = await Api(server.base_url).login()
+        try:
+            client = AguiClient(api, "agui-live")
+
+            async def answer_when_asked() -> int:
+                async def asked() -> list[Any] | None:
+                    found = [k async for k in redis.scan_iter(
+                        match=chat_keys("agui-live").live("*"))]  # fmt: skip
+                    return found or None
+
+                [key] = await eventually(asked, what="the live question")
+                call_id = (await redis.hget(key, "call")).decode()
+                live_id = key.decode().rsplit(":", 1)[1]
+                reply = await api.http.post(
+                    f"/api/chats/agui-live/calls/{call_id}/live/{live_id}", json=LIVE_NORTH
+                )
+                return reply.status_code
+
+            answering = asyncio.create_task(answer_when_asked())
+            status, events, raw = await client.post(
+                messages=[{"id": "u1", "role": "user", "content": "go"}]
+            )
+            answered_status = await answering
+        finally:
+            await api.aclose()
+    assert status == 200, raw
+    assert answered_status == 200
+    custom = [e["value"] for e in events if e["type"] == "CUSTOM" and e["name"] == "parkway.data"]
+    live = [v["data"] for v in custom if v["name"] == "parkway-live-input"]
+    assert [q["state"] for q in live] == ["open", "answered"]
+    assert live[0]["message"] == "Where should the pan ship from?"
+    assert old.shop.live == [("accept", {"warehouse": "north"})]
+    assert "pan ships from north" in raw

@@ -52,6 +52,10 @@ from parkway.transport.settings import Settings
 __all__ = ["api_routes", "call_view", "client_of", "run_start", "run_streamed", "streamed"]
 
 
+# A live question's answer is a small form's content (the runner allows 64 KiB of it).
+_LIVE_BODY_MAX = 128 * 1024
+
+
 def _call_id(request: Request) -> str:
     return check_call_id(str(request.path_params["call_id"]))
 
@@ -405,6 +409,21 @@ async def settle_call(request: Request) -> Response:
     return JSONResponse(body)
 
 
+async def answer_live(request: Request) -> Response:
+    """Answer a live question a running call put to the chat's person (an older MCP
+    server's form during the call; runner/engine/live.py). 200 with the answer recorded
+    (also for the same answer again); 404 for no such question of this user and call;
+    422 for an answer that is not one (its content checked against the form); 409 once
+    another answer won or the wait is over."""
+    principal = principal_of(request)
+    chat_id = chat_id_of(request)
+    call_id = _call_id(request)
+    live_id = str(request.path_params["live_id"])
+    raw = await read_json(request, limit=_LIVE_BODY_MAX)
+    answer = await runner_of(request).answer_live(chat_id, principal, call_id, live_id, raw)
+    return JSONResponse({"liveId": live_id, "toolCallId": call_id, "answer": dict(answer)})
+
+
 async def resume_chat(request: Request) -> Response:
     """Resume a chat whose parked calls are all settled; the response is the stream."""
     principal = principal_of(request)
@@ -468,6 +487,7 @@ def api_routes() -> list[Route]:
         Route("/api/chats/{chat_id}", get_chat, methods=["GET"]),
         Route("/api/chats/{chat_id}/calls/{call_id}", get_call, methods=["GET"]),
         Route("/api/chats/{chat_id}/calls/{call_id}", settle_call, methods=["POST"]),
+        Route("/api/chats/{chat_id}/calls/{call_id}/live/{live_id}", answer_live, methods=["POST"]),
         Route("/api/chats/{chat_id}/resume", resume_chat, methods=["POST"]),
         Route("/api/chats/{chat_id}/stop", stop_chat, methods=["POST"]),
         # the audit trails (transport/api/audit.py)

@@ -41,6 +41,8 @@ from parkway.transport.openapi._shapes import (
     FunctionVersions,
     Health,
     LibraryList,
+    LiveAnswer,
+    LiveAnswered,
     Readiness,
     SandboxStatus,
     SessionIssued,
@@ -204,6 +206,24 @@ _CHATS = [
         "approved (with input, when edits are allowed) or denied (with a reason) for an "
         "approval. An approval whose policy leaves it to someone else (GET /api/approvals) "
         "is answered by a principal it admits; its outcome records who ('by').",
+    ),
+    Operation(
+        "POST",
+        "/api/chats/{chat_id}/calls/{call_id}/live/{live_id}",
+        "Answer a live question of a running call",
+        "chats",
+        {
+            200: Json(LiveAnswered, "the answer recorded (also for the same answer again)"),
+            404: "call_not_found: no such question of yours and this call",
+            409: "live_question_closed: another answer won, or the wait is over",
+            413: "the body is over 128 KiB",
+            422: "invalid_outcome: not an answer, or content that does not fit the form",
+        },
+        body=LiveAnswer,
+        description="A running call that waits for its person (an older MCP server's form "
+        "question in the middle of a call, docs/mcp.md) puts the question on the stream as "
+        "the data part parkway-live-input; its liveId names it here. The first answer "
+        "wins while the call waits (its deadline, and only while its worker is there).",
     ),
     Operation(
         "POST",

@@ -34,6 +34,8 @@ __all__ = [
     "Health",
     "JsonObject",
     "LibraryList",
+    "LiveAnswer",
+    "LiveAnswered",
     "OAuthError",
     "Readiness",
     "SandboxStatus",
@@ -191,6 +193,22 @@ class AnswersPending(_Out):
 
 class Stopping(_Out):
     stopping: Literal[True]
+
+
+class LiveAnswer(BaseModel):
+    """A person's answer to a live question (the ``parkway-live-input`` data part)."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["accept", "decline", "cancel"]
+    content: Absent[dict[str, Any]] = Field(
+        default=None, description="accept only: the form's values, checked against its schema"
+    )
+
+
+class LiveAnswered(_Out):
+    liveId: str
+    toolCallId: str
+    answer: LiveAnswer
 
 
 # -- the agent, its library, artifacts ------------------------------------------------

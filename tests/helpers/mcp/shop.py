@@ -22,7 +22,10 @@ Tools (annotations as the server claims them):
 - ``ask_url()``: the ``URLElicitationRequiredError`` (-32042) of older servers, on its
   first call only (:meth:`McpServerThread.complete_link` then sends the completion);
 - ``ask_model()``: an ``InputRequiredResult`` that asks for sampling;
-- ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s).
+- ``hold()``: read-only; answers once the test sets ``release`` (or after 30 s);
+- ``ask_live(item)``: read-only; asks the client a form question in the middle of the
+  call (``elicitation/create``, as servers of the ``initialize`` era do: a live wait)
+  and says what it got; notes each result's action and content in ``live``.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ SHOP_TOOLS = [
     "ask_twice",
     "ask_url",
     "ask_model",
+    "ask_live",
     "hold",
 ]
 BIG_TEXT_BYTES = 1024
@@ -110,6 +114,12 @@ CONTACT_FORM = {
 }  # fmt: skip
 
 
+class Warehouse(BaseModel):
+    """ask_live's form: one required choice."""
+
+    warehouse: str
+
+
 class Stock(BaseModel):
     sku: str
     stock: int
@@ -131,6 +141,8 @@ class ShopServer:
         self.asked: list[str] = []
         self.answers: list[tuple[str, dict[str, Any], str | None]] = []
         self.url_calls = 0
+        # ask_live: each live answer's (action, content) as the server received it
+        self.live: list[tuple[str, dict[str, Any] | None]] = []
         self.rounds: list[tuple[int, dict[str, Any], str | None]] = []
         # ask_url's session (and the server's loop): a completion is sent on it
         self.url_session: tuple[Any, asyncio.AbstractEventLoop] | None = None
@@ -321,6 +333,16 @@ class ShopServer:
                 max_tokens=10,
             )
             return InputRequiredResult(input_requests={"s": CreateMessageRequest(params=params)})
+
+        @app.tool(annotations=READ_ONLY)
+        async def ask_live(item: str, ctx: Context) -> str:
+            """Asks where to ship the item, during the call."""
+            result = await ctx.elicit(f"Where should the {item} ship from?", Warehouse)
+            content = result.data.model_dump() if result.action == "accept" else None
+            self.live.append((result.action, content))
+            if result.action != "accept":
+                return f"no warehouse ({result.action})"
+            return f"{item} ships from {result.data.warehouse}"
 
         @app.tool(annotations=READ_ONLY)
         async def hold() -> str:
