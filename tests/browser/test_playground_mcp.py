@@ -59,10 +59,13 @@ def shop_agent(*turns: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextmanager
-def shop_chat(browser: Browser, redis_url: str, agent: dict[str, Any]) -> Iterator[Any]:
-    """The shop MCP server, a Parkway whose agent uses it, and a playground tab."""
-    with McpServerThread() as shop:
-        agent["template"]["mcps"] = [shop_entry(shop.url)]
+def shop_chat(
+    browser: Browser, redis_url: str, agent: dict[str, Any], *, legacy: bool = False, **entry: Any
+) -> Iterator[Any]:
+    """The shop MCP server (``legacy``: of the ``initialize`` era), a Parkway whose agent
+    uses it (``entry``: more of its ``mcps`` entry), and a playground tab."""
+    with McpServerThread(legacy=legacy) as shop:
+        agent["template"]["mcps"] = [shop_entry(shop.url, **entry)]
         with server_thread(redis_url, agent) as server:
             yield shop, server, Tab.new_context(browser, server.base_url).open()
 
@@ -278,3 +281,54 @@ def test_an_mcp_form_comes_back_after_a_reload_and_can_be_answered(
         assert shop.shop.answers == [
             ("pan", {"where": {"action": "accept", "content": {"w": "north"}}}, "opaque-pan")
         ]
+
+
+def test_a_live_question_is_a_form_under_its_running_call_answered_in_time(
+    browser: Browser, redis_url: str
+) -> None:
+    """An older server's question during its tool shows under the running call: the
+    server's message, a checked form, the seconds left. An empty required field is
+    refused on the page; filled and sent, the server gets the answer, the tool's result
+    reaches the agent and the card says it was answered."""
+    agent = shop_agent(
+        [call("shop__ask_live", {"item": "kettle"})],
+        [text("Done: {{result.shop__ask_live.result}}")],
+    )
+    with shop_chat(browser, redis_url, agent, legacy=True) as (shop, _server, tab):
+        tab.send("order a kettle")
+        card = tab.page.locator('[data-kind="live-question"]')
+        expect(card).to_have_attribute("data-state", "open")
+        expect(card.locator(".mcp-message")).to_have_text("Where should the kettle ship from?")
+        expect(card.get_by_test_id("live-deadline")).to_contain_text("s left")
+        tab.act(card, "send")
+        expect(card.get_by_test_id("field-error")).to_contain_text("required")
+        assert shop.shop.live == []
+        card.get_by_label("Warehouse").fill("north")
+        screenshot(tab.page, "live-question")
+        tab.act(card, "send")
+        tab.expect_said("Done: kettle ships from north")
+        expect(card).to_have_attribute("data-state", "answered")
+        expect(card.get_by_test_id("live-result")).to_have_text("Answer sent ✓")
+        tab.assert_clean()
+    assert shop.shop.live == [("accept", {"warehouse": "north"})]
+
+
+def test_a_live_question_nobody_answers_ends_and_the_tool_goes_on(
+    browser: Browser, redis_url: str
+) -> None:
+    """Unanswered within the entry's live_input_s, the card says the wait ended (the
+    server was told cancel) and the agent goes on with the tool's own result."""
+    agent = shop_agent(
+        [call("shop__ask_live", {"item": "pot"})],
+        [text("Done: {{result.shop__ask_live.result}}")],
+    )
+    with shop_chat(browser, redis_url, agent, legacy=True, live_input_s=1) as (shop, _, tab):
+        tab.send("order a pot")
+        card = tab.page.locator('[data-kind="live-question"]')
+        expect(card).to_be_attached()
+        tab.expect_said("Done: no warehouse (cancel)")
+        expect(card).to_have_attribute("data-state", "expired")
+        expect(card.get_by_test_id("live-result")).to_contain_text("The wait ended")
+        expect(card.locator('[data-action="send"]')).to_have_count(0)
+        tab.assert_clean()
+    assert shop.shop.live == [("cancel", None)]

@@ -74,6 +74,7 @@ STATIC_FILES: dict[str, str] = {
     "client-widgets.js": _JS,
     "mcp-form.js": _JS,
     "mcp-widgets.js": _JS,
+    "live-question.js": _JS,
     "connect-widget.js": _JS,
     "connect-flow.js": _JS,
     "view.js": _JS,

@@ -28,6 +28,8 @@
 //   connect-widget.js    the connect card; connect-flow.js its OAuth popup and polling
 //   mcp-widgets.js       an MCP server's request for input (forms, links); mcp-form.js
 //                        the form built from an elicitation schema, and its checks
+//   live-question.js     a question a running call waits for (an older MCP server's form
+//                        during a call), answered within its wait
 //   view.js              rendering messages, tool calls and widget cards; the status pill;
 //                        the Decisions list (the chat's audit trail)
 //   message-extras.js    reasoning, tool calls still being written, the model/usage footer

@@ -10,6 +10,7 @@
 // An ES module imported by playground.js; no build step.
 
 import { brokeredView, outputView } from "./code-view.js";
+import { LiveQuestionCard, liveQuestionsOf } from "./live-question.js";
 import { messageFooter, reasoningElement, updatePreparing, updateReasoning } from "./message-extras.js";
 import { h, pretty } from "./playground-base.js";
 import { isToolPart, toolNameOf } from "./ui-stream.js";
@@ -44,6 +45,10 @@ export class View {
   constructor(doc, chat) {
     this.chat = chat;
     this.widgets = chat.widgets;
+    // liveId -> LiveQuestionCard (live-question.js), built once; the questions of the
+    // message being drawn, by their tool call
+    this.liveCards = new Map();
+    this.liveNow = new Map();
     this.pending = false;
     this.chatStatus = "ready";
     this.els = {};
@@ -131,6 +136,7 @@ export class View {
   }
 
   renderParts(li, message) {
+    this.liveNow = liveQuestionsOf(message);
     const shown = (message.parts || []).filter((p) => p.type === "text" || p.type === "reasoning" || isToolPart(p));
     const items = shown.map((part, index) => {
       const key = isToolPart(part) ? `tool:${part.toolCallId}` : `${part.type}:${index}`;
@@ -218,7 +224,21 @@ export class View {
       body.replaceChildren(...content);
     }
     if (widget && widget.root.parentElement !== el) el.append(widget.root);
+    this.updateLive(el, part.toolCallId);
     this.updateBrokered(el, part.toolCallId);
+  }
+
+  /** The questions a running call put to the person (live-question.js), under it. */
+  updateLive(el, toolCallId) {
+    for (const data of this.liveNow.get(toolCallId) || []) {
+      let card = this.liveCards.get(data.liveId);
+      if (!card) {
+        card = new LiveQuestionCard(this.chat, data);
+        this.liveCards.set(data.liveId, card);
+      }
+      card.update(data);
+      if (card.root.parentElement !== el) el.append(card.root);
+    }
   }
 
   /** The tool calls a program made, listed under its call (after its card). */
