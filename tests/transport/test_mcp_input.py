@@ -9,14 +9,18 @@ test sees what the server received, whichever worker called it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 
+from parkway.runner.store import LIVE_UNSEEN_MS
 from parkway.runner.store.keys import chat_keys
 from tests.helpers.agui import AguiClient
 from tests.helpers.mcp import McpServerThread, shop_entry
@@ -29,6 +33,7 @@ from tests.helpers.support import (
     server_thread,
     sse_chunks,
     text,
+    turn_once_the_lease_lapses,
 )
 
 ASK = [[call("shop__ask_person", {"item": "pan"})], [text("{{last_tool_results}}")]]
@@ -322,3 +327,57 @@ async def test_a_live_question_reaches_an_ag_ui_client_as_a_custom_event(
     assert live[0]["message"] == "Where should the pan ship from?"
     assert old.shop.live == [("accept", {"warehouse": "north"})]
     assert "pan ships from north" in raw
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_during_a_live_wait_leaves_a_definite_result_and_refuses_answers(
+    redis_url: str, redis: Redis, old: McpServerThread, tmp_path: Path
+) -> None:
+    """SIGKILL while a live question waits: the server's question fails with the session
+    (no answer ever reaches it), an answer posted once the dead worker stopped looking
+    is refused (409), and the next turn on another worker reads the call's result as
+    unknown, never a second run."""
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(agent(LIVE, [shop_entry(old.url)])))
+    env = {"PARKWAY_LEASE_S": "1"}
+    first = ParkwayProcess(redis_url, path, env=env).start()
+    api = await Api(first.base_url).login()
+    try:
+        sending = asyncio.create_task(api.say("live-kill", "go", "u1"))
+
+        async def asked() -> list[Any] | None:
+            found = [k async for k in redis.scan_iter(match=chat_keys("live-kill").live("*"))]
+            return found or None
+
+        [key] = await eventually(asked, within_s=30, what="the live question")
+        first.kill()
+        with contextlib.suppress(httpx.HTTPError):
+            await sending
+    finally:
+        first.kill()
+    call_id = (await redis.hget(key, "call")).decode()
+    url = f"/api/chats/live-kill/calls/{call_id}/live/{key.decode().rsplit(':', 1)[1]}"
+    second = ParkwayProcess(redis_url, path, env=env).start()
+    try:
+        other = api.same_user(second.base_url)
+
+        async def unseen() -> bool:  # the dead worker last looked LIVE_UNSEEN_MS ago
+            seen = int(await redis.hget(key, "seen"))
+            return time.time() * 1000 - seen > LIVE_UNSEEN_MS + 100
+
+        await eventually(unseen, within_s=30, every_s=0.2, what="the wait unwatched")
+        late = await other.http.post(url, json=LIVE_NORTH)
+        await other.aclose()
+        response = await turn_once_the_lease_lapses(
+            api, second.base_url, "live-kill", "again", "u2"
+        )
+    finally:
+        second.stop()
+        await api.aclose()
+    assert late.status_code == 409, late.text
+    assert late.json()["error"]["code"] == "live_question_closed"
+    assert response.status_code == 200, response.text
+    [result] = json.loads(said(sse_chunks(response.text)))
+    assert result["tool"] == "shop__ask_live"
+    assert result["result"]["error"].startswith("result unknown")
+    assert ("accept", {"warehouse": "north"}) not in old.shop.live
