@@ -98,6 +98,7 @@ class _InFlight:
     its own timer, which stops while the person is asked."""
 
     live: LiveAsk | None
+    live_s: float = 0.0
     timer: asyncio.Timeout | None = None
     asked: int = 0
 
@@ -501,6 +502,7 @@ class McpConnection:
         input_responses: Mapping[str, Any] | None = None,
         request_state: str | None = None,
         live: LiveAsk | None = None,
+        live_s: float = 0.0,
     ) -> CallToolResult | InputRequiredResult:
         """One ``tools/call``, in the SDK's manual input mode (an ``InputRequiredResult``
         is returned, not answered). Raises :class:`McpUnavailableError` when the server
@@ -508,8 +510,8 @@ class McpConnection:
         (``REQUEST_TIMEOUT`` after ``timeout_s``, and ``CONNECTION_CLOSED`` when the
         session dropped during the call: its result is unknown). ``input_responses`` and
         ``request_state`` answer an earlier ``InputRequiredResult`` of the same call;
-        ``live`` asks the call's person an older server's question during the call (see
-        the module doc)."""
+        ``live`` asks the call's person an older server's question during the call, each
+        within ``live_s`` (see the module doc)."""
         responses = (
             {k: ElicitResult.model_validate(v) for k, v in input_responses.items()}
             if input_responses is not None
@@ -517,7 +519,7 @@ class McpConnection:
         )
         client = await self.client()
         self.busy += 1
-        flight = _InFlight(live)
+        flight = _InFlight(live, live_s)
         self._in_flight[id(flight)] = flight
         try:
             for attempt in range(2):
@@ -591,7 +593,7 @@ class McpConnection:
         flight = flights[0]
         live = flight.live
         assert live is not None
-        if flight.asked >= MAX_LIVE_QUESTIONS or self.server.live_input_s <= 0:
+        if flight.asked >= MAX_LIVE_QUESTIONS or flight.live_s <= 0:
             return LIVE_CANCELLED
         flight.asked += 1
         loop = asyncio.get_running_loop()
@@ -601,7 +603,7 @@ class McpConnection:
         if timer is not None and not timer.expired():
             timer.reschedule(None)  # the call's clock stops while the person is asked
         try:
-            async with asyncio.timeout(self.server.live_input_s + 5):
+            async with asyncio.timeout(flight.live_s + 5):  # (the asker's own bound first)
                 return await live(params)
         except Exception:
             log.warning("MCP server %s: a live question failed", self.server.name, exc_info=True)

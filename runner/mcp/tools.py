@@ -375,7 +375,7 @@ class McpTools:
                 result = await connection.call(
                     tool, arguments, server.timeout_s,
                     input_responses=retry.input_responses, request_state=retry.request_state,
-                    live=live_asker(ctx, server, tool),
+                    live=live_asker(ctx, server, tool), live_s=server.live_input_s,
                 )  # fmt: skip
             except (MCPError, McpUnavailableError):
                 denied = connection.refused()
