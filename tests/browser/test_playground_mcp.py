@@ -4,6 +4,7 @@ against a real Parkway (uvicorn, Redis) whose agent offers the shop MCP server's
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -250,6 +251,26 @@ def test_an_mcp_link_card_names_the_host_opens_a_popup_then_accepts(
         tab.act(card, "finished")
         tab.expect_said("Said: ")
         tab.expect_said("authorised")
+        tab.assert_clean()
+        assert shop.shop.url_calls == 2
+
+
+def test_a_link_the_server_completes_updates_the_open_page_without_a_click(
+    browser: Browser, redis_url: str
+) -> None:
+    """A 2025-11-25 server says the link was visited (notifications/elicitation/complete):
+    the page that shows the card, untouched, sees the call answered and the agent's
+    continuation, with no reload and no "I finished"."""
+    agent = shop_agent([call("shop__ask_url")], [text("Said: {{result.shop__ask_url.content}}")])
+    with shop_chat(browser, redis_url, agent, legacy=True) as (shop, _server, tab):
+        tab.send("authorise")
+        card = tab.widget("mcp-input")
+        tab.expect_state(card, "pending")
+        assert shop.shop.url_session is not None
+        session, loop = shop.shop.url_session  # the server's own loop, in its thread
+        asyncio.run_coroutine_threadsafe(session.send_elicit_complete("e-1"), loop).result(10)
+        tab.expect_said("authorised")
+        tab.expect_state(card, "answered")
         tab.assert_clean()
         assert shop.shop.url_calls == 2
 
