@@ -381,3 +381,38 @@ async def test_a_worker_killed_during_a_live_wait_leaves_a_definite_result_and_r
     assert result["tool"] == "shop__ask_live"
     assert result["result"]["error"].startswith("result unknown")
     assert ("accept", {"warehouse": "north"}) not in old.shop.live
+
+
+@pytest.mark.slow
+async def test_a_parked_link_cold_resumes_on_a_new_process_after_sigkill(
+    redis_url: str, old: McpServerThread, tmp_path: Path
+) -> None:
+    """An older server's -32042 parks the call on a link card; the worker is killed;
+    on a new process the person's "I finished" settles it and the resume calls the
+    tool again, whose result the model reads."""
+    path = tmp_path / "agent.json"
+    turns = [[call("shop__ask_url")], [text("{{last_tool_results}}")]]
+    path.write_text(json.dumps(agent(turns, [shop_entry(old.url)])))
+    first = ParkwayProcess(redis_url, path).start()
+    try:
+        api = await Api(first.base_url).login()
+        chunks = await api.say("cold-link", "go")
+        await api.aclose()
+    finally:
+        first.kill()
+    card = widget(chunks)
+    assert card["kind"] == "mcp-url" and old.shop.url_calls == 1
+    second = ParkwayProcess(redis_url, path).start()
+    try:
+        other = api.same_user(second.base_url)
+        done = {"outcome": "output", "output": {"responses": {"e-1": {"action": "accept"}}}}
+        settled = await other.settle("cold-link", card["toolCallId"], done)
+        resumed = await other.resume("cold-link")
+        await other.aclose()
+    finally:
+        second.stop()
+    assert settled.status_code == 200, settled.text
+    assert resumed.status_code == 200, resumed.text
+    [result] = json.loads(said(sse_chunks(resumed.text)))
+    assert "authorised" in json.dumps(result["result"])
+    assert old.shop.url_calls == 2
