@@ -79,3 +79,12 @@ def typed_add(a: int, b: int = 1) -> int:
     """Add two numbers (a typed function no decorator bound: an exported agent file's
     ``"arguments": "typed"`` entry binds it from its signature)."""
     return a + b
+
+
+async def ask_city(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """Asks the person live which city, waiting up to ``wait_s``; returns the answer."""
+    from parkway.runner.agent import LiveQuestion
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    question = LiveQuestion("Which city?", schema, {"tool": "ask_city"}, tool_input["wait_s"])
+    return dict(await ctx.ask_live(question))

@@ -19,6 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from parkway.runner import Runner, RunnerConfig, parse_agent_file
+from parkway.runner.agent import LiveQuestion, ToolContext
 from parkway.runner.engine.live import LIVE_PART
 from parkway.runner.errors import (
     CallNotFoundError,
@@ -274,3 +275,35 @@ async def test_an_answer_after_the_asking_worker_stopped_looking_is_refused(redi
     assert (died, alive, past) == ("expired", "ok", "expired")
     assert await store.close(keys, "lq_alive") == {"action": "decline"}
     assert await store.close(keys, "lq_died") is None
+
+
+async def test_a_python_tool_asks_live_through_its_context(redis: Redis) -> None:
+    """``ctx.ask_live`` is the same mechanism for any server tool: the question on the
+    stream, the owner's answer back to the tool (here, returned as its output); a
+    context with no ``live_input`` (nobody watches the run) gets cancel at once."""
+    tool = {"type": "function", "name": "ask_city", "ref": "tests.helpers.tools:ask_city",
+            "input_schema": {"type": "object"}}  # fmt: skip
+    agent = parse_agent_file(
+        {
+            "template": {"instructions": "cities", "tools": [tool]},
+            "model": {"scripted": {"turns": [
+                [call("ask_city", {"wait_s": 30})], [text("{{last_tool_results}}")]]}},
+        }
+    )  # fmt: skip
+    runner = Runner(redis, agent.model, agent.template, config=RunnerConfig())
+    try:
+
+        async def reply(q: dict[str, Any]) -> None:
+            body = {"action": "accept", "content": {"city": "Oslo"}}
+            await runner.answer_live("py", "alice", q["toolCallId"], q["liveId"], body)
+
+        events, asked = await until_asked(runner, "py", reply)
+    finally:
+        await runner.aclose()
+    assert asked["asker"] == {"tool": "ask_city"} and asked["message"] == "Which city?"
+    assert [e.output for e in events if isinstance(e, ToolSucceeded)] == [
+        {"action": "accept", "content": {"city": "Oslo"}}
+    ]
+    nobody = ToolContext("py", "alice", "c1", "ask_city")
+    question = LiveQuestion("Which city?", {"type": "object"}, {}, 30)
+    assert await nobody.ask_live(question) == {"action": "cancel"}
