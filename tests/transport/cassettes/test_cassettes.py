@@ -300,17 +300,6 @@ def test_fresh_ids_deadlines_and_another_text_split_compare_equal() -> None:
 # -- the CLI and the plugin -----------------------------------------------------------
 
 
-def test_the_example_cassette_replays_cold_with_the_cli(redis: Redis, redis_url: str) -> None:
-    """The documented example is a working proof: `parkway replay --cold` kills the
-    server at each park point and exits 0 when everything matches."""
-    result = _cli(str(EXAMPLES / "trip.cassette.json"), "--cold", "--redis-url", redis_url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    digest = agent_digest(AGENT)[:19]
-    agent = f"agent: {EXAMPLES / 'trip.agent.json'} ({digest}…), the agent recorded"
-    assert result.stdout.startswith(agent + "\n"), result.stdout
-    assert "(cold: killed and restarted 4 times): every response matches" in result.stdout
-
-
 def test_the_cli_exits_1_with_the_diff_when_a_response_differs(
     redis: Redis, redis_url: str, trip: Cassette, tmp_path: Path
 ) -> None:
