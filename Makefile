@@ -55,11 +55,15 @@ run: $(RUN_STAMP)
 # browsers and servers; TEST_WORKERS=0 runs it in this one process), then the tests
 # marked `serial`, which must not share the machine (tests/README.md). The tests marked
 # `load`, full-size variants of tests run here at a smaller size, are `make load`'s.
+# The first pass writes which files hold `serial` tests (tests/conftest.py), so that the
+# second collects those files only (empty: it collects everything, as before).
 TEST_WORKERS ?= 2
+SERIAL_FILES := build/serial-test-files
 
 test: venv node-deps
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial and not load'
-	$(BIN)/pytest -m 'serial and not load'
+	rm -f $(SERIAL_FILES)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial and not load' --serial-files $(SERIAL_FILES)
+	$(BIN)/pytest -m 'serial and not load' $$(cat $(SERIAL_FILES))
 
 # mypy cannot follow the editable install's import hook: it checks the folders through
 # links named as they install (build/mypy-path/parkway/runner -> runner/, ...).
