@@ -53,12 +53,17 @@ run: $(RUN_STAMP)
 
 # The suite on TEST_WORKERS pytest-xdist workers (much of it waits on real processes,
 # browsers and servers; TEST_WORKERS=0 runs it in this one process), then the tests
-# marked `serial`, which must not share the machine (tests/README.md).
+# marked `serial`, which must not share the machine (tests/README.md). The tests marked
+# `load`, full-size variants of tests run here at a smaller size, are `make load`'s.
+# The first pass writes which files hold `serial` tests (tests/conftest.py), so that the
+# second collects those files only (empty: it collects everything, as before).
 TEST_WORKERS ?= 2
+SERIAL_FILES := build/serial-test-files
 
 test: venv node-deps
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial'
-	$(BIN)/pytest -m serial
+	rm -f $(SERIAL_FILES)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial and not load' --serial-files $(SERIAL_FILES)
+	$(BIN)/pytest -m 'serial and not load' $$(cat $(SERIAL_FILES))
 
 # mypy cannot follow the editable install's import hook: it checks the folders through
 # links named as they install (build/mypy-path/parkway/runner -> runner/, ...).
@@ -80,9 +85,11 @@ bench: venv
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.fanout
 
-# 10,000 SSE followers and 300 concurrent turns on one worker (docs/benchmarks.md, Load).
+# 10,000 SSE followers and 300 concurrent turns on one worker (docs/benchmarks.md, Load),
+# then the tests marked `load`: the full sizes of tests `make test` runs smaller.
 load: venv
 	$(BIN)/python -m bench.load
+	$(BIN)/pytest -m load
 
 clean:
 	rm -rf $(VENV) build $(NODE_DIR)/node_modules $(OIDC_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -106,10 +106,34 @@ def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
     return shared_once(tmp_path_factory, "user", install_for_user)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial-files",
+        metavar="PATH",
+        help="write the test files that hold tests marked serial to PATH, one a line "
+        "(make test's second pass, which runs those tests, then collects only these files)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that checks the sandbox uid leaves no process behind (the ``leftovers``
     fixture) counts every process of that uid on the host, and some hit its process cap:
-    another worker's sandbox would be counted, or starved. They are ``serial``."""
+    another worker's sandbox would be counted, or starved. They are ``serial``.
+
+    With ``--serial-files PATH`` (``make test``'s first pass), the files holding them are
+    written to PATH, from every test collected (this runs before ``-m`` deselects any)."""
     for item in items:
         if "leftovers" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.serial)
+    target = config.getoption("serial_files")
+    if target:
+        files = {
+            item.path.relative_to(config.rootpath).as_posix()
+            for item in items
+            if item.get_closest_marker("serial") is not None
+        }
+        path = Path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f"{path.name}.{os.getpid()}")  # each xdist worker writes it
+        draft.write_text("".join(f"{name}\n" for name in sorted(files)))
+        draft.replace(path)

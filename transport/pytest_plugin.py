@@ -72,6 +72,7 @@ __all__ = [
     "parkway_replay",
     "parkway_runtime",
     "pytest_addoption",
+    "record_action",
 ]
 
 
@@ -231,10 +232,17 @@ def _record_mode(config: pytest.Config) -> str:
     return str(mode or "once")
 
 
-# What a record mode adds to the replay of an existing cassette (keyword arguments of
-# parkway_replay): new_episodes sends the model steps whose request changed, or that the
-# cassette lacks, to the real model and writes the cassette again with them.
-_REPLAY_OPTIONS: dict[str, dict[str, Any]] = {"new_episodes": {"record_mode": "new_episodes"}}
+def record_action(mode: str, exists: bool) -> str:
+    """What ``parkway_record`` does in record mode ``mode`` with the cassette there
+    (``exists``) or not: ``"replay"``; ``"replay-new-episodes"`` (the replay sends the
+    model steps whose request changed, or that the cassette lacks, to the real model and
+    writes the cassette again with them); ``"record"``; or ``"missing"`` (mode none and
+    no cassette: the test fails)."""
+    if mode not in RECORD_MODES:
+        raise ValueError(f"record mode {mode!r} is not one of {', '.join(RECORD_MODES)}")
+    if exists and mode != "all":
+        return "replay-new-episodes" if mode == "new_episodes" else "replay"
+    return "missing" if mode == "none" else "record"
 
 
 def _record(
@@ -299,7 +307,8 @@ def parkway_record(
             _fail(f"record mode {mode!r} is not one of {', '.join(RECORD_MODES)}")
         target = here / cassette  # an absolute path stays as it is
         agent_file = None if agent is None else here / agent
-        if target.exists() and mode != "all":
+        action = record_action(mode, target.exists())
+        if action in ("replay", "replay-new-episodes"):
             return parkway_replay(
                 target,
                 agent=agent_file,
@@ -308,9 +317,9 @@ def parkway_record(
                 env=env,
                 ignore=ignore,
                 full=full,
-                **_REPLAY_OPTIONS.get(mode, {}),
+                record_mode="new_episodes" if action == "replay-new-episodes" else "none",
             )
-        if mode == "none":
+        if action == "missing":
             _fail(f"no cassette at {target} and --record-mode=none (record it with once)")
         if agent_file is None:
             _fail(f"recording {target} needs agent=, the agent file the server serves")

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.helpers.support import free_port
 from tests.helpers.topologies import HOST, TopologyUnavailableError, _binaries, unavailable
@@ -71,10 +73,15 @@ class RestartableRedis:
         raise RuntimeError("redis-server did not answer within 15 s")
 
     def shutdown(self) -> None:
-        """A clean stop: SHUTDOWN (the AOF is complete)."""
+        """A clean stop: SHUTDOWN (the AOF is complete). The client does not retry: the
+        server closing the connection is SHUTDOWN's answer, which redis-py's default
+        retries would take for a lost connection and try again, backing off for seconds
+        against a server that is gone."""
         with (
             contextlib.suppress(redis.RedisError, OSError),
-            redis.Redis(host=HOST, port=self.port, socket_timeout=5) as client,
+            redis.Redis(
+                host=HOST, port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0)
+            ) as client,
         ):
             client.shutdown(nosave=True)
         self._reap()

@@ -95,15 +95,20 @@ async def test_park_on_a_settle_on_b_resume_on_c_reconnect_to_d_mid_stream(
     assert "".join(x["delta"] for x in from_c if x["type"] == "text-delta") == said[len("Pick.") :]
 
 
-async def test_a_thousand_chats_parked_then_resumed_across_three_workers(
-    redis: Redis, redis_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "count",
+    [250, pytest.param(1000, marks=pytest.mark.load)],  # make load: the full size
+)
+async def test_hundreds_of_chats_parked_then_resumed_across_three_workers(
+    redis: Redis, redis_url: str, tmp_path: Path, count: int
 ) -> None:
-    """1,000 chats park on three workers; each answer is posted twice, to two different
-    workers, all at once. Every chat continues exactly once: none lost, none doubled."""
+    """Hundreds of chats (``make test``: 250; ``make load``: 1,000) park on three
+    workers; each answer is posted twice, to two different workers, all at once. Every
+    chat continues exactly once: none lost, none doubled."""
     agent = tmp_path / "agent.json"
     agent.write_text(json.dumps(agent_doc([[call("pick", {"q": "n"})], [text("resumed")]])))
     workers = [ParkwayProcess(redis_url, agent, env=UNLIMITED).start() for _ in range(3)]
-    chats = [f"k{i}" for i in range(1000)]
+    chats = [f"k{i}" for i in range(count)]
     limit = asyncio.Semaphore(48)
     owner = Api(workers[0].base_url)
     clients: list[Api] = []

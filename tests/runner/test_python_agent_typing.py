@@ -54,7 +54,10 @@ plain("not a context", 1)
 @pytest.mark.timeout(300)
 def test_mypy_strict_sees_each_decorated_function_as_itself(tmp_path: Path) -> None:
     # mypy cannot follow the editable install's import hook: the folders are linked under
-    # the names they install as (as `make lint` does).
+    # the names they install as (as `make lint` does). Its cache lives in build/ (ignored
+    # by git), as tests/product/test_python_api_doc.py's does: a later run reads Parkway's
+    # and its dependencies' types from it instead of analysing them all again; mypy
+    # checks again any module whose source changed.
     linked = tmp_path / "path" / "parkway"
     linked.mkdir(parents=True)
     for package in ("runner", "transport", "widgets_api"):
@@ -62,7 +65,7 @@ def test_mypy_strict_sees_each_decorated_function_as_itself(tmp_path: Path) -> N
     (tmp_path / "user.py").write_text(textwrap.dedent(USER_MODULE))
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports",
-         "--cache-dir", str(tmp_path / "cache"), "user.py"],
+         "--cache-dir", str(ROOT / "build" / "mypy-typing-cache"), "user.py"],
         cwd=tmp_path, env={**os.environ, "MYPYPATH": str(tmp_path / "path")},
         capture_output=True, text=True, timeout=280, check=False,
     )  # fmt: skip

@@ -40,6 +40,7 @@ def server(redis: Redis, redis_url: str, held: Path) -> Iterator[ServerThread]:
         max_streams_per_worker=100,
     ).start()
     yield started
+    held.write_text("go")  # runs still held end now, not at the shutdown's drain deadline
     started.stop()
 
 

@@ -25,6 +25,7 @@ from parkway.transport.cassettes import (
     load_cassette,
     replay,
 )
+from parkway.transport.pytest_plugin import record_action
 from parkway.transport.settings import Settings
 from tests.helpers.record_rig import Recording
 from tests.helpers.support import HOLD_TOOL_CODE
@@ -272,12 +273,41 @@ def test_chat(parkway_record):
 )
 
 
+@pytest.mark.parametrize(
+    ("mode", "exists", "action"),
+    [
+        ("once", False, "record"),
+        ("once", True, "replay"),
+        ("new_episodes", False, "record"),
+        ("new_episodes", True, "replay-new-episodes"),
+        ("none", False, "missing"),
+        ("none", True, "replay"),
+        ("all", False, "record"),
+        ("all", True, "record"),
+    ],
+)
+def test_each_record_mode_records_or_replays(mode: str, exists: bool, action: str) -> None:
+    """The fixture's choice, mode by mode: none never records (a missing cassette fails
+    the test); once and new_episodes record a missing cassette and replay an existing
+    one (new_episodes sending the changed model steps to the model); all always
+    records. The test below runs the fixture itself in a pytest subprocess."""
+    assert record_action(mode, exists) == action
+
+
+def test_an_unknown_record_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="record mode 'sometimes' is not one of once, "):
+        record_action("sometimes", exists=True)
+
+
 @pytest.mark.timeout(600)
 def test_the_fixture_records_or_replays_by_record_mode(pytester: pytest.Pytester) -> None:
-    """``parkway_record`` in every mode, in a pytest subprocess (the plugin's entry
-    point): none fails on a missing cassette; once and new_episodes record a missing
-    one and replay it once it exists; all records every time; a replay that differs
-    fails the test with the diff."""
+    """``parkway_record`` in a pytest subprocess (the plugin's entry point): none fails
+    on a missing cassette; the default (once) records a missing one; ``--record-mode``
+    wins over the ini option ``parkway_record_mode``, which the fixture reads when no
+    option is given; a replay that differs fails the test with the diff. Which mode
+    replays and which records is checked case by case above, in-process; the replay of
+    an existing cassette in modes none and new_episodes also runs in a subprocess in
+    tests/runner/test_model_tapes.py."""
     _project(pytester.path)
     pytester.makepyfile(test_chat=INNER_TEST)
     cassette = pytester.path / "cassettes" / "chat.cassette.json"
@@ -300,22 +330,18 @@ def test_the_fixture_records_or_replays_by_record_mode(pytester: pytest.Pytester
     assert drove.read_text() == "x" and len(load_cassette(cassette).exchanges) == 4
     recorded = cassette.read_text()
 
-    for mode in ("once", "none", "new_episodes"):
-        run(f"--record-mode={mode}")
-        assert outcome.read_text() == "replayed httpx=False", mode
-        assert not drove.exists() and cassette.read_text() == recorded, mode
+    ini = pytester.makeini("[pytest]\nparkway_record_mode = all\n")
+    run("--record-mode=once")  # the option wins over the ini's all: replayed
+    assert outcome.read_text() == "replayed httpx=False"
+    assert not drove.exists() and cassette.read_text() == recorded
 
-    run("--record-mode=all")
+    run()  # the ini's all: recorded again
     assert outcome.read_text() == "recorded httpx=False" and drove.exists()
 
+    ini.unlink()
     changed = json.loads((pytester.path / "agent.json").read_text())
     changed["model"]["scripted"]["turns"][1][0]["text"] = "Finished: {{last_tool_results}}"
     (pytester.path / "agent.json").write_text(json.dumps(changed))
-    output = run(passed=False)
+    output = run(passed=False)  # once, by default: the cassette exists, so replayed
     assert "differs from the agent recorded" in output and "Finished: " in output
     assert not drove.exists()
-
-    cassette.unlink()
-    pytester.makeini("[pytest]\nparkway_record_mode = new_episodes\n")
-    run()
-    assert outcome.read_text() == "recorded httpx=False" and drove.exists()

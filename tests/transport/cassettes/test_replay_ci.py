@@ -5,6 +5,7 @@ temporary folder behind, and two replays of one cassette on one Redis at once.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from parkway.runner.store.keys import owned_without_ttl
-from parkway.transport.cassettes import Recorder, load_cassette, save_cassette
+from parkway.transport.cassettes import Recorder, agent_digest, load_cassette, save_cassette
 from tests.helpers.support import HOLD_TOOL_CODE, ROOT, TEST_SECRET, free_port
 
 pytestmark = pytest.mark.slow
@@ -343,8 +344,16 @@ def test_a_cold_replay_leaves_no_copy_of_the_guest_files(
 
 def test_two_replays_of_one_cassette_on_one_redis_do_not_race(redis: Redis, redis_url: str) -> None:
     """CI runs replays in parallel on one shared database (xdist workers, two jobs):
-    each run's chats get an id of their own, so both match, and neither saw the other."""
-    cassette = ROOT / "docs" / "examples" / "trip.cassette.json"
+    each run's chats get an id of their own, so both match, and neither saw the other.
+    The cassette is the documented example, a working proof: ``parkway replay --cold``
+    names the agent it replays, kills the server at each park point and exits 0 when
+    everything matches."""
+    examples = ROOT / "docs" / "examples"
+    cassette = examples / "trip.cassette.json"
+    agent = json.loads((examples / "trip.agent.json").read_text())
+    named = (
+        f"agent: {examples / 'trip.agent.json'} ({agent_digest(agent)[:19]}…), the agent recorded"
+    )
     argv = [sys.executable, "-m", "parkway.transport.cli", "replay", str(cassette), "--cold"]
     runs = [
         subprocess.Popen(
@@ -360,7 +369,8 @@ def test_two_replays_of_one_cassette_on_one_redis_do_not_race(redis: Redis, redi
     results = [run.communicate(timeout=180) for run in runs]
     for run, (out, err) in zip(runs, results, strict=True):
         assert run.returncode == 0, out + err
-        assert "every response matches" in out
+        assert out.startswith(named + "\n"), out
+        assert "(cold: killed and restarted 4 times): every response matches" in out
     client = SyncRedis.from_url(redis_url, decode_responses=True)
     try:
         chats = {key.split("{", 1)[1].split("}", 1)[0] for key in client.scan_iter("pw:{trip*")}
