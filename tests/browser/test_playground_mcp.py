@@ -222,6 +222,41 @@ def test_an_mcp_form_declined_and_cancelled_reach_the_server_as_such(
         ]
 
 
+def test_one_request_of_several_can_be_cancelled_alone_and_answered_after_all(
+    browser: Browser, redis_url: str
+) -> None:
+    """In a call with two requests, "Cancel this one" leaves that one unanswered (its
+    required fields are not checked), "Answer it after all" brings its form back, and
+    cancelled again it reaches the server as cancel beside the other's answer."""
+    agent = shop_agent(
+        [call("shop__ask_details", {"item": "mug"})],
+        [text("Done: {{result.shop__ask_details.content}}")],
+    )
+    with shop_chat(browser, redis_url, agent) as (shop, _server, tab):
+        tab.send("order a mug")
+        card = tab.widget("mcp-input")
+        tab.expect_state(card, "pending")
+        contact = card.locator('[data-request="contact"]')
+        contact.locator('[data-action="cancel-one"]').click()
+        expect(contact).to_contain_text("the server is told it was cancelled")
+        expect(contact).to_have_attribute("data-skipped", "cancel")
+        contact.locator('[data-action="answer-one"]').click()
+        expect(contact.get_by_label("Name")).to_be_visible()
+        contact.locator('[data-action="cancel-one"]').click()
+        card.locator('[data-request="note"]').get_by_label("Comment").fill("fragile")
+        tab.act(card, "review")
+        tab.act(card, "submit")
+        tab.expect_said("Done: ")
+        tab.expect_said("no details: the person chose cancel")
+        tab.expect_state(card, "answered")
+        expect(card.locator('[data-request="contact"]')).to_contain_text("Cancelled.")
+        tab.assert_clean()
+    assert shop.shop.answers == [
+        ("mug", {"contact": {"action": "cancel"},
+                 "note": {"action": "accept", "content": {"comment": "fragile"}}}, "details-mug"),
+    ]  # fmt: skip
+
+
 def test_an_mcp_link_card_names_the_host_opens_a_popup_then_accepts(
     browser: Browser, redis_url: str
 ) -> None:

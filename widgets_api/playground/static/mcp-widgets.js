@@ -10,7 +10,9 @@
 // The answer is the call's output, {"responses": {<key>: {"action": "accept",
 // "content"?: {...}}}}. "Decline" (an explicit no) and "Cancel" (dismissed without a
 // choice) answer every request of the call: the call is settled "declined" or
-// "cancelled", and the server is told decline or cancel for each request.
+// "cancelled", and the server is told decline or cancel for each request. In a call
+// with several requests, "Decline this one" and "Cancel this one" answer one request
+// so, alone; the others are answered as usual.
 //
 // The messages, hosts and schemas are the MCP server's: untrusted text, always put on
 // the page as text.
@@ -44,7 +46,7 @@ export class McpInputWidget extends ClientWidget {
     this.forms = new Map(); // request key -> ElicitationForm, built once
     this.opened = new Set(); // link requests whose page this tab opened
     this.content = {}; // request key -> checked content, in review
-    this.declinedKeys = new Set(); // requests of a several-request call declined alone
+    this.skipped = new Map(); // request key -> "decline" | "cancel": one request of several answered so, alone
   }
 
   render(ctx) {
@@ -67,7 +69,7 @@ export class McpInputWidget extends ClientWidget {
   }
 
   drawKey(ctx, state) {
-    return [...super.drawKey(ctx, state), this.mode, [...this.opened], [...this.declinedKeys]];
+    return [...super.drawKey(ctx, state), this.mode, [...this.opened], [...this.skipped]];
   }
 
   formOf(key, req) {
@@ -131,16 +133,24 @@ export class McpInputWidget extends ClientWidget {
   section(key, req, index, several) {
     const headingId = `mcp-${this.id}-h${index}`;
     const message = typeof req.message === "string" && req.message ? req.message : key;
-    const declined = several && this.declinedKeys.has(key);
-    const toggle = several
-      ? h("button", { type: "button", class: "button button-small", "data-action": "decline-one", "aria-pressed": declined ? "true" : "false", disabled: this.busy, onclick: () => this.toggleDecline(key) }, declined ? "Answer it after all" : "Decline this one")  // prettier-ignore
-      : null;
-    if (declined) {
+    const skipped = several ? this.skipped.get(key) : undefined;
+    const toggle = !several
+      ? null
+      : skipped
+        ? h("div", { class: "mcp-skip" }, h("button", { type: "button", class: "button button-small", "data-action": "answer-one", disabled: this.busy, onclick: () => this.skip(key, null) }, "Answer it after all"))  // prettier-ignore
+        : h(
+            "div",
+            { class: "mcp-skip" },
+            h("button", { type: "button", class: "button button-small", "data-action": "decline-one", disabled: this.busy, onclick: () => this.skip(key, "decline") }, "Decline this one"),  // prettier-ignore
+            h("button", { type: "button", class: "button button-small", "data-action": "cancel-one", disabled: this.busy, onclick: () => this.skip(key, "cancel") }, "Cancel this one"),  // prettier-ignore
+          );
+    if (skipped) {
+      const said = skipped === "decline" ? "You decline this request: the server is told no." : "You leave this request unanswered: the server is told it was cancelled.";
       return h(
         "section",
-        { class: "mcp-request mcp-declined", "data-request": key, "aria-labelledby": headingId },
+        { class: "mcp-request mcp-declined", "data-request": key, "data-skipped": skipped, "aria-labelledby": headingId },
         h("p", { class: "mcp-message", id: headingId, text: message }),
-        h("p", { class: "widget-desc", text: "You decline this request: the server is told no." }),
+        h("p", { class: "widget-desc", text: said }),
         this.mode === "edit" ? toggle : null,
       );
     }
@@ -166,12 +176,14 @@ export class McpInputWidget extends ClientWidget {
     return h("fieldset", { class: "mcp-request", "data-request": key }, h("legend", { class: "mcp-message", text: message }), body);
   }
 
-  toggleDecline(key) {
-    if (this.declinedKeys.has(key)) this.declinedKeys.delete(key);
-    else this.declinedKeys.add(key);
+  /** Answer one request of several with `action` ("decline" or "cancel") alone, or
+   *  (null) answer it after all; focus stays on the request's buttons. */
+  skip(key, action) {
+    if (action) this.skipped.set(key, action);
+    else this.skipped.delete(key);
     this.update();
-    const section = this.root.querySelector(`[data-request="${CSS.escape(key)}"] [data-action="decline-one"]`);
-    if (section) section.focus();
+    const next = this.root.querySelector(`[data-request="${CSS.escape(key)}"] .mcp-skip button`);
+    if (next) next.focus();
   }
 
   formButton() {
@@ -185,7 +197,7 @@ export class McpInputWidget extends ClientWidget {
   }
 
   linkButton(requests) {
-    const ready = requests.every(([key]) => this.opened.has(key) || this.declinedKeys.has(key));
+    const ready = requests.every(([key]) => this.opened.has(key) || this.skipped.has(key));
     return h("button", { type: "submit", class: "button button-primary", "data-action": "finished", disabled: this.busy || !ready, title: ready ? null : "Open the page first" }, "I finished");
   }
 
@@ -202,7 +214,7 @@ export class McpInputWidget extends ClientWidget {
     let first = null;
     let bad = 0;
     for (const [key, req] of this.requests(ctx)) {
-      if (req.mode === "url" || this.declinedKeys.has(key)) continue;
+      if (req.mode === "url" || this.skipped.has(key)) continue;
       const checked = this.formOf(key, req).check();
       content[key] = checked.content;
       bad += checked.invalid.length;
@@ -232,7 +244,7 @@ export class McpInputWidget extends ClientWidget {
   send() {
     const responses = {};
     for (const [key, req] of this.requests(this.ctx())) {
-      if (this.declinedKeys.has(key)) responses[key] = { action: "decline" };
+      if (this.skipped.has(key)) responses[key] = { action: this.skipped.get(key) };
       else responses[key] = req.mode === "url" ? { action: "accept" } : { action: "accept", content: this.content[key] || {} };
     }
     this.error = "";
@@ -242,7 +254,7 @@ export class McpInputWidget extends ClientWidget {
   finish() {
     if (this.busy) return;
     const responses = {};
-    for (const [key] of this.requests(this.ctx())) responses[key] = { action: this.declinedKeys.has(key) ? "decline" : "accept" };
+    for (const [key] of this.requests(this.ctx())) responses[key] = { action: this.skipped.get(key) || "accept" };
     this.error = "";
     this.answer({ state: "output-available", output: { responses } }, { intent: "output" });
   }
