@@ -81,6 +81,8 @@ log = logging.getLogger(__name__)
 
 # An error text from a server is the model's to read, within reason.
 _ERROR_MAX = 2000
+# A server that needs OAuth is probed for /readyz at most this often (seconds).
+_PROBE_S = 30.0
 # What a server may ask of a client that Parkway never provides (connection.py says why).
 _NOT_PROVIDED = {"sampling/createMessage": "model sampling", "roots/list": "its roots"}
 
@@ -153,6 +155,8 @@ class McpTools:
         self._connections: OrderedDict[str, McpConnection] = OrderedDict()
         self._toolsets: OrderedDict[tuple[McpServer, str | None], McpToolset] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
+        # Servers that need OAuth, as /readyz last probed them: when, and what it found
+        self._probes: dict[str, tuple[float, McpStatus]] = {}
         self._closed = False
         # Told of each link a server says was completed (notifications/elicitation/
         # complete) as (scope, elicitation id): the runner settles the call waiting for it.
@@ -437,7 +441,8 @@ class McpTools:
 
             async def check(server: McpServer) -> None:
                 if server.auth is not None:
-                    return  # listed with each user's token only: nothing to check here
+                    await self._probe(server, within_s)
+                    return
                 try:
                     async with asyncio.timeout(within_s):
                         await self.toolset(server)
@@ -445,7 +450,45 @@ class McpTools:
                     pass  # the status says so
 
             await asyncio.gather(*(check(server) for server in servers))
-        return [self.connection(server).status(server.name) for server in servers]
+        return [self._status(server) for server in servers]
+
+    def _status(self, server: McpServer) -> McpStatus:
+        if server.auth is None:
+            return self.connection(server).status(server.name)
+        probed = self._probes.get(server.connection_key)
+        if probed is None:
+            return McpStatus(server.name, server.transport, None)
+        return dataclasses.replace(probed[1], server=server.name)
+
+    async def _probe(self, server: McpServer, within_s: float) -> None:
+        """Whether a server that needs OAuth is there: its tools are listed with each
+        user's token only, so a session without one is opened, and the server's 401 says
+        it answers. At most once per :data:`_PROBE_S` per server."""
+        probed = self._probes.get(server.connection_key)
+        if probed is not None and self.clock() - probed[0] < _PROBE_S:
+            return
+        auth = BearerAuth()
+        probe = McpConnection(server, environ=self.environ, clock=self.clock, retry_s=0, auth=auth)
+        try:
+            async with asyncio.timeout(within_s):
+                await probe.listing(0)
+            status = McpStatus(server.name, server.transport, True)  # (it let us in)
+        except McpAuthRequired:
+            status = McpStatus(server.name, server.transport, True)
+        except McpUnavailableError as exc:
+            refused = auth.refused  # its 401: it is there, and asks each user to sign in
+            status = McpStatus(
+                server.name, server.transport, refused, None if refused else exc.reason
+            )
+        except TimeoutError:
+            status = McpStatus(
+                server.name, server.transport, False, f"no answer within {within_s:g} s"
+            )
+        finally:
+            await probe.aclose()
+        self._probes[server.connection_key] = (self.clock(), status)
+        while len(self._probes) > 4 * self.max_sessions:
+            self._probes.pop(next(iter(self._probes)))
 
     async def aclose(self) -> None:
         """Close every session (stdio servers' processes end with them)."""

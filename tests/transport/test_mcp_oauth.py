@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
@@ -50,6 +51,7 @@ from tests.helpers.support import (
     ParkwayProcess,
     ServerThread,
     free_port,
+    server_thread,
     sse_chunks,
     user_message,
 )
@@ -577,3 +579,27 @@ def test_over_ag_ui_the_card_is_a_connection_interrupt_and_the_resume_calls_the_
     for token in tokens:
         assert token not in first.text
         assert token not in second.text
+
+
+def test_readyz_probes_servers_that_need_oauth_without_a_token(rig: Rig, redis_url: str) -> None:
+    """/readyz cannot list such a server's tools (each user's token lists them), so it
+    opens a session with no token: the server's 401 says it is there. One that does not
+    answer is named unreachable, as any server is, with no address in the reason."""
+    response = httpx.get(f"{rig.base_url}/readyz", timeout=30)
+    down = f"http://127.0.0.1:{free_port()}/mcp"
+    agent = {**rig.agent, "template": {**rig.agent["template"], "mcps": [
+        {"name": "gone", "url": down, "auth": {"provider": "idp"}}]}}  # fmt: skip
+    with server_thread(redis_url, agent, oauth_providers=rig.providers,
+                       token_key=SecretStr(TOKEN_KEY)) as other:  # fmt: skip
+        gone = httpx.get(f"{other.base_url}/readyz", timeout=30)
+    servers = response.json()["checks"]["mcp"]["servers"]
+    assert servers == [
+        {"name": name, "transport": "http", "reachable": True}
+        for name in ("secure", "other", "rogue")
+    ]
+    check = gone.json()["checks"]["mcp"]
+    assert check["servers"] == [
+        {"name": "gone", "transport": "http", "reachable": False, "reason": "connection refused"}
+    ]
+    assert check["degraded"] is True and down not in gone.text
+    assert gone.status_code == 200
