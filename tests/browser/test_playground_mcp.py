@@ -388,3 +388,28 @@ def test_a_live_question_nobody_answers_ends_and_the_tool_goes_on(
         expect(card.locator('[data-action="send"]')).to_have_count(0)
         tab.assert_clean()
     assert shop.shop.live == [("cancel", None)]
+
+
+def test_a_live_question_comes_back_after_a_reload_and_can_be_answered(
+    browser: Browser, redis_url: str
+) -> None:
+    """Reloaded while the call waits, the page follows the running run and shows the
+    question again; answered from there, the tool's result arrives."""
+    agent = shop_agent(
+        [call("shop__ask_live", {"item": "lamp"})],
+        [text("Done: {{result.shop__ask_live.result}}")],
+    )
+    with shop_chat(browser, redis_url, agent, legacy=True) as (shop, _server, tab):
+        tab.send("order a lamp")
+        expect(tab.page.locator('[data-kind="live-question"]')).to_have_attribute(
+            "data-state", "open"
+        )
+        tab.page.reload()
+        card = tab.page.locator('[data-kind="live-question"]')
+        expect(card).to_have_attribute("data-state", "open")
+        card.get_by_label("Warehouse").fill("east")
+        tab.act(card, "send")
+        tab.expect_said("Done: lamp ships from east")
+        expect(card).to_have_attribute("data-state", "answered")
+        tab.assert_clean()
+    assert shop.shop.live == [("accept", {"warehouse": "east"})]

@@ -416,3 +416,41 @@ async def test_a_parked_link_cold_resumes_on_a_new_process_after_sigkill(
     [result] = json.loads(said(sse_chunks(resumed.text)))
     assert "authorised" in json.dumps(result["result"])
     assert old.shop.url_calls == 2
+
+
+async def test_a_reload_during_a_live_wait_shows_the_question_again_and_can_answer_it(
+    redis_url: str, redis: Redis, old: McpServerThread
+) -> None:
+    """A page reloaded while a call waits for its person follows the run
+    (``resumeStream()``: GET /api/chat/{id}/stream): the question is in the message it
+    rebuilds, the answer sent from there wins, and both streams end with the result."""
+    with server_thread(redis_url, agent(LIVE, [shop_entry(old.url)])) as server:
+        api = await Api(server.base_url).login()
+        try:
+            first = asyncio.create_task(api.say("reload-live", "go"))
+
+            async def asked() -> list[Any] | None:
+                found = [k async for k in redis.scan_iter(match=chat_keys("reload-live").live("*"))]
+                return found or None
+
+            await eventually(asked, what="the live question")
+            lines: list[str] = []
+            async with api.http.stream("GET", "/api/chat/reload-live/stream") as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    lines.append(line)
+                    if '"data-parkway-live-input"' in line and '"open"' in line:
+                        part = json.loads(line.removeprefix("data:"))
+                        url = (f"/api/chats/reload-live/calls/{part['data']['toolCallId']}"
+                               f"/live/{part['id']}")  # fmt: skip
+                        answered_status = (await api.http.post(url, json=LIVE_NORTH)).status_code
+            original = await first
+        finally:
+            await api.aclose()
+    followed = sse_chunks("\n".join(lines))
+    assert answered_status == 200
+    for chunks in (followed, original):
+        states = [c["data"]["state"] for c in chunks if c["type"] == "data-parkway-live-input"]
+        assert states == ["open", "answered"]
+        assert "pan ships from north" in said(chunks)
+    assert old.shop.live == [("accept", {"warehouse": "north"})]
