@@ -16,6 +16,7 @@ from parkway.runner.store.embedded import EmbeddedRedis
 from tests.helpers.bare_names import refuse_bare_imports
 from tests.helpers.llm_double import ProviderDouble
 from tests.helpers.model_rig import agent, provider_env
+from tests.helpers.reaper import install as install_reaper
 from tests.helpers.support import ServerThread
 from tests.helpers.topologies import assert_keyspace_clean
 from tests.helpers.user_install import UserInstall, install_for_user
@@ -104,6 +105,12 @@ def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
     repository: built once for the session (shared by pytest-xdist's workers), for every
     test that runs the installed product (the example project, the served playground)."""
     return shared_once(tmp_path_factory, "user", install_for_user)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process this pytest process starts, and everything below it, ends when
+    it ends, however it ends (SIGTERM, Ctrl-C, SIGKILL): tests/helpers/reaper.py."""
+    install_reaper()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
