@@ -89,7 +89,8 @@ if procs:
     send(procs, signal.SIGKILL)
 """
 
-_guard: subprocess.Popen[bytes] | None = None
+# This process's guard, once started (a list: set once, never rebound)
+_guard: list[subprocess.Popen[bytes]] = []
 
 
 def _start_time(pid: int) -> bytes:
@@ -102,8 +103,10 @@ def _start_time(pid: int) -> bytes:
 
 
 def _watch(pid: int) -> None:
-    guard = _guard
-    if guard is None or guard.stdin is None or guard.poll() is not None:
+    if not _guard:
+        return
+    guard = _guard[0]
+    if guard.stdin is None or guard.poll() is not None:
         return
     try:
         guard.stdin.write(b"%d %s\n" % (pid, _start_time(pid)))
@@ -118,11 +121,10 @@ def install(grace_s: float = 12.0) -> None:
     ``grace_s``: how long the children have after SIGTERM before SIGKILL (a Parkway
     server's graceful shutdown waits up to 10 s for its streams). Linux only (``/proc``);
     elsewhere this does nothing."""
-    global _guard
-    if _guard is not None or not os.path.isdir("/proc/self"):
+    if _guard or not os.path.isdir("/proc/self"):
         return
     # Started before the wrapper below: the guard does not watch itself.
-    _guard = subprocess.Popen(  # noqa: S603 - fixed argv
+    guard = subprocess.Popen(
         [sys.executable, "-S", "-c", _GUARD, str(grace_s)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -132,6 +134,7 @@ def install(grace_s: float = 12.0) -> None:
         # descriptors (a test's pipes) open.
         close_fds=True,
     )
+    _guard.append(guard)
     original = subprocess.Popen.__init__
 
     def init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:

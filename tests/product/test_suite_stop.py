@@ -7,6 +7,7 @@ own embedded Redis) must end with it, instead of living on and filling the machi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -139,14 +140,14 @@ async def test_a_stopped_test_run_leaves_no_redis_or_server_behind(
         else:
             os.killpg(inner.pid, signal.SIGINT)
         inner.wait(120)
-        await eventually(lambda: not _marked(tag, short), within_s=60, every_s=0.2, what="nothing left")
+        await eventually(
+            lambda: not _marked(tag, short), within_s=60, every_s=0.2, what="nothing left"
+        )
     finally:
         left = _marked(tag, short)
         for pid in left:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         if inner.poll() is None:
             inner.kill()
             inner.wait()
