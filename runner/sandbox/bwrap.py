@@ -32,7 +32,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import os
 import shutil
 import signal
@@ -312,7 +311,7 @@ class BwrapProvider:
             user=self.sandbox_uid if os.geteuid() == 0 else None,
             inputs=inputs,
             paths=paths,
-            kill=_kill_sandbox if cgroup is None else functools.partial(_kill_run, cgroup),
+            kill=_kill_sandbox,
             signal_as_128=True,
             fds=fed.fds,
             cgroup_procs=None if cgroup is None else cgroup.procs_fd,
@@ -346,19 +345,15 @@ class BwrapProvider:
 def _kill_sandbox(pid: int) -> None:
     """Kill bwrap's child, the program as the sandbox's pid 1: the kernel then kills every
     process of the pid namespace, and bwrap exits once it has reaped it. Before that
-    child exists, kill bwrap's process group."""
+    child exists, kill bwrap's process group. Never bwrap and its child at once, not even
+    through the run's cgroup: the child would be left for the host's pid 1 to reap (a
+    zombie for ever where that is the server itself)."""
     sandbox_init = _host.children(pid)
     for child in sandbox_init:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     if not sandbox_init:
         os.killpg(pid, signal.SIGKILL)
-
-
-def _kill_run(cgroup: RunCgroup, pid: int) -> None:
-    """Kill every process of a run that has a cgroup, then as without one."""
-    cgroup.kill()
-    _kill_sandbox(pid)
 
 
 def _version(bwrap: str) -> str:
