@@ -299,7 +299,7 @@ class Settings(BaseSettings):
     # rlimits whose product stays within the total
     sandbox_total_memory_mb: int = Field(512, ge=32, le=16384)
     sandbox_processes: int = Field(16, ge=1, le=1024)
-    # where runs get a cgroup v2 of their own: auto, off, or a delegated folder
+    # where runs get a cgroup of their own: auto (v2, else v1), off, or a delegated v2 folder
     sandbox_cgroup: str = Field("auto", min_length=1)
     sandbox_allow_raise: Switch = False
     artifact_threshold_bytes: Count = 32 * 1024

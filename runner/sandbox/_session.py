@@ -72,8 +72,8 @@ class Launch:
     # under their own numbers, and closed on the host once it has started (or failed
     # to): the run owns them.
     fds: Sequence[int] = ()
-    # The run's cgroup (its cgroup.procs, opened): the launcher joins it before exec.
-    cgroup_procs: int | None = None
+    # The run's cgroups (their cgroup.procs, opened): the launcher joins them before exec.
+    cgroup_procs: Sequence[int] = ()
 
 
 class _Session:
@@ -165,7 +165,7 @@ def guest_request(request: RunRequest, launch: Launch, fds: Mapping[str, int | N
     """What the bootstrap reads on stdin. Raises ValueError when ``args`` is not plain
     JSON."""
     limits = request.limits
-    memory_bytes, processes = limits.split(cgroup=launch.cgroup_procs is not None)
+    memory_bytes, processes = limits.split(cgroup=bool(launch.cgroup_procs))
     try:
         return json.dumps(
             {

@@ -79,22 +79,23 @@ def spawn(
     env: Mapping[str, str],
     cwd: str,
     user: int | None,
-    cgroup_procs: int | None = None,
+    cgroup_procs: Sequence[int] = (),
 ) -> Child:
     """Start ``argv`` in a new session with only 0-2 and ``pass_fds`` open.
 
     ``user``: drop to this uid and gid, with no supplementary groups, before exec.
-    ``cgroup_procs``: a descriptor on a cgroup's ``cgroup.procs``; the child moves itself
-    into that cgroup before it drops privileges and execs, so everything the launcher
-    starts is counted there from its first page. Raises OSError when it cannot start.
+    ``cgroup_procs``: descriptors on the ``cgroup.procs`` of the run's cgroups (one in
+    v2, one per hierarchy in v1); the child moves itself into each before it drops
+    privileges and execs, so everything the launcher starts is counted there from its
+    first page. Raises OSError when it cannot start (or cannot join them).
     """
     extra: dict[str, Any] = {}
-    if cgroup_procs is not None:
-        extra["preexec_fn"] = functools.partial(_enter_then_drop, cgroup_procs, user)
+    if cgroup_procs:
+        extra["preexec_fn"] = functools.partial(_enter_then_drop, tuple(cgroup_procs), user)
     elif user is not None:
         extra.update(user=user, group=user, extra_groups=[])
-    return Child(
-        subprocess.Popen(  # noqa: S603 (the provider's own argv: bwrap or an interpreter)
+    try:
+        popen = subprocess.Popen(  # noqa: S603 (the provider's own argv: bwrap or an interpreter)
             list(argv),
             stdin=stdin,
             stdout=stdout,
@@ -106,14 +107,19 @@ def spawn(
             start_new_session=True,
             **extra,
         )
-    )
+    except subprocess.SubprocessError as exc:  # what a failed preexec_fn raises
+        raise OSError(
+            f"the launcher could not join its cgroup or drop privileges ({exc})"
+        ) from None
+    return Child(popen)
 
 
-def _enter_then_drop(cgroup_procs: int, user: int | None) -> None:
-    """In the child, before exec: join the run's cgroup (``0`` names the writer), then
+def _enter_then_drop(cgroup_procs: tuple[int, ...], user: int | None) -> None:
+    """In the child, before exec: join the run's cgroups (``0`` names the writer), then
     no supplementary groups, the gid, the uid (in the order that keeps the right to make
     each call). It runs between fork and exec, so it only makes system calls."""
-    os.write(cgroup_procs, b"0")
+    for procs in cgroup_procs:
+        os.write(procs, b"0")
     if user is not None:
         os.setgroups([])
         os.setgid(user)

@@ -22,8 +22,9 @@ host's pid 1 to reap). bwrap dies with its parent.
 
 Nothing else reaches the program: bwrap is spawned with only its standard streams, the
 run's pipes and the descriptors it copies files from (``_spawn``), and where the host
-delegates a cgroup the run gets its own, bounding all its processes' memory together
-(``_cgroup``; otherwise :meth:`Limits.split` bounds it with rlimits).
+lets Parkway make cgroups (v2, or v1 memory and pids) the run gets its own, bounding all
+its processes' memory and their number together (``_cgroup``; otherwise
+:meth:`Limits.split` bounds it with rlimits).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import os
 import shutil
 import signal
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from parkway.runner.sandbox import _host
-from parkway.runner.sandbox._cgroup import RunCgroup, delegated
+from parkway.runner.sandbox._cgroup import Cgroups, RunCgroup, find
 from parkway.runner.sandbox._outcome import early_result, size_text
 from parkway.runner.sandbox._session import Launch, request_size, run_program
 from parkway.runner.sandbox.provider import (
@@ -94,8 +94,8 @@ class BwrapProvider:
     ``python`` is the interpreter inside (the system one by default: the sandbox uid
     must be able to read it, which a pyenv under root's home is not); ``sandbox_uid`` the
     uid the program runs as, and the launcher too when the host is root; ``cgroup`` where
-    runs get a cgroup of their own: ``auto``, ``off`` or a delegated cgroup v2 folder
-    (:mod:`~parkway.runner.sandbox._cgroup`).
+    runs get a cgroup of their own: ``auto`` (v2, else v1, else none), ``off`` or a
+    delegated cgroup v2 folder (:mod:`~parkway.runner.sandbox._cgroup`).
     """
 
     name = "bwrap"
@@ -113,7 +113,7 @@ class BwrapProvider:
         self.python = python
         self.sandbox_uid = sandbox_uid
         self.cgroup = cgroup
-        self._cgroup_parent: Path | None = None
+        self._cgroups: Cgroups | None = None
         self._lock = threading.Lock()
         self._isolation: Isolation | None = None
         self._bwrap_path = ""
@@ -164,9 +164,11 @@ class BwrapProvider:
                 "under a world-readable prefix"
             )
         try:
-            self._cgroup_parent = delegated(self.cgroup)
+            self._cgroups = find(self.cgroup)
         except ValueError as exc:
             raise SandboxUnavailable(str(exc)) from None
+        if self._cgroups is not None:
+            self._cgroups.sweep()  # what a server killed mid-run left
         self._bwrap_path, self._python_path = found, python
         prefix = str(Path(python).parent.parent)
         self._prefix_binds = [] if python.startswith("/usr/") else ["--ro-bind", prefix, prefix]
@@ -201,8 +203,8 @@ class BwrapProvider:
             "size-capped tmpfs /work (the only writable place)",
             "rlimits (cpu, memory, processes, files)",
             (
-                f"cgroup v2 per run under {self._cgroup_parent} (total memory, processes)"
-                if self._cgroup_parent is not None
+                self._cgroups.layer
+                if self._cgroups is not None
                 else "total memory bounded by rlimits (processes x address space)"
             ),
             "empty environment",
@@ -266,15 +268,16 @@ class BwrapProvider:
                 f"{request.limits.request_bytes}-byte cap: pass big data as an input"
             )
             return early_result("error", message, isolation)
-        if self._cgroup_parent is None:
+        if self._cgroups is None:
             return await run_program(self._launch(request), request, isolation)
         try:
-            cgroup = await asyncio.to_thread(RunCgroup.create, self._cgroup_parent, request.limits)
+            cgroup = await asyncio.to_thread(self._cgroups.create, request.limits)
         except OSError as exc:
-            message = f"the run's cgroup could not be made in {self._cgroup_parent}: {exc}"
+            message = f"the run's cgroup could not be made ({self._cgroups.layer}): {exc}"
             return early_result("unavailable", message, isolation)
         try:
-            result = await run_program(self._launch(request, cgroup), request, isolation)
+            with cgroup.watch():
+                result = await run_program(self._launch(request, cgroup), request, isolation)
         finally:
             end = await cgroup.remove()
         result = dataclasses.replace(result, memory_peak_bytes=end.memory_peak_bytes)
@@ -312,10 +315,10 @@ class BwrapProvider:
             user=self.sandbox_uid if os.geteuid() == 0 else None,
             inputs=inputs,
             paths=paths,
-            kill=_kill_sandbox if cgroup is None else functools.partial(_kill_run, cgroup),
+            kill=_kill_sandbox,
             signal_as_128=True,
             fds=fed.fds,
-            cgroup_procs=None if cgroup is None else cgroup.procs_fd,
+            cgroup_procs=() if cgroup is None else cgroup.procs_fds,
         )
 
     def _argv(self, limits: Limits, mounts: list[str]) -> list[str]:
@@ -346,19 +349,15 @@ class BwrapProvider:
 def _kill_sandbox(pid: int) -> None:
     """Kill bwrap's child, the program as the sandbox's pid 1: the kernel then kills every
     process of the pid namespace, and bwrap exits once it has reaped it. Before that
-    child exists, kill bwrap's process group."""
+    child exists, kill bwrap's process group. Never bwrap and its child at once, not even
+    through the run's cgroup: the child would be left for the host's pid 1 to reap (a
+    zombie for ever where that is the server itself)."""
     sandbox_init = _host.children(pid)
     for child in sandbox_init:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     if not sandbox_init:
         os.killpg(pid, signal.SIGKILL)
-
-
-def _kill_run(cgroup: RunCgroup, pid: int) -> None:
-    """Kill every process of a run that has a cgroup, then as without one."""
-    cgroup.kill()
-    _kill_sandbox(pid)
 
 
 def _version(bwrap: str) -> str:

@@ -74,8 +74,8 @@ class Limits:
     Memory and processes: ``memory_bytes`` bounds each process's address space
     (``RLIMIT_AS``), ``processes`` the run's processes and threads together, and
     ``total_memory_bytes`` the memory of all the run's processes together. Where the
-    host delegates a cgroup v2 subtree the total is the run's cgroup's ``memory.max``
-    (swap off) and the process count its ``pids.max``; elsewhere the total holds by
+    host lets the run have a cgroup (v2, or v1 memory and pids) the total is its memory
+    limit (swap off) and the process count its ``pids.max``; elsewhere the total holds by
     arithmetic: the run gets at most ``total_memory_bytes // memory_bytes`` processes
     (at least one, at most ``processes``), so processes x address space stays within
     the total (:meth:`split`).
