@@ -53,6 +53,7 @@ from parkway.transport.api import (
     MetricsServing,
     SessionAuthenticator,
     SessionThrottle,
+    address_quotas,
     agent_routes,
     agui_routes,
     api_routes,
@@ -406,6 +407,7 @@ async def _start_serving(
                 live_chats=settings.quota_live_chats,
                 artifacts_per_chat=settings.quota_artifacts_per_chat,
             ),
+            addresses=address_quotas(settings, app.state.authenticator),  # anonymous sessions'
             log_keep_s=settings.log_keep_s,
             audit_keep_s=settings.audit_keep_s,
             # code is approved by someone other than its requester, but where the one

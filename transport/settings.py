@@ -310,6 +310,9 @@ class Settings(BaseSettings):
     quota_stored_bytes: Count = 256 * 1024 * 1024
     quota_live_chats: Count = 1000
     quota_artifacts_per_chat: Count = 256
+    # ... and per client address, shared by its anonymous sessions (runner/store/addresses.py)
+    quota_address_stored_bytes: Count = 1024 * 1024 * 1024
+    quota_address_live_chats: Count = 2000
     # -- telemetry (docs/operations.md): Prometheus metrics at /metrics on the public
     # port (off unless switched on), or on a port of their own; OpenTelemetry spans
     metrics: Switch = False

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from parkway.runner.agent import AgentTemplate
 from parkway.runner.events import Event
 from parkway.runner.parking import ParkedCall
-from parkway.runner.store import ChatKeys, ModelView, Quotas
+from parkway.runner.store import AddressQuotas, ChatKeys, ModelView, Quotas
 
 __all__ = ["Emit", "Run", "RunState", "RunnerConfig", "new_id"]
 
@@ -50,6 +50,9 @@ class RunnerConfig:
     audit_keep_s: int = 90 * 24 * 3600
     # What one principal may store (runner/store/usage.py); None: no quotas.
     quotas: Quotas | None = None
+    # What the principals of one address may store together, and each one's address
+    # (runner/store/addresses.py; the transport's anonymous sessions); None: not counted.
+    addresses: AddressQuotas | None = None
     # How long a chat's artifacts live after their write or the chat's last turn (at
     # most chat_ttl_s; None: chat_ttl_s).
     artifact_ttl_s: int | None = None

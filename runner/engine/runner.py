@@ -108,7 +108,7 @@ class Runner:
         self.store = ChatStore(
             redis, self.config.chat_ttl_s, log_keep_s=self.config.log_keep_s,
             audit_keep_s=self.config.audit_keep_s, quotas=self.config.quotas,
-            artifact_ttl_s=self.config.artifact_ttl_s,
+            artifact_ttl_s=self.config.artifact_ttl_s, addresses=self.config.addresses,
         )  # fmt: skip
         self.auto_resume = AutoResume(self.store, self.resume)
         self.settling = Settling(
@@ -123,7 +123,7 @@ class Runner:
         self.artifacts = ArtifactStore(
             redis, self.store.artifact_ttl_s, threshold_bytes=self.config.artifact_threshold_bytes,
             quotas=self.config.quotas, chat_ttl_s=self.config.chat_ttl_s,
-            cluster=self.store.cluster,
+            cluster=self.store.cluster, addresses=self.store.addresses,
         )  # fmt: skip
         self.code = code
         # The MCP servers' sessions of this worker (runner/mcp/), for every template.

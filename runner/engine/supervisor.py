@@ -375,7 +375,9 @@ class RunSupervisor:
         """Run ``FAIL`` (the chat leaves ``running``); whether it was written."""
         state = self.state
         try:
-            await self.store.fail(state.keys, token=state.token, now_ms=self._now_ms())
+            await self.store.fail(
+                state.keys, token=state.token, now_ms=self._now_ms(), principal=state.principal
+            )
         except Exception:
             return False
         return True

@@ -18,12 +18,16 @@
 - :mod:`~parkway.runner.store.links`: the links MCP servers asked people to open, by
   the server's elicitation id;
 - :mod:`~parkway.runner.store.live`: the questions running calls put to a chat's person
-  and wait for (live questions).
+  and wait for (live questions);
+- :mod:`~parkway.runner.store.usage`: a principal's quotas, counted by the scripts that
+  write; :mod:`~parkway.runner.store.addresses`: what the principals of one address
+  (anonymous sessions) may store together.
 
 It imports the runner's vocabulary (errors, parked calls) and the model's message types,
 never the engine, the agent or the event log's followers.
 """
 
+from parkway.runner.store.addresses import AddressQuotas, address_quota_error
 from parkway.runner.store.approvals import MAX_APPROVALS_PAGE, Approval, ApprovalPage
 from parkway.runner.store.artifacts import ARTIFACT_ID, Artifact, ArtifactStore
 from parkway.runner.store.audit import (
@@ -74,6 +78,7 @@ from parkway.runner.store.keys import (
     MAX_CALL_ID,
     AgentKeys,
     ChatKeys,
+    address_usage_keys,
     chat_keys,
     check_call_id,
     check_chat_id,
@@ -101,6 +106,7 @@ __all__ = [
     "PROBE_TIMEOUT_S",
     "SCHEMA_VERSION",
     "UNKNOWN_RESULT",
+    "AddressQuotas",
     "AgentKeys",
     "Approval",
     "ApprovalPage",
@@ -128,6 +134,8 @@ __all__ = [
     "ResumeClaim",
     "SettleEntry",
     "TurnClaim",
+    "address_quota_error",
+    "address_usage_keys",
     "as_text",
     "assistant_entry",
     "breaker_of",

@@ -14,8 +14,9 @@ An artifact belongs to its chat: its keys carry the chat's hash tag
 routes check ownership before they read). It lives ``artifact_ttl_s`` (settings; at
 most, and by default, the chat's TTL) from the artifact's write or the chat's last turn,
 whichever is later, and goes with the chat at the latest. It is written once and never
-changed, within the chat's artifact quota and its owner's stored bytes
-(runner/store/usage.py): past either nothing is written and the caller gets
+changed, within the chat's artifact quota, its owner's stored bytes
+(runner/store/usage.py) and those of its owner's address (runner/store/addresses.py):
+past any of them nothing is written and the caller gets
 :class:`~parkway.runner.errors.QuotaExceededError`.
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import ArtifactNotFoundError, ChatNotFoundError
+from parkway.runner.store.addresses import AddressUsage
 from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.keys import chat_keys, usage_keys
 from parkway.runner.store.scripts import ARTIFACT_PUT
@@ -102,6 +104,7 @@ class ArtifactStore:
         quotas: Quotas | None = None,
         chat_ttl_s: int | None = None,
         cluster: bool = False,
+        addresses: AddressUsage | None = None,
     ) -> None:
         self.redis = redis
         self.ttl_s = ttl_s  # the artifacts' own
@@ -113,6 +116,8 @@ class ArtifactStore:
         # On a Cluster the owner's usage keys are in another slot: checked first.
         self.cluster = cluster
         self._gate = UsageGate(redis, quotas, self.chat_ttl_s) if cluster and quotas else None
+        # The owners' addresses' stored bytes (the chat store's checks), if counted.
+        self.addresses = addresses
         self._put = redis.register_script(ARTIFACT_PUT)
 
     async def put(
@@ -154,6 +159,10 @@ class ArtifactStore:
             usage = usage_keys(principal)
             script_keys.extend((usage.bytes, usage.chats))
             checked = chat_id
+        taken = None  # (counted first, in its own slot; given back if nothing is stored)
+        if principal is not None and self.addresses is not None:
+            size = len(record) + len(data)
+            taken = await self.addresses.take_bytes(keys, principal, now_ms, size)
         reply = await self._put(
             keys=script_keys,
             args=[artifact.artifact_id, record, data, self.ttl_s,
@@ -161,6 +170,8 @@ class ArtifactStore:
                   self.chat_ttl_s],
         )  # fmt: skip
         if as_text(reply[0]) == "quota":
+            if taken is not None:
+                await taken.give_back()
             raise quota_error(as_text(reply[1]), quotas)
         return artifact
 

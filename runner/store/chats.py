@@ -17,6 +17,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from parkway.runner.parking import CallCache, ParkedCall, decode_call, encode_call
 from parkway.runner.store import scripts
+from parkway.runner.store.addresses import AddressQuotas, AddressUsage
 from parkway.runner.store.approvals import ApprovalIndex, approval_score
 from parkway.runner.store.audit import AUDIT_KEEP_S, SettleAudit, answer_audit
 from parkway.runner.store.client import RedisClient, as_text
@@ -79,7 +80,8 @@ class ChatStore:
 
     def __init__(self, redis: RedisClient, ttl_s: int, *, log_keep_s: int = 600,
                  audit_keep_s: int = AUDIT_KEEP_S, quotas: Quotas | None = None,
-                 artifact_ttl_s: int | None = None) -> None:  # fmt: skip
+                 artifact_ttl_s: int | None = None,
+                 addresses: AddressQuotas | None = None) -> None:  # fmt: skip
         self.redis = redis
         self.ttl_s = ttl_s
         # The owner's quotas, checked by a turn's claim (runner/store/usage.py); None: none.
@@ -94,6 +96,10 @@ class ChatStore:
         # it cannot be written by a chat's script.
         self.cluster = isinstance(redis, RedisCluster)
         self.usage_gate = None if quotas is None else UsageGate(redis, quotas, ttl_s)
+        # What the principals of one address store together (runner/store/addresses.py).
+        self.addresses: AddressUsage | None = None
+        if addresses is not None:
+            self.addresses = AddressUsage(redis, addresses, ttl_s, cluster=self.cluster)
         # Records of parked calls this worker wrote or read (a settle of one is one
         # round trip).
         self.known_calls = CallCache()
@@ -148,6 +154,9 @@ class ChatStore:
                 usage = usage_keys(principal)
                 chat.extend((usage.bytes, usage.chats))
                 quota_args = [keys.chat_id, self.quotas.stored_bytes, self.quotas.live_chats]
+        taken = None  # (the address's keys are in a slot of their own: a step of its own)
+        if self.addresses is not None:
+            taken = await self.addresses.take_turn(keys, principal, now_ms)
         result = await self._claim_turn(
             keys=chat if agent_head is None else [*chat, agent_head[0]],
             args=[SCHEMA_VERSION, principal, token, now_ms, lease_ms, user_message_id,
@@ -157,6 +166,8 @@ class ChatStore:
                   self.artifact_ttl_s],
         )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
+        if taken is not None and fields[0] != "ok":  # (the claim changed nothing)
+            await taken.give_back()
         if fields[0] == "quota" and self.quotas is not None:
             raise quota_error(fields[1], self.quotas)
         if fields[0] == "answers_first":
@@ -323,10 +334,15 @@ class ChatStore:
     async def release(self, keys: ChatKeys, *, token: str) -> bool:
         return bool(await self._release(keys=[keys.meta], args=[token]))
 
-    async def fail(self, keys: ChatKeys, *, token: str, now_ms: int) -> str:
+    async def fail(self, keys: ChatKeys, *, token: str, now_ms: int,
+                   principal: str | None = None) -> str:  # fmt: skip
         """End a failed run (FAIL): the state the chat was left in, '' if the lease was
-        no longer the caller's."""
-        return _s(await self._fail(keys=[keys.meta], args=[token, now_ms]))
+        no longer the caller's. The chat's count is rolled up into its owner's
+        (``principal``'s) address, as a commit that ends a run does."""
+        left = _s(await self._fail(keys=[keys.meta], args=[token, now_ms]))
+        if left and self.addresses is not None:
+            await self.addresses.roll_up(keys, principal, now_ms)
+        return left
 
     async def renew_many(
         self, runs: Sequence[tuple[ChatKeys, str]], *, now_ms: int, lease_ms: int
@@ -370,7 +386,8 @@ class ChatStore:
         commit is recognised by it). A commit that parks or ends the run rolls the chat's
         stored bytes up into ``principal``'s (its owner's) quota count in the same step
         (runner/store/usage.py; on a single Redis: a Cluster's count catches up at the
-        chat's next turn)."""
+        chat's next turn), and into its address's in a step of its own
+        (runner/store/addresses.py)."""
         args: list[Any] = [
             token,
             state,
@@ -432,6 +449,8 @@ class ChatStore:
                 extra.append(("ZADD", APPROVALS, *_flat(approvals)))
             reply = (await self._pipeline_with(self._commit, script_keys, args, extra))[-1]
         entry_id = commit_reply(reply)
+        if entry_id is not None and state != "running" and self.addresses is not None:
+            await self.addresses.roll_up(keys, principal, now_ms)  # (its own slot)
         if entry_id is not None:
             self.known_calls.remember(keys.chat_id, calls)
             if state == "parked" and parked_ids:

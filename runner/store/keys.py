@@ -27,6 +27,7 @@ __all__ = [
     "MAX_CALL_ID",
     "ChatKeys",
     "UsageKeys",
+    "address_usage_keys",
     "chat_keys",
     "check_call_id",
     "check_chat_id",
@@ -176,14 +177,16 @@ def chat_keys(chat_id: str) -> ChatKeys:
 class UsageKeys:
     """The keys that count one principal's stored bytes and live chats, under the tag
     ``{usage:<digest>}`` (a digest of the principal id: any string may be a principal, a
-    JWT's ``sub`` included, and a key must not carry it raw). Both get the chat TTL on
-    every write, so an idle principal's count goes with its last chat."""
+    JWT's ``sub`` included, and a key must not carry it raw); or, made by
+    :func:`address_usage_keys`, the same two keys of one address under ``{addr:<digest>}``.
+    Both get the chat TTL on every write, so an idle principal's (or address's) count
+    goes with its last chat."""
 
     __slots__ = ("bytes", "chats")
 
-    def __init__(self, principal: str) -> None:
+    def __init__(self, principal: str, *, kind: str = "usage") -> None:
         digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
-        tag = f"pw:{{usage:{digest}}}"
+        tag = f"pw:{{{kind}:{digest}}}"
         # hash chat id -> the chat's stored bytes as last rolled up, and USAGE_TOTAL ->
         # their sum (runner/store/scripts.py, USAGE_FUNCTION).
         self.bytes = f"{tag}:bytes"
@@ -194,6 +197,15 @@ class UsageKeys:
 
 def usage_keys(principal: str) -> UsageKeys:
     return UsageKeys(principal)
+
+
+def address_usage_keys(address: str) -> UsageKeys:
+    """The usage keys of one address (runner/store/addresses.py): the live chats and
+    stored bytes of all the principals the transport maps to it (anonymous sessions,
+    by the client address that minted them), under ``{addr:<digest of the address>}``.
+    Written by the ADDRESS_* scripts (the chat TTL on every write) and pruned by them as
+    chats lapse; nothing else deletes them."""
+    return UsageKeys(address, kind="addr")
 
 
 # The links an MCP server asked a person to open (URL elicitations of parked calls,

@@ -48,6 +48,7 @@ __all__ = [
     "SETTLE",
     "STOP",
     "USAGE",
+    "USAGE_FUNCTION",
     "USAGE_TOTAL",
 ]
 

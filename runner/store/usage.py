@@ -24,6 +24,9 @@ there may both pass, overshooting the quota by what they store.
 A chat counts from the roll-up of its last turn (or artifact) for the chat TTL; a chat
 written later than that lives longer than its count does, and counts again from its
 next turn.
+
+What the principals of one address (anonymous sessions) store together is counted apart,
+in the address's own keys: :mod:`parkway.runner.store.addresses`.
 """
 
 from __future__ import annotations

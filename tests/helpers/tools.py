@@ -88,3 +88,10 @@ async def ask_city(tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, An
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     question = LiveQuestion("Which city?", schema, {"tool": "ask_city"}, tool_input["wait_s"])
     return dict(await ctx.ask_live(question))
+
+
+async def bulk_after_file(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Waits (bounded) until the test creates a file, then answers ``bytes`` characters:
+    runs held together, then storing large outputs (artifacts) at once."""
+    data = await wait_for_file(tool_input)
+    return {**data, "bulk": "x" * int(tool_input["bytes"])}

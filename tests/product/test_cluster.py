@@ -48,7 +48,7 @@ from parkway.runner.events import (
     ToolSucceeded,
     coalesce,
 )
-from parkway.runner.store import Quotas
+from parkway.runner.store import AddressQuotas, Quotas
 from parkway.runner.store.keys import DEADLINES, ChatKeys
 from parkway.runner.store.scripts import SETTLE
 from tests.helpers import tools as test_tools
@@ -511,3 +511,35 @@ async def test_quotas_hold_on_a_cluster(client: RedisCluster) -> None:
     with pytest.raises(QuotaExceededError) as refused:
         await turn(runner, first, "and more")
     assert refused.value.quota == "stored_bytes"
+
+
+async def test_address_quotas_hold_on_a_cluster(client: RedisCluster) -> None:
+    """An address's usage keys are in a slot of their own, its principals' chats on every
+    master: its check reads the chat's meta first, then counts in the address's slot. A
+    new chat past the address's live chats is refused whichever principal asks, the
+    stored bytes its runs' ends rolled up refuse the next turn, and a principal with no
+    address is not counted."""
+    agent = parse_agent_file(agent_doc([[text("w" * 3000)]] * 4))
+    shared = AddressQuotas(
+        of=lambda p: "198.51.100.7" if p.startswith("anon-") else None,
+        stored_bytes=5000, live_chats=2,
+    )  # fmt: skip
+    runner = Runner(
+        client, agent.model, agent.template,
+        config=RunnerConfig(quotas=Quotas(), addresses=shared),
+    )  # fmt: skip
+
+    async def turn_of(principal: str, chat: str) -> None:
+        await (await runner.start_turn(chat, principal, "hi")).collect()
+
+    first, second, third = chats_on_every_master(client, "addr")
+    await turn_of("anon-1", first)
+    await turn_of("anon-2", second)
+    with pytest.raises(QuotaExceededError) as refused:
+        await turn_of("anon-3", third)
+    assert refused.value.quota == "address_live_chats"
+    await turn_of("alice", third)  # no address: counted alone
+    # both chats were rolled up when their runs ended: 6,000 bytes and more
+    with pytest.raises(QuotaExceededError) as refused:
+        await turn_of("anon-1", first)
+    assert refused.value.quota == "address_stored_bytes"

@@ -28,7 +28,12 @@ from parkway.transport.api.code import code_mode_from, code_routes
 from parkway.transport.api.health import healthz, readyz
 from parkway.transport.api.metrics import MetricsServing, metrics_routes
 from parkway.transport.api.requests import BodyReader
-from parkway.transport.api.sessions import Authenticator, SessionAuthenticator, authenticator_from
+from parkway.transport.api.sessions import (
+    Authenticator,
+    SessionAuthenticator,
+    address_quotas,
+    authenticator_from,
+)
 from parkway.transport.api.throttle import SessionThrottle
 
 __all__ = [
@@ -44,6 +49,7 @@ __all__ = [
     "SessionRequest",
     "SessionThrottle",
     "SettleBody",
+    "address_quotas",
     "agent_routes",
     "agui_routes",
     "api_routes",

@@ -462,7 +462,8 @@ async def create_session(request: Request) -> Response:
         except ValidationError:
             raise HTTPError(422, "invalid_body", "send an empty JSON object or no body") from None
     current = authenticator.authenticate(request)
-    principal, token = authenticator.issue(current)
+    address = request.app.state.proxies.client_of(request)  # (as the throttle's)
+    principal, token = authenticator.issue(current, address=address)
     response = JSONResponse(
         {"principal": principal, "token": token, "expiresIn": authenticator.max_age_s},
         status_code=201,

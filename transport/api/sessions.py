@@ -19,12 +19,21 @@ means forging the HMAC. A token is accepted only in the exact form it was issued
 base64 decoding forgives padding, unused trailing bits and stray characters, so without
 an exact comparison of the signature several strings would stand for one token, and a
 token altered in any byte would still verify (docs/security.md, "Session tokens").
+
+Each new principal names the client address that minted it, as a keyed digest of the
+address (IPv6 addresses by their /64, which one host or home network holds whole):
+``usr_<random>.<digest>``. The digest is signed with the principal, so it cannot be
+chosen, and it does not show the address; the stores count what all the principals of
+one address keep together (:func:`address_quotas`, runner/store/addresses.py), since
+minting more sessions must not buy more storage. A principal that kept its session
+keeps its address, wherever it is used from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 from typing import Protocol
@@ -32,6 +41,7 @@ from typing import Protocol
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import HTTPConnection
 
+from parkway.runner.store import AddressQuotas
 from parkway.transport.auth import (
     HeaderAuthenticator,
     Identity,
@@ -42,7 +52,14 @@ from parkway.transport.auth import (
 )
 from parkway.transport.settings import Settings, SettingsError
 
-__all__ = ["COOKIE_NAME", "Authenticator", "SessionAuthenticator", "authenticator_from"]
+__all__ = [
+    "COOKIE_NAME",
+    "Authenticator",
+    "SessionAuthenticator",
+    "address_group",
+    "address_quotas",
+    "authenticator_from",
+]
 
 #: The unscoped name (older servers set it; still read) and the scoped names' prefix.
 COOKIE_NAME = "parkway_session"
@@ -50,6 +67,8 @@ COOKIE_NAME = "parkway_session"
 # payload.timestamp.signature, each part unpadded base64url (a compressed payload
 # starts with an extra "."); nothing else.
 _TOKEN_SHAPE = re.compile(r"\.?[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# A principal minted with its address: usr_<random>.<16 hex digits of the address's digest>
+_ADDRESSED = re.compile(r"usr_[A-Za-z0-9_-]+\.([0-9a-f]{16})")
 
 
 class Authenticator(Protocol):
@@ -71,11 +90,23 @@ class SessionAuthenticator:
         # about the key (it is an HMAC of a fixed label).
         tag = hmac.new(secret.encode(), b"parkway.session.cookie-name", hashlib.sha256)
         self.cookie_name = f"{COOKIE_NAME}_{tag.hexdigest()[:8]}"
+        self._address_key = hmac.new(secret.encode(), b"parkway.session.address\0", "sha256")
 
-    def issue(self, principal: str | None = None) -> tuple[str, str]:
-        """A (principal, token) pair; a new principal unless one is given."""
-        principal = principal or f"usr_{secrets.token_urlsafe(16)}"
+    def issue(self, principal: str | None = None, *, address: str = "") -> tuple[str, str]:
+        """A (principal, token) pair; a new principal, of the client ``address``, unless
+        one is given."""
+        if not principal:
+            digest = self._address_key.copy()
+            digest.update(address_group(address).encode())
+            principal = f"usr_{secrets.token_urlsafe(16)}.{digest.hexdigest()[:16]}"
         return principal, self._serializer.dumps({"p": principal})
+
+    @staticmethod
+    def address_of(principal: str) -> str | None:
+        """The address a principal this authenticator issued was minted by (its digest),
+        or None for one minted before principals named it."""
+        found = _ADDRESSED.fullmatch(principal)
+        return None if found is None else found.group(1)
 
     def verify(self, token: str) -> str | None:
         """The token's principal, or None unless ``token`` is byte for byte a token this
@@ -102,6 +133,35 @@ class SessionAuthenticator:
             return self.verify(header[7:].strip())
         cookie = conn.cookies.get(self.cookie_name) or conn.cookies.get(COOKIE_NAME)
         return self.verify(cookie) if cookie else None
+
+
+def address_group(address: str) -> str:
+    """The address a quota counts ``address`` as: an IPv6 address's /64 network (a host
+    or a home network is given a /64 whole, so each of its addresses is no other client),
+    an IPv4 address itself (also when mapped into IPv6), anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def address_quotas(settings: Settings, authenticator: Authenticator) -> AddressQuotas | None:
+    """What the anonymous sessions of one client address may store together (settings
+    ``quota_address_stored_bytes``, ``quota_address_live_chats``), or None where nothing
+    is counted per address: another kind of identity, or a local playground (one user,
+    whose sessions the throttle does not limit either)."""
+    if not isinstance(authenticator, SessionAuthenticator) or settings.local:
+        return None
+    return AddressQuotas(
+        of=authenticator.address_of,
+        stored_bytes=settings.quota_address_stored_bytes,
+        live_chats=settings.quota_address_live_chats,
+    )
 
 
 def authenticator_from(settings: Settings) -> Authenticator:

@@ -62,8 +62,9 @@ _SHUTTING = "shutting_down: this worker takes no new runs; send it to another"
 _TOO_MANY = "too_many_runs or too_many_streams: past this worker's limits; nothing was started"
 _TOO_MANY_OR_QUOTA = (
     "too_many_runs or too_many_streams: past this worker's limits; nothing was started; or "
-    "quota_exceeded (with `quota`: stored_bytes or live_chats, and `limit`): the "
-    "principal's quota is used up; nothing was stored"
+    "quota_exceeded (with `quota`: stored_bytes or live_chats, or for anonymous sessions "
+    "address_stored_bytes or address_live_chats, and `limit`): the principal's quota, or "
+    "the one its client address's sessions share, is used up; nothing was stored"
 )
 
 
