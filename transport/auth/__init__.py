@@ -2,6 +2,8 @@
 
 - :mod:`~parkway.transport.auth.identity`: :class:`Identity` (a principal and roles);
 - :mod:`~parkway.transport.auth.jwt`: bearer JWTs checked against a JWKS or a public key;
+- :mod:`~parkway.transport.auth.jwks`: those keys, and how a JWKS fetch is paced and
+  bounded;
 - :mod:`~parkway.transport.auth.proxy`: a trusted reverse proxy's user header, and the
   client address behind trusted proxies;
 - :mod:`~parkway.transport.auth.preparing`: awaiting an authenticator's I/O (key
@@ -13,7 +15,8 @@ setting (docs/security.md, "Identities").
 """
 
 from parkway.transport.auth.identity import Identity, identity_of, roles_from
-from parkway.transport.auth.jwt import JwtAuthenticator, KeySource, load_public_key
+from parkway.transport.auth.jwks import KeySource, load_public_key
+from parkway.transport.auth.jwt import JwtAuthenticator
 from parkway.transport.auth.preparing import PrepareIdentity, Preparing
 from parkway.transport.auth.proxy import HeaderAuthenticator, TrustedProxies
 
