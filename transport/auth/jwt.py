@@ -10,7 +10,9 @@ A token is accepted only when all of these hold (docs/security.md, "Identities")
   attack, where a verifier feeds the public key to HMAC, has nothing to feed;
 - the signature verifies; ``iss`` and ``aud`` are the configured ones; ``exp`` is
   present and not past, and ``nbf`` (if any) not ahead, each within ``jwt_leeway_s``;
-- the principal claim (``sub`` by default) is a non-empty string.
+- the principal claim (``sub`` by default) is a name
+  :func:`~parkway.transport.auth.identity.principal_from` accepts, as a proxy's user
+  header must be (no control characters, not blank, at most 256 characters).
 
 Browsers: a host application that mounts Parkway may set a cookie holding the user's JWT
 (``jwt_cookie`` names it); a request without an Authorization header is then read from
@@ -34,16 +36,15 @@ from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from starlette.requests import HTTPConnection
 
-from parkway.transport.auth.identity import Identity, roles_from
+from parkway.transport.auth.identity import Identity, principal_from, roles_from
 from parkway.transport.auth.jwks import KeySource
 
 __all__ = ["JwtAuthenticator"]
 
 # The key type each allowed algorithm family needs.
 _KEY_TYPE = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
-# Tokens and principals past these sizes are refused unread.
+# Tokens past this size are refused unread.
 _MAX_TOKEN = 8 * 1024
-_MAX_PRINCIPAL = 256
 
 
 def _key_type_for(alg: str) -> str | None:
@@ -130,7 +131,7 @@ class JwtAuthenticator:
             self._claims.validate(claims)
         except (JoseError, ValueError, TypeError):
             return None
-        principal = claims.get(self.principal_claim)
-        if not isinstance(principal, str) or not 0 < len(principal) <= _MAX_PRINCIPAL:
+        principal = principal_from(claims.get(self.principal_claim))
+        if principal is None:
             return None
         return Identity(principal, roles_from(claims.get(self.roles_claim)))
