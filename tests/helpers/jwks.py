@@ -121,7 +121,16 @@ def claims(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def sign(key: RSAKey | ECKey | OKPKey, alg: str = "RS256", **changes: Any) -> str:
-    """A compact JWT with :func:`claims`, signed with ``key`` (named by its kid)."""
+def sign(
+    key: RSAKey | ECKey | OKPKey,
+    alg: str = "RS256",
+    *,
+    typ: str | None = "JWT",
+    **changes: Any,
+) -> str:
+    """A compact JWT with :func:`claims`, signed with ``key`` (named by its kid), its
+    header's ``typ`` being ``typ`` (None: no typ)."""
     header = {"alg": alg, "kid": key.kid}
-    return jwt.encode(header, claims(**changes), key, algorithms=[alg])
+    if typ is not None:
+        header["typ"] = typ
+    return jwt.encode(header, claims(**changes), key, algorithms=[alg], default_type=None)

@@ -12,7 +12,10 @@ A token is accepted only when all of these hold (docs/security.md, "Identities")
   present and not past, and ``nbf`` (if any) not ahead, each within ``jwt_leeway_s``;
 - the principal claim (``sub`` by default) is a name
   :func:`~parkway.transport.auth.identity.principal_from` accepts, as a proxy's user
-  header must be (no control characters, not blank, at most 256 characters).
+  header must be (no control characters, not blank, at most 256 characters);
+- with ``jwt_max_lifetime_s`` set, ``iat`` is present and ``exp - iat`` is at most that;
+- with ``jwt_typ`` set, the header's ``typ`` is that media type (``at+jwt`` and
+  ``application/at+jwt`` are one, in any case; RFC 7515, section 4.1.9).
 
 Browsers: a host application that mounts Parkway may set a cookie holding the user's JWT
 (``jwt_cookie`` names it); a request without an Authorization header is then read from
@@ -51,6 +54,14 @@ def _key_type_for(alg: str) -> str | None:
     return _KEY_TYPE.get(alg[:2])
 
 
+def _media_type(value: object) -> str | None:
+    """A ``typ`` value compared as RFC 7515 says: in any case, ``application/`` implied."""
+    if not isinstance(value, str):
+        return None
+    value = value.lower()
+    return value.removeprefix("application/") if value.count("/") == 1 else value
+
+
 def _token_of(conn: HTTPConnection, cookie: str | None) -> str | None:
     """The bearer token; without an Authorization header, the host's cookie (if one is
     configured: how the playground page, which holds no token, uses the host's sign-in)."""
@@ -87,6 +98,8 @@ class JwtAuthenticator:
         principal_claim: str = "sub",
         roles_claim: str = "roles",
         cookie: str | None = None,
+        max_lifetime_s: int | None = None,
+        typ: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.keys = keys
@@ -94,20 +107,34 @@ class JwtAuthenticator:
         self.algorithms = frozenset(algorithms)
         self.principal_claim = principal_claim
         self.roles_claim = roles_claim
-        self._claims = jwt.JWTClaimsRegistry(
-            now=lambda: int(clock()),
-            leeway=leeway_s,
-            iss={"essential": True, "value": issuer},
-            aud={"essential": True, "value": audience},
-            exp={"essential": True},
-        )
+        self.max_lifetime_s = max_lifetime_s
+        self.typ = None if typ is None else _media_type(typ)
+        required: dict[str, jwt.ClaimsOption] = {
+            "iss": {"essential": True, "value": issuer},
+            "aud": {"essential": True, "value": audience},
+            "exp": {"essential": True},
+        }
+        if max_lifetime_s is not None:
+            # a lifetime is exp - iat: without iat it cannot be told, so it is required
+            required["iat"] = {"essential": True}
+        self._claims = jwt.JWTClaimsRegistry(now=lambda: int(clock()), leeway=leeway_s, **required)
 
     def _allowed_header(self, token: str) -> dict[str, Any] | None:
+        """The token's header when its ``alg``, ``kid`` and ``typ`` may be accepted
+        (checked before any key is looked for, so a wrong one asks for no fetch)."""
         header = _header_of(token)
         if header is None or header.get("alg") not in self.algorithms:
             return None
+        if self.typ is not None and _media_type(header.get("typ")) != self.typ:
+            return None
         kid = header.get("kid")
         return header if kid is None or isinstance(kid, str) else None
+
+    def _lifetime_allowed(self, claims: dict[str, Any]) -> bool:
+        if self.max_lifetime_s is None:
+            return True
+        # both are NumericDates by now (the registry checked them)
+        return bool(claims["exp"] - claims["iat"] <= self.max_lifetime_s)
 
     async def prepare(self, conn: HTTPConnection) -> None:
         """Fetch the keys a bearer token's ``kid`` needs, if due (awaited before the
@@ -132,6 +159,6 @@ class JwtAuthenticator:
         except (JoseError, ValueError, TypeError):
             return None
         principal = principal_from(claims.get(self.principal_claim))
-        if principal is None:
+        if principal is None or not self._lifetime_allowed(claims):
             return None
         return Identity(principal, roles_from(claims.get(self.roles_claim)))
