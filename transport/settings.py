@@ -339,11 +339,16 @@ class Settings(BaseSettings):
     jwt_principal_claim: str = Field("sub", min_length=1)
     jwt_roles_claim: str = Field("roles", min_length=1)
     jwt_jwks_ttl_s: Count = 300
+    # the deadline of a whole JWKS fetch: connecting, the headers and the body together
     jwt_jwks_timeout_s: Timeout = 5.0
     # the least time between two fetches of the JWKS (an unknown kid asks for one)
     jwt_jwks_refetch_s: float = Field(30.0, ge=0, le=3600)
     # a cookie the host application sets holding the user's JWT (the playground page)
     jwt_cookie: str | None = None
+    # the longest exp - iat a token may claim (iat then required; none: not checked), and
+    # the typ its header must carry ("at+jwt", "JWT"; none: not checked)
+    jwt_max_lifetime_s: Count | None = None
+    jwt_typ: str | None = Field(None, min_length=1)
     # header: a header a trusted reverse proxy sets, from the proxies' addresses only
     auth_header: str | None = None
     auth_roles_header: str | None = None

@@ -195,6 +195,8 @@ def authenticator_from(settings: Settings) -> Authenticator:
             principal_claim=settings.jwt_principal_claim,
             roles_claim=settings.jwt_roles_claim,
             cookie=settings.jwt_cookie,
+            max_lifetime_s=settings.jwt_max_lifetime_s,
+            typ=settings.jwt_typ,
         )
     if mode == "header":
         assert settings.auth_header is not None

@@ -10,7 +10,12 @@ A token is accepted only when all of these hold (docs/security.md, "Identities")
   attack, where a verifier feeds the public key to HMAC, has nothing to feed;
 - the signature verifies; ``iss`` and ``aud`` are the configured ones; ``exp`` is
   present and not past, and ``nbf`` (if any) not ahead, each within ``jwt_leeway_s``;
-- the principal claim (``sub`` by default) is a non-empty string.
+- the principal claim (``sub`` by default) is a name
+  :func:`~parkway.transport.auth.identity.principal_from` accepts, as a proxy's user
+  header must be (no control characters, not blank, at most 256 characters);
+- with ``jwt_max_lifetime_s`` set, ``iat`` is present and ``exp - iat`` is at most that;
+- with ``jwt_typ`` set, the header's ``typ`` is that media type (``at+jwt`` and
+  ``application/at+jwt`` are one, in any case; RFC 7515, section 4.1.9).
 
 Browsers: a host application that mounts Parkway may set a cookie holding the user's JWT
 (``jwt_cookie`` names it); a request without an Authorization header is then read from
@@ -19,152 +24,42 @@ ride along on cross-site requests, so state-changing ones are subject to the app
 Origin check, as session cookies are.
 
 The keys come from one configured public key (PEM text or a file holding it) or from a
-JWKS URL. A JWKS is fetched with a bounded timeout and kept for ``jwt_jwks_ttl_s``; a
-token naming a ``kid`` the cached set lacks (the issuer rotated its keys) asks for a new
-fetch, and fetches are at least ``jwt_jwks_refetch_s`` apart, so tokens with made-up
-kids cannot make the server hammer the issuer. Fetching is I/O, so it happens in
-:meth:`JwtAuthenticator.prepare`, awaited before the route runs; the synchronous
-:meth:`JwtAuthenticator.authenticate` only reads the cache.
+JWKS URL (:mod:`~parkway.transport.auth.jwks`: how fetches are paced and bounded).
+Fetching is I/O, so it happens in :meth:`JwtAuthenticator.prepare`, awaited before the
+route runs; the synchronous :meth:`JwtAuthenticator.authenticate` only reads the cache.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Any
 
-import httpx2
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import ECKey, JWKRegistry, OKPKey, RSAKey
 from starlette.requests import HTTPConnection
 
-from parkway.transport.auth.identity import Identity, roles_from
+from parkway.transport.auth.identity import Identity, principal_from, roles_from
+from parkway.transport.auth.jwks import KeySource
 
-__all__ = ["JwtAuthenticator", "KeySource", "load_public_key"]
-
-log = logging.getLogger(__name__)
-
-_PublicKey = RSAKey | ECKey | OKPKey
+__all__ = ["JwtAuthenticator"]
 
 # The key type each allowed algorithm family needs.
 _KEY_TYPE = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
-# Tokens and JWKS documents past these sizes are refused unread.
+# Tokens past this size are refused unread.
 _MAX_TOKEN = 8 * 1024
-_MAX_JWKS = 512 * 1024
-_MAX_PRINCIPAL = 256
 
 
 def _key_type_for(alg: str) -> str | None:
     return _KEY_TYPE.get(alg[:2])
 
 
-def load_public_key(value: str) -> _PublicKey:
-    """The verification key in ``value``: PEM text, or the path of a file holding it.
-    Only public key types are taken (never a bare string read as an HMAC secret)."""
-    text = value if "-----BEGIN" in value else Path(value).read_text()
-    for kind in ("RSA", "EC", "OKP"):
-        try:
-            key = JWKRegistry.import_key(text, kind)
-        except (JoseError, ValueError, TypeError):
-            continue
-        if isinstance(key, RSAKey | ECKey | OKPKey):
-            return key
-    raise ValueError("jwt_public_key holds no RSA, EC or Ed25519 public key in PEM form")
-
-
-class KeySource:
-    """The keys tokens may be signed with: one static key, or a JWKS URL's keys."""
-
-    def __init__(
-        self,
-        *,
-        jwks_url: str | None = None,
-        key: _PublicKey | None = None,
-        ttl_s: float = 300,
-        timeout_s: float = 5,
-        refetch_s: float = 30,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.jwks_url = jwks_url
-        self.ttl_s = ttl_s
-        self.timeout_s = timeout_s
-        self.refetch_s = refetch_s
-        self._clock = clock
-        self._keys: dict[str | None, _PublicKey] = {} if key is None else {None: key}
-        self._static = key is not None
-        self._fetched_at: float | None = None
-        self._tried_at: float | None = None
-        self._lock = asyncio.Lock()
-        self.fetches = 0  # how many times the JWKS was asked for
-
-    def get(self, kid: str | None) -> _PublicKey | None:
-        """The key named ``kid``; a token without a kid matches a lone key only."""
-        if self._static:
-            return self._keys[None]
-        if kid is None:
-            return next(iter(self._keys.values())) if len(self._keys) == 1 else None
-        return self._keys.get(kid)
-
-    def _due(self, kid: str | None) -> bool:
-        if self._static:
-            return False
-        now = self._clock()
-        stale = self._fetched_at is None or now - self._fetched_at >= self.ttl_s
-        if not stale and self.get(kid) is not None:
-            return False
-        return self._tried_at is None or now - self._tried_at >= self.refetch_s
-
-    async def ensure(self, kid: str | None) -> None:
-        """Fetch the JWKS when the cache is stale or lacks ``kid``, at most once per
-        ``refetch_s``; while a fetch is under way, wait for it. A failed fetch keeps the
-        keys already known."""
-        # A fetch under way may bring the key this token needs: wait for it rather than
-        # answer from the cache it is replacing (the page's first requests come at once).
-        if not self._due(kid) and not self._lock.locked():
-            return
-        async with self._lock:
-            if not self._due(kid):  # another request fetched meanwhile
-                return
-            self._tried_at = self._clock()
-            self.fetches += 1
-            try:
-                keys = await self._fetch()
-            except (httpx2.HTTPError, ValueError) as exc:
-                log.warning("cannot fetch the JWKS at %s: %s", self.jwks_url, exc)
-                return
-            self._keys = keys
-            self._fetched_at = self._clock()
-
-    async def _fetch(self) -> dict[str | None, _PublicKey]:
-        assert self.jwks_url is not None
-        async with httpx2.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
-            answer = await client.get(self.jwks_url, headers={"accept": "application/json"})
-        if answer.status_code != 200:
-            raise ValueError(f"HTTP {answer.status_code}")
-        if len(answer.content) > _MAX_JWKS:
-            raise ValueError("the document is too large")
-        document = answer.json()
-        if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-            raise ValueError("not a JWK set")
-        keys: dict[str | None, _PublicKey] = {}
-        for data in document["keys"]:
-            # Public signing keys only: a symmetric ("oct") key in a JWKS would be a
-            # shared secret published to the world.
-            if not isinstance(data, dict) or data.get("use", "sig") != "sig":
-                continue
-            try:
-                key = JWKRegistry.import_key(data)
-            except (JoseError, ValueError, TypeError, KeyError):
-                continue
-            if isinstance(key, RSAKey | ECKey | OKPKey) and not key.is_private:
-                keys[key.kid] = key
-        if not keys:
-            raise ValueError("it holds no usable public signing key")
-        return keys
+def _media_type(value: object) -> str | None:
+    """A ``typ`` value compared as RFC 7515 says: in any case, ``application/`` implied."""
+    if not isinstance(value, str):
+        return None
+    value = value.lower()
+    return value.removeprefix("application/") if value.count("/") == 1 else value
 
 
 def _token_of(conn: HTTPConnection, cookie: str | None) -> str | None:
@@ -203,6 +98,8 @@ class JwtAuthenticator:
         principal_claim: str = "sub",
         roles_claim: str = "roles",
         cookie: str | None = None,
+        max_lifetime_s: int | None = None,
+        typ: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.keys = keys
@@ -210,20 +107,34 @@ class JwtAuthenticator:
         self.algorithms = frozenset(algorithms)
         self.principal_claim = principal_claim
         self.roles_claim = roles_claim
-        self._claims = jwt.JWTClaimsRegistry(
-            now=lambda: int(clock()),
-            leeway=leeway_s,
-            iss={"essential": True, "value": issuer},
-            aud={"essential": True, "value": audience},
-            exp={"essential": True},
-        )
+        self.max_lifetime_s = max_lifetime_s
+        self.typ = None if typ is None else _media_type(typ)
+        required: dict[str, jwt.ClaimsOption] = {
+            "iss": {"essential": True, "value": issuer},
+            "aud": {"essential": True, "value": audience},
+            "exp": {"essential": True},
+        }
+        if max_lifetime_s is not None:
+            # a lifetime is exp - iat: without iat it cannot be told, so it is required
+            required["iat"] = {"essential": True}
+        self._claims = jwt.JWTClaimsRegistry(now=lambda: int(clock()), leeway=leeway_s, **required)
 
     def _allowed_header(self, token: str) -> dict[str, Any] | None:
+        """The token's header when its ``alg``, ``kid`` and ``typ`` may be accepted
+        (checked before any key is looked for, so a wrong one asks for no fetch)."""
         header = _header_of(token)
         if header is None or header.get("alg") not in self.algorithms:
             return None
+        if self.typ is not None and _media_type(header.get("typ")) != self.typ:
+            return None
         kid = header.get("kid")
         return header if kid is None or isinstance(kid, str) else None
+
+    def _lifetime_allowed(self, claims: dict[str, Any]) -> bool:
+        if self.max_lifetime_s is None:
+            return True
+        # both are NumericDates by now (the registry checked them)
+        return bool(claims["exp"] - claims["iat"] <= self.max_lifetime_s)
 
     async def prepare(self, conn: HTTPConnection) -> None:
         """Fetch the keys a bearer token's ``kid`` needs, if due (awaited before the
@@ -247,7 +158,7 @@ class JwtAuthenticator:
             self._claims.validate(claims)
         except (JoseError, ValueError, TypeError):
             return None
-        principal = claims.get(self.principal_claim)
-        if not isinstance(principal, str) or not 0 < len(principal) <= _MAX_PRINCIPAL:
+        principal = principal_from(claims.get(self.principal_claim))
+        if principal is None or not self._lifetime_allowed(claims):
             return None
         return Identity(principal, roles_from(claims.get(self.roles_claim)))

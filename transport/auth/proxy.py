@@ -3,12 +3,19 @@
 With ``auth=header`` a proxy in front of Parkway (oauth2-proxy, an ingress with SSO)
 authenticates the user and names them in a header (``auth_header``, e.g.
 ``X-Forwarded-User``), and optionally their roles in another (``auth_roles_header``).
+Each must arrive at most once (the user header exactly once): a request carrying either
+twice is refused (401).
 
 Threat answered: anyone can send that header. It is believed only on a connection whose
 peer address is one of ``trusted_proxies``; from any other address it is ignored and the
 request has no identity (401). The peer is the TCP connection's own address
 (``parkway serve`` turns off uvicorn's own ``X-Forwarded-For`` handling), so a client
 cannot claim a proxy's address in a header either.
+
+Threat answered by refusing repeats: a proxy that appends its header to the client's
+instead of replacing it forwards both, and joining them would let the client name itself
+or add roles of its choosing (``approver``) to the ones the proxy vouches for. Which of
+two values the proxy meant cannot be told, so neither is believed.
 """
 
 from __future__ import annotations
@@ -18,12 +25,9 @@ from collections.abc import Iterable
 
 from starlette.requests import HTTPConnection
 
-from parkway.transport.auth.identity import Identity, roles_from
+from parkway.transport.auth.identity import Identity, principal_from, roles_from
 
 __all__ = ["HeaderAuthenticator", "TrustedProxies"]
-
-# A principal longer than this, or with control characters, is refused outright.
-_MAX_PRINCIPAL = 256
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -82,10 +86,13 @@ class HeaderAuthenticator:
         named = conn.headers.getlist(self.header)
         if len(named) != 1:  # none, or several: which one would the proxy mean?
             return None
-        principal = named[0].strip()
-        if not principal or len(principal) > _MAX_PRINCIPAL or not principal.isprintable():
+        principal = principal_from(named[0].strip())
+        if principal is None:
             return None
         roles = frozenset[str]()
         if self.roles_header is not None:
-            roles = roles_from(",".join(conn.headers.getlist(self.roles_header)))
+            listed = conn.headers.getlist(self.roles_header)
+            if len(listed) > 1:  # several: one may be the client's own (see above)
+                return None
+            roles = roles_from(listed[0] if listed else "")
         return Identity(principal, roles)
