@@ -4,7 +4,9 @@ real-model tests, a provider double and servers pointed at it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,8 +105,28 @@ def browser(redis: Redis) -> Iterator[Any]:
 def user_install(tmp_path_factory: pytest.TempPathFactory) -> UserInstall:
     """The wheel, built as pip builds it, installed into a new venv outside the
     repository: built once for the session (shared by pytest-xdist's workers), for every
-    test that runs the installed product (the example project, the served playground)."""
+    test that runs the installed product (the example project, the served playground).
+    The build starts in the background as soon as the tests are collected
+    (:func:`pytest_collection_finish`): it waits mostly on the package index, and the
+    first test to ask for it would otherwise hold a worker for all of that wait."""
     return shared_once(tmp_path_factory, "user", install_for_user)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the user install in a thread when a collected test will use it;
+    the fixture then takes the result (:func:`shared_once` makes it once per run: a
+    second worker's thread waits for the first's build and reads it)."""
+    if session.config.getoption("collectonly") or not any(
+        "user_install" in getattr(item, "fixturenames", ()) for item in session.items
+    ):
+        return
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]  # pytest's own
+
+    def build() -> None:
+        with contextlib.suppress(Exception):  # the fixture builds it again, and says why
+            shared_once(factory, "user", install_for_user)
+
+    threading.Thread(target=build, name="user-install", daemon=True).start()
 
 
 def pytest_configure(config: pytest.Config) -> None:

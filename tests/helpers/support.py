@@ -306,7 +306,7 @@ class ParkwayProcess:
             cwd=ROOT,
             pass_fds=self.pass_fds,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""

@@ -146,7 +146,7 @@ def _serve_embedded(data_dir: Path, agent: Path, port: int) -> subprocess.Popen[
 
 
 def _wait_healthy(base_url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, "parkway serve exited early"
         try:
