@@ -64,6 +64,7 @@ from parkway.transport.api import (
     healthz,
     metrics_routes,
     readyz,
+    seed_origin,
     separate_approvals,
     warn_of_drift,
 )
@@ -378,6 +379,7 @@ async def _start_serving(
         editable=settings.agent_editing_enabled,
         editors=editors_of(settings),
         audit_keep_s=settings.audit_keep_s,
+        origin=seed_origin(settings, agent),
     )
     await agents.ensure_seeded()
     await warn_of_drift(agents)

@@ -16,12 +16,14 @@ __all__ = ["agent_export", "agent_reset"]
 
 
 def agent_reset(flags: dict[str, str | None]) -> int:
-    """``parkway agent reset``: the agent file's version as the head again. The agent
-    is found as the server finds it (same agent file, same Redis, same id)."""
+    """``parkway agent reset``: the agent file's (or Python agent's) version as the head
+    again. The agent is found as the server finds it (same agent file, same Redis, same
+    id)."""
     from parkway.runner.agent import AgentStore, load_agent, parse_agent_file
     from parkway.runner.demo import DEMO_AGENT
     from parkway.runner.errors import ParkwayError
     from parkway.runner.store import EmbeddedRedis, connect
+    from parkway.transport.api import seed_origin
     from parkway.transport.app import agent_id_for
     from parkway.transport.settings import Settings, SettingsError
 
@@ -36,7 +38,12 @@ def agent_reset(flags: dict[str, str | None]) -> int:
         assert url is not None
         redis = connect(url)
         try:
-            store = AgentStore(redis, agent_id_for(settings, agent), dict(agent.template.raw))
+            store = AgentStore(
+                redis,
+                agent_id_for(settings, agent),
+                dict(agent.template.raw),
+                origin=seed_origin(settings, agent),
+            )
             await store.ensure_seeded()
             drift = await store.drift()
             revision = await store.reset_to_file()
@@ -45,10 +52,10 @@ def agent_reset(flags: dict[str, str | None]) -> int:
             if embedded is not None:
                 embedded.stop()
         if revision is None or drift is None:
-            return f"agent {store.agent_id}: the head already is the agent file's version"
+            return f"agent {store.agent_id}: the head already is {store.origin}"
         return (
             f"agent {store.agent_id}: version {revision.version} ({revision.revision_id}) "
-            f"is the agent file's version again; version {drift.version} differed in "
+            f"is {store.origin} again; version {drift.version} differed in "
             f"{', '.join(drift.keys)}"
         )
 

@@ -164,6 +164,8 @@ def test_serve_a_python_agent_by_module_and_attribute(project: Path) -> None:
             agent = client.get("/api/agent").json()
             names = [t.get("name") for t in agent["template"]["tools"]]
             assert names == ["forecast", "book_stay"], agent
+            # its first revision says where it came from (it once said "the agent file")
+            assert agent["summary"] == "from the Python agent trips.agent:agent"
             body = {"id": "py-serve", "messages": [user_message("hi")],
                     "trigger": "submit-message"}  # fmt: skip
             response = client.post("/api/chat", json=body)

@@ -17,6 +17,7 @@ from parkway.transport.api.agent import (
     CommitBody,
     agent_routes,
     editors_of,
+    seed_origin,
     separate_approvals,
     warn_of_drift,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "healthz",
     "metrics_routes",
     "readyz",
+    "seed_origin",
     "separate_approvals",
     "warn_of_drift",
 ]
