@@ -63,6 +63,7 @@ from parkway.transport.api import (
     editors_of,
     healthz,
     metrics_routes,
+    page_auth,
     readyz,
     seed_origin,
     separate_approvals,
@@ -224,6 +225,8 @@ def _unauthenticated_hint(authenticator: Authenticator) -> str | None:
         return "no valid bearer token: send 'Authorization: Bearer <JWT>' from your sign-in"
     if isinstance(authenticator, HeaderAuthenticator):
         return "no identity: requests must come through the authenticating proxy"
+    if not isinstance(authenticator, SessionAuthenticator):  # the host application's own
+        return "not signed in: sign in to the application that serves this API"
     return None
 
 
@@ -589,7 +592,7 @@ def create_app(
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
             # the host applications the operator trusts may embed the playground
-            *widget_routes(embed_origins=settings.allowed_origins),
+            *widget_routes(embed_origins=settings.allowed_origins, auth=page_auth(authenticator)),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
             # RFC 8414 §3.1 puts the well-known segment before the issuer's path
             Route(f"/.well-known/oauth-authorization-server{DEMO_MOUNT}", DemoDispatch()),

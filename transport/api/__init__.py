@@ -29,7 +29,12 @@ from parkway.transport.api.code import code_mode_from, code_routes
 from parkway.transport.api.health import healthz, readyz
 from parkway.transport.api.metrics import MetricsServing, metrics_routes
 from parkway.transport.api.requests import BodyReader
-from parkway.transport.api.sessions import Authenticator, SessionAuthenticator, authenticator_from
+from parkway.transport.api.sessions import (
+    Authenticator,
+    SessionAuthenticator,
+    authenticator_from,
+    page_auth,
+)
 from parkway.transport.api.throttle import SessionThrottle
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "editors_of",
     "healthz",
     "metrics_routes",
+    "page_auth",
     "readyz",
     "seed_origin",
     "separate_approvals",
