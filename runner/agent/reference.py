@@ -37,12 +37,10 @@ def is_agent_ref(target: str | Path) -> bool:
     return not text.endswith(".json") and _AGENT_REF.match(text) is not None
 
 
-def agent_origin(target: str | Path | None) -> str:
-    """Where an agent came from, in words for its first revision's summary (``from
-    {origin}``): the Python agent ``trips:agent``, the agent file ``trips.json``, or
-    (``None``) the agent the server was given in code."""
-    if target is None:
-        return "the agent given to the server"
+def agent_origin(target: str | Path) -> str:
+    """Where the agent ``target`` names comes from, in words for its revisions'
+    summaries (``from {origin}``): the Python agent ``trips:agent``, or the agent file
+    ``trips.json``."""
     if is_agent_ref(target):
         return f"the Python agent {target}"
     return f"the agent file {Path(target).name}"
@@ -52,11 +50,9 @@ def load_agent(target: str | Path) -> AgentFile:
     """The agent ``target`` names: an agent file's path (:func:`load_agent_file`), or
     ``module:attribute`` naming an :class:`Agent` (or an :class:`AgentFile`), imported
     with the working directory (the project root) importable as for agent files' refs."""
-    if str(target).endswith(".py"):
-        raise TemplateError(_python_file_hint(Path(target)))
-    if not is_agent_ref(target):
+    if not is_agent_ref(target) and not str(target).endswith(".py"):
         return load_agent_file(target)
-    found = resolve_agent_ref(str(target))
+    found = resolve_agent_ref(str(target))  # a .py path: what to write instead
     if isinstance(found, AgentFile):
         return found
     if not isinstance(found, Agent):
@@ -119,10 +115,11 @@ def _import(module_name: str) -> Any:
 def _where(exc: BaseException) -> str:
     """`` at trips/agent.py, line 3``: the innermost frame of the user's code (not the
     import machinery's) in the error's traceback, or nothing."""
+    machinery = str(Path(importlib.__file__).parent)
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith("<frozen ") and "importlib" not in frame.filename
+        if not frame.filename.startswith(("<frozen ", machinery))
     ]
     if not frames:
         return ""
