@@ -420,6 +420,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     says what is missing instead, before the fixture starts anything."""
     if "parkway_runtime" not in getattr(item, "fixturenames", ()):
         return
+    if not item.config.pluginmanager.hasplugin("asyncio"):  # the fixture says to install it
+        return
     if not inspect.iscoroutinefunction(getattr(item, "obj", None)):
         return
     if item.get_closest_marker("asyncio") or item.get_closest_marker("anyio"):
