@@ -64,7 +64,9 @@ from parkway.transport.api import (
     editors_of,
     healthz,
     metrics_routes,
+    page_auth,
     readyz,
+    seed_origin,
     separate_approvals,
     warn_of_drift,
 )
@@ -224,6 +226,8 @@ def _unauthenticated_hint(authenticator: Authenticator) -> str | None:
         return "no valid bearer token: send 'Authorization: Bearer <JWT>' from your sign-in"
     if isinstance(authenticator, HeaderAuthenticator):
         return "no identity: requests must come through the authenticating proxy"
+    if not isinstance(authenticator, SessionAuthenticator):  # the host application's own
+        return "not signed in: sign in to the application that serves this API"
     return None
 
 
@@ -379,6 +383,7 @@ async def _start_serving(
         editable=settings.agent_editing_enabled,
         editors=editors_of(settings),
         audit_keep_s=settings.audit_keep_s,
+        origin=seed_origin(settings, agent),
     )
     await agents.ensure_seeded()
     await warn_of_drift(agents)
@@ -589,7 +594,7 @@ def create_app(
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
             # the host applications the operator trusts may embed the playground
-            *widget_routes(embed_origins=settings.allowed_origins),
+            *widget_routes(embed_origins=settings.allowed_origins, auth=page_auth(authenticator)),
             Route(f"{DEMO_MOUNT}/{{rest:path}}", DemoDispatch()),
             # RFC 8414 §3.1 puts the well-known segment before the issuer's path
             Route(f"/.well-known/oauth-authorization-server{DEMO_MOUNT}", DemoDispatch()),

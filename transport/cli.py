@@ -3,15 +3,16 @@ record CASSETTE`` is ``parkway serve --record CASSETTE``);
 ``parkway replay FILE`` replays a recorded chat (a cassette) against a fresh server;
 ``parkway agent reset`` commits the agent file's version of the agent again;
 ``parkway agent export module:attribute`` prints the template an agent defined in Python
-compiles to. Wherever an agent file is named, ``module:attribute`` may name an
-:class:`~parkway.runner.Agent` instead."""
+compiles to (both in :mod:`parkway.transport.cli_agent`). Wherever an agent file is
+named, ``module:attribute`` may name an :class:`~parkway.runner.Agent` instead.
+
+Nothing of the runtime is imported before a command runs: ``parkway --help`` and
+``parkway --version`` import the standard library only."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
-import logging.config
 import os
 import signal
 import socket
@@ -307,89 +308,6 @@ def _replay(
 # -- parkway replay (end) --
 
 
-# -- parkway agent (begin) --
-def _agent_reset(flags: dict[str, str | None]) -> int:
-    """``parkway agent reset``: the agent file's version as the head again. The agent
-    is found as the server finds it (same agent file, same Redis, same id)."""
-    from parkway.runner.agent import AgentStore, load_agent, parse_agent_file
-    from parkway.runner.demo import DEMO_AGENT
-    from parkway.runner.errors import ParkwayError
-    from parkway.runner.store import EmbeddedRedis, connect
-    from parkway.transport.app import agent_id_for
-    from parkway.transport.settings import Settings, SettingsError
-
-    async def reset(settings: Settings) -> str:
-        agent = (
-            load_agent(settings.agent_file)
-            if settings.agent_file is not None
-            else parse_agent_file(DEMO_AGENT)
-        )
-        embedded = EmbeddedRedis(settings.data_dir) if settings.redis_url is None else None
-        url = settings.redis_url if embedded is None else embedded.start()
-        assert url is not None
-        redis = connect(url)
-        try:
-            store = AgentStore(redis, agent_id_for(settings, agent), dict(agent.template.raw))
-            await store.ensure_seeded()
-            drift = await store.drift()
-            revision = await store.reset_to_file()
-        finally:
-            await redis.aclose()
-            if embedded is not None:
-                embedded.stop()
-        if revision is None or drift is None:
-            return f"agent {store.agent_id}: the head already is the agent file's version"
-        return (
-            f"agent {store.agent_id}: version {revision.version} ({revision.revision_id}) "
-            f"is the agent file's version again; version {drift.version} differed in "
-            f"{', '.join(drift.keys)}"
-        )
-
-    try:
-        print(asyncio.run(reset(Settings.from_sources(flags))), flush=True)
-    except (SettingsError, ParkwayError) as exc:
-        print(f"parkway agent reset: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _agent_export(target: str, *, as_agent_file: bool) -> int:
-    """``parkway agent export``: the template (or agent file) of an agent defined in
-    Python, as JSON on stdout; a bad target is one line on stderr and exit code 2."""
-    import json
-
-    from parkway.runner.agent import is_agent_ref, make_importable
-    from parkway.runner.errors import ParkwayError
-
-    if not is_agent_ref(target):
-        print(
-            f"parkway agent export: {target!r} is not module:attribute (e.g. "
-            "expenses.agent:agent); an agent file is already its JSON",
-            file=sys.stderr,
-        )
-        return 2
-    module_name, _, attribute = target.partition(":")
-    make_importable(None)
-    try:
-        import importlib
-
-        found: object = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-        export = getattr(found, "agent_file_document" if as_agent_file else "to_template", None)
-        if not callable(export):
-            raise ParkwayError(f"{target} is a {type(found).__name__}, not a parkway Agent")
-        document = export()
-    except (ImportError, AttributeError, ParkwayError) as exc:
-        print(f"parkway agent export: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(document, indent=2, ensure_ascii=False), flush=True)
-    return 0
-
-
-# -- parkway agent (end) --
-
-
 # -- parkway serve (begin) --
 def _bind(settings: Settings) -> socket.socket:
     """The server's socket, bound before anything starts (as uvicorn binds for its
@@ -469,6 +387,8 @@ def _serve(
     raises again after its shutdown reaches the process's handler only after the
     lifespan's shutdown has run (running turns finish, the embedded Redis stops).
     """
+    import asyncio
+
     import uvicorn
 
     from parkway.runner.ops import settle_heap
@@ -497,8 +417,27 @@ def _serve(
         pass
 
 
+async def _check_redis(settings: Settings) -> None:
+    """Reach the configured Redis (none for the embedded one, which starts with the app)
+    as the app's startup does, with the same patience and the same one-line error."""
+    if settings.redis_url is None:
+        return
+    import parkway.transport.app as app_module
+    from parkway.runner.store import connect
+
+    redis = connect(settings.redis_url)
+    try:
+        # the app's own startup check (module-private there), so both say the same
+        await app_module._reach(redis, settings)
+    finally:
+        await redis.aclose()
+
+
 def _run_server(flags: dict[str, str | None]) -> int:
     """``parkway serve``: a startup error is one line on stderr and exit code 2."""
+    import asyncio
+    import logging.config
+
     from parkway.runner.errors import ParkwayError
     from parkway.transport.app import create_app
     from parkway.transport.logs import logging_config, resolve_format
@@ -513,6 +452,9 @@ def _run_server(flags: dict[str, str | None]) -> int:
     startup_errors = (SettingsError, ParkwayError, ProviderConfigError)
     try:
         settings = Settings.from_sources(flags)
+        # An unreachable Redis first: the settings create_app asks for next (auth, the
+        # secret key) are about another server than the one the user meant to run.
+        asyncio.run(_check_redis(settings))
         app = create_app(settings)
         specs = tuple(parse_provider_specs(settings.oauth_providers))
         if specs:
@@ -562,6 +504,24 @@ def _run_server(flags: dict[str, str | None]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script. A reader that stops reading (``parkway agent export ... |
+    head``) ends the command quietly, as Python's documentation on SIGPIPE advises: the
+    output is flushed here, so a closed pipe surfaces as BrokenPipeError inside the
+    ``try``; stdout then points at /dev/null, so the interpreter's own flush at exit
+    does not raise again."""
+    try:
+        try:
+            code = _command(argv)
+        finally:  # --help leaves by SystemExit, its text still buffered
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1  # as Python exits on EPIPE
+    return code
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "replay":  # -- parkway replay --
         return _replay(
@@ -575,10 +535,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             record_mode=args.replay_record_mode,
         )
     if args.command == "agent":  # -- parkway agent --
+        from parkway.transport.cli_agent import agent_export, agent_reset
+
         if args.agent_command == "export":
-            return _agent_export(args.target, as_agent_file=args.as_agent_file)
+            return agent_export(args.target, as_agent_file=args.as_agent_file)
         flags = {k: v for k, v in vars(args).items() if k not in {"command", "agent_command"}}
-        return _agent_reset(flags)
+        return agent_reset(flags)
     if args.command not in {"serve", "record"}:  # pragma: no cover - argparse's choice
         return 2
     return _run_server({k: v for k, v in vars(args).items() if k != "command"})

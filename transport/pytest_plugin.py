@@ -34,6 +34,7 @@ VCR.py users expect: ``drive(client)`` talks to a recording ``parkway serve`` th
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -72,6 +73,7 @@ __all__ = [
     "parkway_replay",
     "parkway_runtime",
     "pytest_addoption",
+    "pytest_runtest_setup",
     "record_action",
 ]
 
@@ -407,3 +409,25 @@ def _async_fixture(body: Callable[[], AsyncIterator[RuntimeFactory]]) -> Any:
 
 parkway_runtime = _async_fixture(_runtimes)
 """A factory of started runtimes, closed at the test's end (:class:`RuntimeFactory`)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """An async test that asks for ``parkway_runtime`` but that no async plugin will run:
+    pytest-asyncio's default ``strict`` mode runs only the tests marked
+    ``@pytest.mark.asyncio`` (its ``auto`` mode marks every async test itself). Left
+    alone, pytest fails it saying to install an async plugin, which is installed; this
+    says what is missing instead, before the fixture starts anything."""
+    if "parkway_runtime" not in getattr(item, "fixturenames", ()):
+        return
+    if not item.config.pluginmanager.hasplugin("asyncio"):  # the fixture says to install it
+        return
+    if not inspect.iscoroutinefunction(getattr(item, "obj", None)):
+        return
+    if item.get_closest_marker("asyncio") or item.get_closest_marker("anyio"):
+        return
+    _fail(
+        f"{item.name} is an async test that pytest-asyncio does not run in its strict mode "
+        "(the default): mark it @pytest.mark.asyncio (or the module: pytestmark = "
+        'pytest.mark.asyncio), or set asyncio_mode = "auto" in the pytest configuration'
+    )

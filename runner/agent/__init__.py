@@ -6,6 +6,8 @@
   :mod:`~parkway.runner.agent.docstrings` their docstrings,
   :mod:`~parkway.runner.agent.functions` binds them to their template entries);
 - :mod:`~parkway.runner.agent.agentfile`: the agent file a server starts from;
+- :mod:`~parkway.runner.agent.reference`: an agent named by path or ``module:attribute``,
+  loaded, or what is wrong with the name said plainly;
 - :mod:`~parkway.runner.agent.revisions`: :class:`AgentStore`, the template's versions in Redis;
 - :mod:`~parkway.runner.agent.mcps`: the template's ``mcps`` section (MCP servers);
 - :mod:`~parkway.runner.agent.merge`: laying a partial template over a template;
@@ -21,8 +23,6 @@ It imports the store and the model layer, never the engine or code mode.
 from parkway.runner.agent.agent import Agent, AgentModel, ApprovalDecision
 from parkway.runner.agent.agentfile import (
     AgentFile,
-    is_agent_ref,
-    load_agent,
     load_agent_file,
     make_importable,
     model_of,
@@ -45,6 +45,12 @@ from parkway.runner.agent.platform_ops import (
     SANDBOX_PERMISSIONS,
     PlatformOp,
     register_platform_op,
+)
+from parkway.runner.agent.reference import (
+    agent_origin,
+    is_agent_ref,
+    load_agent,
+    resolve_agent_ref,
 )
 from parkway.runner.agent.revisions import (
     AgentStore,
@@ -110,6 +116,7 @@ __all__ = [
     "ToolNeedsInput",
     "ToolRun",
     "ToolSpec",
+    "agent_origin",
     "canonical_resource",
     "check_function_tools",
     "check_mcp_servers",
@@ -128,5 +135,6 @@ __all__ = [
     "model_of",
     "parse_agent_file",
     "register_platform_op",
+    "resolve_agent_ref",
     "server_of",
 ]

@@ -9,16 +9,14 @@ out when the template names its model in ``llm``. Which model a run uses: ``park
 playground offers in an empty chat.
 
 An agent defined in Python (:class:`parkway.runner.agent.agent.Agent`) is named by
-``module:attribute`` where an agent file's path would go (:func:`load_agent`); it
-compiles to the same :class:`AgentFile`.
+``module:attribute`` where an agent file's path would go (:mod:`~parkway.runner.agent.reference`);
+it compiles to the same :class:`AgentFile`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,8 +29,6 @@ from parkway.runner.llm import Model, ModelSpec, build_model, parse_model_spec
 
 __all__ = [
     "AgentFile",
-    "is_agent_ref",
-    "load_agent",
     "load_agent_file",
     "make_importable",
     "model_of",
@@ -138,52 +134,3 @@ def make_importable(agent_folder: Path | None) -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
-
-
-# ``package.module:attribute``: an agent defined in Python, where a path would name a file.
-_AGENT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-def is_agent_ref(target: str | Path) -> bool:
-    """Whether ``target`` names an agent in Python (``module:attribute``) rather than an
-    agent file: a path ending in ``.json``, or with a folder in it, is a file."""
-    text = str(target)
-    return not text.endswith(".json") and _AGENT_REF.match(text) is not None
-
-
-def load_agent(target: str | Path) -> AgentFile:
-    """The agent ``target`` names: an agent file's path (:func:`load_agent_file`), or
-    ``module:attribute`` naming an :class:`~parkway.runner.agent.agent.Agent` (or an
-    :class:`AgentFile`), imported with the working directory (the project root)
-    importable as for agent files' refs."""
-    if not is_agent_ref(target):
-        return load_agent_file(target)
-    module_name, _, attribute = str(target).partition(":")
-    make_importable(None)
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TemplateError(
-            f"agent {str(target)!r}: module {module_name!r} cannot be imported ({exc}); run "
-            "from the project's root folder, or install the project"
-        ) from None
-    except Exception as exc:  # the operator's own module failed: say how, in one line
-        raise TemplateError(
-            f"agent {str(target)!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            raise TemplateError(f"agent {str(target)!r}: {module_name!r} has no {attribute!r}")
-        found = getattr(found, part)
-    if isinstance(found, AgentFile):
-        return found
-    compile_agent = getattr(found, "agent_file", None)
-    if not callable(compile_agent):
-        raise TemplateError(
-            f"agent {str(target)!r} is a {type(found).__name__}, not a parkway Agent "
-            "(Agent(...) from parkway.runner)"
-        )
-    agent_file = compile_agent()
-    if not isinstance(agent_file, AgentFile):
-        raise TemplateError(f"agent {str(target)!r}: agent_file() did not return an AgentFile")
-    return agent_file

@@ -62,11 +62,14 @@ class SandboxPermission:
     elevated: Any
 
 
+# Only what a template can actually change (runner/codemode/runtime.py reads these two):
+# the sandbox has no network at all, so there is no network permission to raise.
 SANDBOX_PERMISSIONS: dict[str, SandboxPermission] = {
     p.name: p
     for p in (
-        SandboxPermission("network", "outbound network access", False, True),
-        SandboxPermission("filesystem", "file access: none, workspace", "none", "workspace"),
+        SandboxPermission(
+            "filesystem", "scratch space: workspace, or none (1 MiB)", "workspace", "workspace"
+        ),
         SandboxPermission("max_runtime_s", "seconds a piece of code may run", 10, 60),
     )
 }

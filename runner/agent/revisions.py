@@ -297,9 +297,13 @@ class AgentStore:
         editable: bool = True,
         editors: Editors = Editors(everyone=True),
         audit_keep_s: int = AUDIT_KEEP_S,
+        origin: str = "the agent file",
     ) -> None:
         self.redis = redis
         self.agent_id = agent_id
+        # Where the seed came from, in words for its revisions' summaries ("from the
+        # Python agent trips:agent"; parkway.runner.agent.agent_origin).
+        self.origin = origin
         # Whether commits (and playground working copies) are allowed at all: the agent
         # is shared by every user of the server.
         self.editable = editable
@@ -317,7 +321,7 @@ class AgentStore:
         """Commit the agent file as a revision unless that very file already is one."""
         template = load_template(self.seed)
         await self._write(
-            template, expected=None, by="agent-file", summary="from the agent file",
+            template, expected=None, by="agent-file", summary=f"from {self.origin}",
             seed_digest=template.digest,
         )  # fmt: skip
         version, record = await self.redis.hmget(self.keys.head, ["version", "record"])
@@ -426,7 +430,7 @@ class AgentStore:
             return None
         template = load_template(self.seed)
         version = await self._write(
-            template, expected=None, by="agent-file", summary="reset to the agent file",
+            template, expected=None, by="agent-file", summary=f"reset to {self.origin}",
             seed_digest=template.digest, reset=True,
         )  # fmt: skip
         revision = await self.get(version)

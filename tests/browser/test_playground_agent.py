@@ -34,13 +34,13 @@ from tests.helpers.support import WEATHER_TOOL, agent_doc, call, server_thread, 
 PATCH = {"summary": "say hello", "patch": {"instructions": "Say hello first."}}
 # every registered platform op, then the reserved workflows (widgets_api/playground/overlay.py)
 KIT_TOOLS = "get_weather,commit_config,execute_code,list_functions,save_function,request_connection"
-# The agent a user builds: one tool of its own and a sandbox without network, which the
+# The agent a user builds: one tool of its own and a 5 s sandbox run time, which the
 # build kit overrides while it is on.
 SANDBOXED_AGENT = {
     "template": {
         "instructions": "test agent",
         "tools": [WEATHER_TOOL],
-        "sandbox": {"permissions": {"network": False}},
+        "sandbox": {"permissions": {"max_runtime_s": 5}},
     },
     "model": {"scripted": {"turns": []}},
 }
@@ -95,7 +95,7 @@ def has_kit(template: dict[str, Any]) -> bool:
         "commit_config" in tools
         or "__ag__request_connection" in tools
         or "skills" in template
-        or template.get("sandbox", {}).get("permissions", {}).get("network") is True
+        or template.get("sandbox", {}).get("permissions", {}).get("max_runtime_s") == 60
     )
 
 
@@ -125,11 +125,14 @@ def sweep_later(redis_url: str, template: dict[str, Any], seconds: float = 3600)
 def test_build_kit_toggle_changes_what_the_run_sees_and_never_what_is_committed(
     browser: Browser, redis_url: str
 ) -> None:
-    """The kit is on by default: a turn runs with its tools laid over the template. Off,
-    the run sees the agent's own tools, and nothing is sent unless the user has edits.
-    Either way the committed agent is untouched; a commit with the kit on sends only the
-    user's template. The override hint shows what the kit replaces while it is on, and
-    the toggle lasts for the tab (a reload keeps it, a new tab starts on)."""
+    """The kit starts off for the user's own agent (only the built-in demo starts with
+    it on): the model is offered what the deployed agent has. On, a turn runs with the
+    kit's tools laid over the template, and the panel says loudly how many tools that
+    adds. Off, the run sees the agent's own tools, and nothing is sent unless the user
+    has edits. Either way the committed agent is untouched; a commit with the kit on
+    sends only the user's template. The override hint shows what the kit replaces while
+    it is on; "What the kit adds" lists only what the sandbox honours (no network); the
+    toggle lasts for the tab (a reload keeps it, a new tab starts off again)."""
     with server_thread(redis_url, SANDBOXED_AGENT, model=ToolNamesModel()) as server:
         tab = Tab.new_context(browser, server.base_url).open()
         chats = Posts(tab.page, "/api/chat")
@@ -137,10 +140,18 @@ def test_build_kit_toggle_changes_what_the_run_sees_and_never_what_is_committed(
         panel = panel_of(tab)
         before = agent_now(tab)
         toggle = panel.get_by_test_id("kit-toggle")
-        expect(toggle).to_be_checked()
+        warning = panel.get_by_test_id("kit-warning")
         hint = panel.get_by_test_id("override-hint")
+        expect(toggle).not_to_be_checked()
+        expect(warning).to_be_hidden()
+        expect(hint).to_have_count(0)
+        toggle.check()
+        expect(warning).to_have_text(
+            "On: the model sees 5 tools your agent does not have when deployed. Turn the"
+            " kit off to try the agent as it ships."
+        )
         expect(hint).to_have_text(
-            "Build kit overrides sandbox.permissions.network (yours: false) while it is on"
+            "Build kit overrides sandbox.permissions.max_runtime_s (yours: 5) while it is on"
         )
         panel.get_by_test_id("kit-drawer").locator("summary").click()
         drawer = panel.get_by_test_id("kit-drawer")
@@ -149,7 +160,8 @@ def test_build_kit_toggle_changes_what_the_run_sees_and_never_what_is_committed(
         ).to_contain_text("Removed on commit")
         expect(drawer).to_contain_text("workflow:__ag__request_connection")
         expect(drawer).to_contain_text("agent-authoring")
-        expect(drawer).to_contain_text("permissions.network: true")
+        expect(drawer).to_contain_text("permissions.max_runtime_s: 60")
+        expect(drawer).not_to_contain_text("network")
 
         tab.send("which tools?")
         assistant = tab.page.get_by_test_id("message-assistant")
@@ -157,10 +169,12 @@ def test_build_kit_toggle_changes_what_the_run_sees_and_never_what_is_committed(
         tab.expect_ready()
         screenshot(tab.page, "agent-panel")
         sent = chats.bodies[-1]["agentTemplate"]
-        assert sent["sandbox"]["permissions"]["network"] is True and "skills" in sent
+        assert sent["sandbox"]["permissions"]["max_runtime_s"] == 60 and "skills" in sent
+        assert "network" not in sent["sandbox"]["permissions"]
 
         toggle.uncheck()
         expect(hint).to_have_count(0)
+        expect(warning).to_be_hidden()
         tab.send("and now?")
         expect(assistant.nth(1)).to_have_text("get_weather")
         tab.expect_ready()
@@ -172,7 +186,7 @@ def test_build_kit_toggle_changes_what_the_run_sees_and_never_what_is_committed(
         expect(toggle).not_to_be_checked()
         expect(hint).to_have_count(0)
         fresh = Tab(tab.context, server.base_url).open()
-        expect(panel_of(fresh).get_by_test_id("kit-toggle")).to_be_checked()
+        expect(panel_of(fresh).get_by_test_id("kit-toggle")).not_to_be_checked()
         fresh.page.close()
 
         # Uncommitted edits with the kit off: this turn runs the edited template.
@@ -275,7 +289,7 @@ def test_commit_config_approval_shows_the_diff_and_the_new_revision_refreshes_th
     commits it; the stream's data-committed-revision brings the panel to version 2, whose
     template has the patch and none of the build kit the run had."""
     with server_thread(redis_url, COMMITTING_AGENT) as server:
-        tab = Tab.new_context(browser, server.base_url).open()
+        tab = Tab.new_context(browser, server.base_url, build_kit=True).open()
         panel = panel_of(tab)
         tab.send("change yourself")
         widget = tab.widget("approval")
@@ -307,7 +321,7 @@ def test_a_revision_committed_while_the_user_edits_keeps_the_edits_and_says_so(
     """data-committed-revision must not throw away uncommitted edits: the panel says a
     new revision exists, and Reload shows it."""
     with server_thread(redis_url, COMMITTING_AGENT) as server:
-        tab = Tab.new_context(browser, server.base_url).open()
+        tab = Tab.new_context(browser, server.base_url, build_kit=True).open()
         panel = panel_of(tab)
         editor = panel.get_by_test_id("template-editor")
         mine = {"instructions": "Mine.", "tools": [WEATHER_TOOL]}
@@ -494,12 +508,12 @@ def test_a_blocked_popup_offers_a_tab_link_and_the_timeout_still_ends_the_call(
 def test_the_kit_says_what_it_adds_and_code_status_shows_only_for_an_agent_that_runs_code(
     browser: Browser, redis_url: str
 ) -> None:
-    """The build kit is on by default for any agent: the panel says in plain words what
-    it lets the agent do. The sandbox's status matters only to an agent that runs code:
-    with the kit on it is the kit's execute_code, and the panel says so; with the kit
-    off, an agent without execute_code shows no sandbox status at all."""
+    """The panel says in plain words what the build kit lets the agent do. The
+    sandbox's status matters only to an agent that runs code: with the kit on it is the
+    kit's execute_code, and the panel says so; with the kit off, an agent without
+    execute_code shows no sandbox status at all."""
     with server_thread(redis_url, COMMITTING_AGENT) as server:
-        tab = Tab.new_context(browser, server.base_url).open()
+        tab = Tab.new_context(browser, server.base_url, build_kit=True).open()
         panel = tab.page.get_by_test_id("agent-panel")
         expect(panel).to_have_attribute("data-version", "1")
         note = panel.get_by_test_id("kit-note")

@@ -188,6 +188,39 @@ def test_the_approvals_view_pages_newest_first_and_shows_who_won_a_conflict(
         b.assert_clean()
 
 
+def test_the_approvals_view_lines_up_its_list_with_its_heading_and_the_opened_card(
+    browser: Browser, redis_url: str
+) -> None:
+    """On a wide screen the view's column is centred, and the list of approvals used to
+    stay at the left edge while its heading and the card opened below it were centred.
+    Every part of the view shares one column: the same left and right edges."""
+    with _server(redis_url) as server, _bearer(server) as requester:
+        body = {"id": "wide-1", "messages": [user_message("Hello")], "trigger": "submit-message"}
+        assert requester.post("/api/chat", json=body).status_code == 200
+        b = _approver_tab(browser, server)
+        b.page.set_viewport_size({"width": 1500, "height": 800})
+        b.open()
+        b.page.get_by_test_id("approvals-toggle").click()
+        item = b.page.get_by_test_id("approval-item")
+        item.get_by_role("button", name=re.compile("^Review publish")).click()
+        b.expect_state(b.widget_of(str(item.get_attribute("data-call"))), "pending")
+        edges = b.page.evaluate(
+            """() => Object.fromEntries([
+                ["heading", ".approvals > .panel-head"],
+                ["list", ".approvals-list"],
+                ["card", ".approvals-detail"],
+            ].map(([name, selector]) => {
+                const box = document.querySelector(selector).getBoundingClientRect();
+                return [name, [Math.round(box.left), Math.round(box.right)]];
+            }))"""
+        )
+        view = b.page.get_by_test_id("approvals").bounding_box()
+        assert view is not None
+        assert edges["heading"][0] > view["x"] + 100, (edges, view)  # centred: wide margins
+        assert edges["list"] == edges["heading"] == edges["card"], edges
+        b.assert_clean()
+
+
 SALES_TOOL = {"type": "function", "name": "get_sales", "ref": "parkway.runner.demo:get_sales"}
 REVIEW_AGENT = agent_doc(
     [

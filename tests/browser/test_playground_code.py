@@ -168,7 +168,7 @@ def test_code_review_shows_the_program_its_input_and_isolation_then_the_result(
             f"{server.base_url}/api/sandbox", headers={"authorization": f"Bearer {token}"}
         ).json()
         assert sandbox["available"], sandbox["reason"]
-        tab = Tab.new_context(browser, server.base_url).open()
+        tab = Tab.new_context(browser, server.base_url, build_kit=True).open()
         tab.send("summarise October's sales")
         card = tab.widget("code")
         tab.expect_state(card, "pending")
@@ -196,7 +196,7 @@ def test_code_review_shows_the_program_its_input_and_isolation_then_the_result(
         ).to_contain_text(f"({size:,} bytes) · application/json · from get_sales")
 
         # the isolation, as the server probed it; the limits of this run: the page's
-        # build kit (on by default) lets code run for 60 s (its sandbox permissions), and
+        # build kit (turned on in this tab) lets code run for 60 s (its sandbox permissions), and
         # the card says so: /api/sandbox and the docs say 10 s, the server's own limit
         layers = ", ".join(sandbox["isolation"]["layers"])
         expect(card.get_by_test_id("code-isolation")).to_have_text(f"Isolationbwrap: {layers}")

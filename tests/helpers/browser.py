@@ -156,9 +156,18 @@ class Tab:
         self.page.on("console", self._console)
 
     @classmethod
-    def new_context(cls, browser: Browser, base_url: str) -> Tab:
-        """A tab in a fresh browser context (its own cookies: its own principal)."""
-        return cls(browser.new_context(viewport=VIEWPORT), base_url)
+    def new_context(cls, browser: Browser, base_url: str, *, build_kit: bool = False) -> Tab:
+        """A tab in a fresh browser context (its own cookies: its own principal).
+        ``build_kit``: its tabs start with the playground build kit on, as if the user
+        had turned it on (it starts off for any agent but the built-in demo), for a test
+        whose agent uses the kit's tools (commit_config, execute_code)."""
+        context = browser.new_context(viewport=VIEWPORT)
+        if build_kit:  # the tab's own choice, where agent-panel.js keeps it; kept if made
+            context.add_init_script(
+                "if (sessionStorage.getItem('parkway.playground.buildKit') === null)"
+                " sessionStorage.setItem('parkway.playground.buildKit', 'on');"
+            )
+        return cls(context, base_url)
 
     def _console(self, message: Any) -> None:
         if "Content Security Policy" in message.text or "Refused to" in message.text:

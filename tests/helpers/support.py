@@ -214,6 +214,7 @@ class ServerThread:
         *,
         model: Any = None,
         port: int | None = None,
+        authenticator: Any = None,
         **settings: Any,
     ) -> None:
         self.port = port or free_port()
@@ -239,7 +240,7 @@ class ServerThread:
             self.settings = self.settings.model_copy(update={"model": model})
         elif model is not None:
             parsed = AgentFile(parsed.template, model)
-        self.app = create_app(self.settings, agent=parsed)
+        self.app = create_app(self.settings, agent=parsed, authenticator=authenticator)
         config = uvicorn.Config(
             self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )

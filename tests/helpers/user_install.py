@@ -1,8 +1,8 @@
 """Parkway installed as its users install it, for the tests that run the product so.
 
 :func:`install_for_user` copies the checkout as a fresh clone has it, builds the wheel as
-``pip`` builds it, and installs that wheel (not editable, no extras) with pytest into a
-new virtual environment outside the repository. The suite builds it once per session
+``pip`` builds it, and installs that wheel (not editable, no extras) with pytest and
+pytest-asyncio into a new virtual environment outside the repository. The suite builds it once per session
 (the ``user_install`` fixture in tests/conftest.py): the example project's tests run
 pytest in it, and tests/product/test_installed_product.py serves the playground from it.
 
@@ -24,6 +24,8 @@ __all__ = ["ROOT", "UserInstall", "clone_files", "install_for_user", "user_envir
 
 ROOT = Path(__file__).resolve().parents[2]
 _PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input"]
+# What a user's project installs beside Parkway to test it.
+_TEST_TOOLS = ["pytest", "pytest-asyncio"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,9 @@ def install_for_user(where: Path) -> UserInstall:
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     installed = subprocess.run(
-        [str(venv / "bin" / "python"), *_PIP, "install", "--quiet", str(wheel), "pytest"],
+        # pytest-asyncio as a project testing async code has it (docs/python-api.md's
+        # parkway_runtime example); it changes nothing for tests that are not async
+        [str(venv / "bin" / "python"), *_PIP, "install", "--quiet", str(wheel), *_TEST_TOOLS],
         env=user_environment(),
         capture_output=True,
         text=True,

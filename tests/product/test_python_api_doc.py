@@ -1,6 +1,8 @@
-"""docs/python-api.md's Runtime example, run as a reader runs it: its files written as
-they appear, then ``python park.py`` and ``python resume.py`` as two processes of the
-installed package, from a folder outside the repository; and checked with mypy --strict."""
+"""docs/python-api.md's examples, run as a reader runs them: their files written as they
+appear in a folder outside the repository, with the installed package. The Runtime
+example: ``python park.py`` and ``python resume.py`` as two processes, and mypy --strict.
+The ``parkway_runtime`` fixture example: pytest in that folder as a project of its own,
+with the page's pytest configuration (pytest-asyncio's default strict mode)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ DOC = ROOT / "docs" / "python-api.md"
 
 
 def example_files() -> dict[str, str]:
-    """Each ```python block the page names with ``<!-- file: NAME -->`` above it."""
-    found = re.findall(r"<!-- file: (\S+) -->\n```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    """Each code block the page names with ``<!-- file: NAME -->`` above it."""
+    found = re.findall(r"<!-- file: (\S+) -->\n```[a-z]+\n(.*?)```", DOC.read_text(), re.DOTALL)
     files = dict(found)
-    assert set(files) == {"shop_agent.py", "park.py", "resume.py"}, sorted(files)
+    assert set(files) == {
+        "shop_agent.py", "park.py", "resume.py", "pyproject.toml", "test_shop.py"
+    }, sorted(files)  # fmt: skip
     return files
 
 
@@ -71,6 +75,42 @@ def test_the_runtime_example_parks_in_one_process_and_resumes_in_another(
     )
 
 
+def test_the_fixture_example_passes_in_a_project_of_its_own_in_strict_mode(
+    user_install: UserInstall, folder: Path
+) -> None:
+    """The page's fixture example failed as written under pytest-asyncio's default
+    strict mode (with pytest's advice to install an async plugin, which was installed).
+    Here it runs as a user's project: pytest of the installed package (Parkway's plugin
+    found by its entry point), in the folder holding the page's pyproject.toml (no
+    asyncio_mode: strict) and test file, with warnings as errors. The same tests left
+    unmarked fail with Parkway's message saying what to do, not pytest's."""
+    pyproject = (folder / "pyproject.toml").read_text()
+    assert "asyncio_mode" not in pyproject  # the default mode is the one tried
+
+    def pytest_in_project(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(user_install.python), "-m", "pytest", "-W", "error", "-p", "no:cacheprovider",
+             "-q", *args],
+            cwd=folder, env=user_environment(), capture_output=True, text=True, timeout=300,
+            check=False,
+        )  # fmt: skip
+
+    done = pytest_in_project("test_shop.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout
+    assert "warning" not in done.stdout.lower(), done.stdout
+
+    unmarked = (folder / "test_shop.py").read_text().replace("pytestmark = ", "_unused = ")
+    (folder / "test_unmarked.py").write_text(unmarked)
+    done = pytest_in_project("test_unmarked.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "not natively supported" not in done.stdout, done.stdout
+    assert (
+        "test_the_clerk_asks_for_a_size is an async test that pytest-asyncio does not run in "
+        "its strict mode (the default): mark it @pytest.mark.asyncio"
+    ) in done.stdout, done.stdout
+
+
 def test_the_runtime_example_passes_mypy_strict(folder: Path, tmp_path: Path) -> None:
     """The example is typed end to end: mypy --strict finds nothing to say about it
     (Parkway's own modules are read for their types, through the folders' installed
@@ -82,7 +122,7 @@ def test_the_runtime_example_passes_mypy_strict(folder: Path, tmp_path: Path) ->
     checked = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
          "--cache-dir", str(ROOT / "build" / "mypy-doc-cache"), "--no-error-summary",
-         "shop_agent.py", "park.py", "resume.py"],
+         "shop_agent.py", "park.py", "resume.py", "test_shop.py"],
         cwd=folder,
         env={**os.environ, "MYPYPATH": str(tmp_path / "path")},
         capture_output=True,

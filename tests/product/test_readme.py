@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from parkway.runner.agent import parse_agent_file
+from parkway.runner.demo import DEMO_AGENT
 from tests.helpers.support import ROOT, TEST_SECRET, free_port
 
 pytestmark = pytest.mark.slow
@@ -71,3 +73,14 @@ def test_the_readme_curl_tour_runs_as_written_and_again(port: int) -> None:
         assert '"output":{"choice":"Oslo"}' in out, (attempt, out)  # the resumed run
         starts = re.findall(r'"type":"start","messageId":"([^"]+)"', out)
         assert len(starts) == 2 and starts[0] == starts[1], (attempt, starts)  # one message
+
+
+def test_the_tours_first_message_is_the_one_the_page_suggests() -> None:
+    """A new user reads the README's first message and finds another one suggested on
+    the page: they must agree (the demo agent's suggestion, which the empty chat offers)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tour = readme.split("## A 60-second tour", 1)[1]
+    said = re.search(r'Say\s+"([^"]+)"', tour)
+    assert said is not None, "README.md: the tour no longer says what to type first"
+    first = " ".join(said.group(1).split())
+    assert first == parse_agent_file(DEMO_AGENT).suggestions[0]

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from parkway.runner import Runner
 from parkway.runner.agent.revisions import AgentStore
 from parkway.runner.agent.template import load_template
+from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.llm.model import ModelEvent, ModelRequest, ModelTextDelta
 from tests.helpers.runner_rig import RoundTrips, said, turn
 from tests.helpers.support import (
@@ -98,25 +99,40 @@ async def approve_all(api: Api, chat: str, chunks: list[dict[str, Any]]) -> list
 
 async def test_get_agent_serves_the_head_with_the_build_kit_overlay(api_for: Any) -> None:
     """The overlay is built from the registries: every platform op, every reserved
-    workflow as an embed, the authoring skill and elevated sandbox permissions."""
+    workflow as an embed, the authoring skill and elevated sandbox permissions; only
+    those the sandbox honours (it has no network, so no network permission is listed,
+    as docs/code-mode.md says). The kit starts off for a user's own agent, and the first
+    revision says where it came from."""
     api = await api_for(agent())
     response = await api.http.get("/api/agent")
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["version"] == 1
+    assert body["summary"] == "from the agent given to the server"
     assert body["template"]["tools"][0]["name"] == "get_weather"
-    overlay = body["additional_context"]["playground_build_kit"]["agent_template_overlay"]
+    kit = body["additional_context"]["playground_build_kit"]
+    overlay = kit["agent_template_overlay"]
     assert {"type": "platform", "op": "commit_config"} in overlay["tools"]
     assert {
         "@ag.embed": {"@ag.references": {"workflow": {"slug": "__ag__request_connection"}}}
     } in overlay["tools"]
-    assert overlay["sandbox"]["permissions"]["network"] is True
+    assert overlay["sandbox"]["permissions"] == {"filesystem": "workspace", "max_runtime_s": 60}
     assert overlay["skills"][0]["name"] == "agent-authoring"
+    assert kit["on_by_default"] is False
     anonymous = Api(api.base_url)
     try:
         assert (await anonymous.http.get("/api/agent")).status_code == 401
     finally:
         await anonymous.aclose()
+
+
+async def test_the_build_kit_starts_on_for_the_built_in_demo_only(api_for: Any) -> None:
+    """The demo shows what the kit does, so its kit starts on; its first revision says
+    it is the built-in demo's."""
+    api = await api_for(DEMO_AGENT)
+    body = (await api.http.get("/api/agent")).json()
+    assert body["additional_context"]["playground_build_kit"]["on_by_default"] is True
+    assert body["summary"] == "from the built-in demo agent"
 
 
 async def test_direct_commit_is_versioned_and_refuses_stale_or_unsafe_changes(

@@ -49,6 +49,23 @@ def test_an_unreachable_redis_stops_serve_with_one_line_and_exit_2(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_an_unreachable_redis_is_said_before_the_settings_an_external_redis_needs(
+    tmp_path: Path,
+) -> None:
+    """A user who points ``--redis-url`` at the wrong place and has set nothing else
+    used to be told first that auth, then that the secret key, is required, and about
+    the Redis they had mistyped only once both were set: the Redis comes first."""
+    result = _parkway(
+        "serve", "--redis-url", "redis://127.0.0.1:1/0", "--port", "0", "--data-dir",
+        str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("parkway: redis_url (--redis-url, PARKWAY_REDIS_URL): cannot reach")
+    assert result.stdout == ""
+
+
+@pytest.mark.slow
 def test_a_port_in_use_stops_serve_with_one_line_before_serving(tmp_path: Path) -> None:
     """A port another process listens on is refused before anything starts, in one line
     naming the setting, and the startup line (which says the server is up) never
@@ -98,6 +115,34 @@ def test_help_is_plain_text() -> None:
     assert "parkway serve" in result.stdout
     for markup in ("``", ":func:", ":mod:", ":class:", ":meth:"):
         assert markup not in result.stdout
+
+
+# What `parkway --help` must not import: the runtime (the engine, the MCP SDK, the model
+# layer), the web stack, Redis's client. The console script's module lives in
+# parkway.transport, whose face once imported all of it (3.7 s on a loaded machine).
+HEAVY = ("parkway.runner", "parkway.widgets_api", "parkway.transport.app", "mcp",
+         "pydantic_ai", "pydantic", "starlette", "uvicorn", "redis", "httpx")  # fmt: skip
+
+
+def test_help_imports_nothing_of_the_runtime() -> None:
+    """The installed console script, run as a user runs it, under ``-X importtime``
+    (which lists every module imported): ``parkway --help`` imports the standard
+    library and the CLI's own module, none of the runtime."""
+    script = Path(sys.executable).with_name("parkway")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(script), "--help"],
+        cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "parkway serve" in done.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "parkway.transport.cli" in imported  # what is read is what ran
+    heavy = sorted(m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert not heavy, heavy
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])

@@ -11,6 +11,7 @@ approval parks, the approval resumes it.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -163,6 +164,8 @@ def test_serve_a_python_agent_by_module_and_attribute(project: Path) -> None:
             agent = client.get("/api/agent").json()
             names = [t.get("name") for t in agent["template"]["tools"]]
             assert names == ["forecast", "book_stay"], agent
+            # its first revision says where it came from (it once said "the agent file")
+            assert agent["summary"] == "from the Python agent trips.agent:agent"
             body = {"id": "py-serve", "messages": [user_message("hi")],
                     "trigger": "submit-message"}  # fmt: skip
             response = client.post("/api/chat", json=body)
@@ -188,3 +191,75 @@ def test_serve_a_python_agent_by_module_and_attribute(project: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
+
+
+# -- what a new user gets wrong, said plainly ---------------------------------------------
+
+BROKEN_MODULES = {
+    # a third-party package the project forgot to install
+    "needs_package.py": "import parkway_test_no_such_package\n",
+    "typo.py": "from parkway.runner import Agent\n\nagent = Agent('typo',\n",
+}
+
+
+def test_serve_a_python_file_names_the_agents_it_defines(project: Path) -> None:
+    """``--agent trips/agent.py`` is the first thing a user types for an agent in
+    Python: the one line names what to write instead, ``trips.agent:agent`` (the
+    Agent the module defines), not that the file is invalid JSON."""
+    result = _parkway(project, "serve", "--agent", "trips/agent.py", "--port", "0")
+    assert result.returncode == 2, result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert line == (
+        "parkway: agent 'trips/agent.py' is a Python file: name its Agent as trips.agent:agent"
+    )
+    exported = _parkway(project, "agent", "export", "trips/agent.py")
+    assert exported.returncode == 2 and "name its Agent as trips.agent:agent" in exported.stderr
+
+
+def test_a_module_whose_own_import_fails_shows_that_error_not_the_folder_hint(
+    project: Path,
+) -> None:
+    """A module that is found but fails to import (a missing third-party package, a
+    syntax error) used to be told to "run from the project's root folder", which it
+    was: the line now says what failed, where. A module that is not there still gets
+    the folder hint."""
+    for name, source in BROKEN_MODULES.items():
+        (project / "trips" / name).write_text(source)
+    missing = _parkway(project, "serve", "--agent", "trips.needs_package:agent", "--port", "0")
+    assert missing.returncode == 2
+    [line] = missing.stderr.strip().splitlines()
+    assert line.startswith(
+        "parkway: agent 'trips.needs_package:agent': importing 'trips.needs_package' failed "
+        "at trips/needs_package.py, line 1: ModuleNotFoundError: No module named "
+        "'parkway_test_no_such_package'; install it where parkway runs"
+    ), line
+    assert "root folder" not in line
+    typo = _parkway(project, "agent", "export", "trips.typo:agent")
+    assert typo.returncode == 2
+    [line] = typo.stderr.strip().splitlines()
+    assert line.startswith(
+        "parkway agent export: agent 'trips.typo:agent': importing 'trips.typo' failed: "
+        "SyntaxError at trips/typo.py, line 3: "
+    ), line
+    assert "root folder" not in line
+    absent = _parkway(project, "serve", "--agent", "trips.absent:agent", "--port", "0")
+    assert "run from the project's root folder" in absent.stderr
+
+
+def test_export_into_a_reader_that_stopped_ends_quietly(project: Path) -> None:
+    """``parkway agent export ... | head`` used to end in a BrokenPipeError traceback
+    once head had what it wanted. Here the reader is gone before anything is written
+    (the read end of the pipe is closed), so every run meets the broken pipe: nothing
+    on stderr, exit code 1, as Python's own EPIPE exit."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(PARKWAY), "agent", "export", "trips.agent:agent"], cwd=project,
+            env=user_environment(), stdout=write, stderr=subprocess.PIPE, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 1

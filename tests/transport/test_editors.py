@@ -304,8 +304,11 @@ async def test_a_restart_shows_drift_and_agent_reset_restores_the_file(
     assert "version 3 differed in instructions" in done.stdout
     again = await asyncio.to_thread(subprocess.run, reset, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
-    assert "already is the agent file's version" in again.stdout
+    assert "already is the agent file shop.json" in again.stdout
     history = await AgentStore(redis, "shop", doc["template"]).history()
     assert [r.version for r in history] == [4, 3, 2, 1]  # the second reset had nothing to do
+    # each revision the server made names where it came from
+    assert history[0].summary == "reset to the agent file shop.json"
+    assert history[-1].summary == "from the agent file shop.json"
     assert history[0].template == doc["template"]
     assert history[0].committed_by == "agent-file"

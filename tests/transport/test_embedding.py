@@ -162,6 +162,21 @@ def test_every_code_block_of_the_page_is_an_example_these_tests_run() -> None:
     assert names == ["# host_fastapi.py", "# host_own_lifespan.py", "# host_starlette.py"]
 
 
+def test_the_page_names_every_variable_its_examples_read() -> None:
+    """The FastAPI example read ``HOST_SESSION_SECRET`` without the page saying so: a
+    reader's first run stopped on a KeyError. Every variable an example reads (and every
+    setting the examples need, which the ``environ`` fixture sets) is named in the
+    page's text, outside the code."""
+    page = DOC.read_text()
+    prose = re.sub(r"^```.*?^```", "", page, flags=re.S | re.M)
+    read = set(re.findall(r"os\.environ\[\s*[\"']([A-Z0-9_]+)[\"']", "".join(blocks())))
+    read |= set(re.findall(r"(?:os\.getenv|os\.environ\.get)\(\s*[\"']([A-Z0-9_]+)", page))
+    assert "HOST_SESSION_SECRET" in read  # the pattern finds what the examples read
+    needed = read | {"PARKWAY_REDIS_URL", "PARKWAY_SECRET_KEY", "PARKWAY_AUTH"}
+    unnamed = sorted(name for name in needed if f"`{name}`" not in prose)
+    assert not unnamed, f"docs/embedding.md reads but never names {unnamed}"
+
+
 # -- a plain mount: started by its first request --------------------------------------
 
 

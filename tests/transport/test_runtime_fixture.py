@@ -72,3 +72,26 @@ def test_a_project_uses_the_fixture_in_strict_mode_and_it_cleans_up(
     assert result.ret == 0, "\n".join(result.outlines + result.errlines)
     socket = Path(pytester.path.joinpath("socket.txt").read_text())
     assert socket.name == "redis.sock" and not socket.parent.exists()
+
+
+def test_an_unmarked_async_test_in_strict_mode_is_told_to_mark_itself(
+    pytester: pytest.Pytester,
+) -> None:
+    """Strict mode (pytest-asyncio's default) leaves an unmarked async test alone, and
+    pytest then fails it saying to install an async plugin, which is installed. A test
+    that asks for ``parkway_runtime`` is failed before the fixture starts anything, with
+    what to do: mark it, or set asyncio_mode = "auto"."""
+    pytester.makeini("[pytest]\nasyncio_mode = strict\n")
+    unmarked = PROJECT_TEST.replace("@pytest.mark.asyncio\n", "")
+    assert "mark.asyncio" not in unmarked
+    pytester.makepyfile(test_project=unmarked)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    assert result.ret == 1
+    output = "\n".join(result.outlines)
+    assert "not natively supported" not in output
+    assert (
+        "test_agent_parks is an async test that pytest-asyncio does not run in its strict "
+        "mode (the default): mark it @pytest.mark.asyncio (or the module: pytestmark = "
+        'pytest.mark.asyncio), or set asyncio_mode = "auto" in the pytest configuration'
+    ) in output
+    assert not pytester.path.joinpath("socket.txt").exists()  # the fixture never ran

@@ -17,6 +17,7 @@ from parkway.transport.api.agent import (
     CommitBody,
     agent_routes,
     editors_of,
+    seed_origin,
     separate_approvals,
     warn_of_drift,
 )
@@ -33,6 +34,7 @@ from parkway.transport.api.sessions import (
     SessionAuthenticator,
     address_quotas,
     authenticator_from,
+    page_auth,
 )
 from parkway.transport.api.throttle import SessionThrottle
 
@@ -60,7 +62,9 @@ __all__ = [
     "editors_of",
     "healthz",
     "metrics_routes",
+    "page_auth",
     "readyz",
+    "seed_origin",
     "separate_approvals",
     "warn_of_drift",
 ]

@@ -23,6 +23,7 @@ the agent file.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections.abc import Mapping
@@ -34,16 +35,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parkway.runner.agent import (
+    AgentFile,
     AgentStore,
     AgentTemplate,
     Editors,
     NotAnEditorError,
     RevisionConflictError,
+    agent_origin,
     check_function_tools,
     check_mcp_servers,
     check_working_copy,
     load_template,
+    parse_agent_file,
 )
+from parkway.runner.demo import DEMO_AGENT
 from parkway.runner.errors import TemplateError
 from parkway.transport.api.audit import AgentAudit, page_query, page_response
 from parkway.transport.api.requests import EDITOR_TOKEN_HEADER, is_editor, principal_of, read_json
@@ -55,8 +60,10 @@ __all__ = [
     "EDITOR_TOKEN_HEADER",
     "agent_routes",
     "editors_of",
+    "is_demo",
     "is_editor",
     "local_playground",
+    "seed_origin",
     "separate_approvals",
     "warn_of_drift",
     "working_template",
@@ -106,6 +113,29 @@ def editors_of(settings: Settings) -> Editors:
     return Editors(everyone=local_playground(settings) or "*" in named, principals=named)
 
 
+@functools.cache
+def _demo_template() -> Mapping[str, Any]:
+    return parse_agent_file(DEMO_AGENT).template.raw
+
+
+def is_demo(template: Mapping[str, Any]) -> bool:
+    """Whether ``template`` is the built-in demo agent's (as ``agent_id_for`` tells it)."""
+    return template == _demo_template()
+
+
+def seed_origin(settings: Settings, agent: AgentFile) -> str:
+    """Where the server's agent came from, for its seed revision's summary: the agent
+    file or Python agent ``--agent`` names, the built-in demo, or an agent given in code
+    (``create_app(agent=...)``)."""
+    if settings.agent_file is not None:
+        return agent_origin(settings.agent_file)
+    if is_demo(agent.template.raw):
+        return "the built-in demo agent"
+    if agent.name is not None:
+        return f"the Python agent {agent.name!r}"
+    return "the agent given to the server"
+
+
 async def warn_of_drift(store: AgentStore) -> None:
     """At startup: say when the stored head is not the agent file's template (commits
     made since the file was seeded survive a restart with the same file), naming the
@@ -113,11 +143,12 @@ async def warn_of_drift(store: AgentStore) -> None:
     drift = await store.drift()
     if drift is not None:
         log.warning(
-            "agent %s: the head revision (version %d, %s) differs from the agent file in %s; "
-            "`parkway agent reset` commits the file's version again",
+            "agent %s: the head revision (version %d, %s) differs from %s in %s; "
+            "`parkway agent reset` commits its version again",
             store.agent_id,
             drift.version,
             drift.revision_id,
+            store.origin,
             ", ".join(drift.keys),
         )
 
@@ -166,7 +197,13 @@ async def get_agent(request: Request) -> Response:
             ],
             "suggestions": list(getattr(request.app.state, "suggestions", ())),
             "additional_context": {
-                "playground_build_kit": {"agent_template_overlay": _build_kit(editor)}
+                "playground_build_kit": {
+                    "agent_template_overlay": _build_kit(editor),
+                    # On for the built-in demo, which shows what the kit does; off for
+                    # the user's own agent, whose turns then offer the model what the
+                    # deployed agent has, no more.
+                    "on_by_default": is_demo(store.seed),
+                }
             },
         }
     )

@@ -59,6 +59,7 @@ __all__ = [
     "address_group",
     "address_quotas",
     "authenticator_from",
+    "page_auth",
 ]
 
 #: The unscoped name (older servers set it; still read) and the scoped names' prefix.
@@ -206,3 +207,17 @@ def authenticator_from(settings: Settings) -> Authenticator:
             roles_header=settings.auth_roles_header,
         )
     return SessionAuthenticator(settings.resolve_secret().get_secret_value())
+
+
+def page_auth(authenticator: Authenticator) -> str:
+    """How the playground page is told the server knows its users (its ``parkway-auth``
+    meta tag, :data:`parkway.widgets_api.playground.page.PAGE_AUTH_MODES`): with anything
+    but anonymous sessions it must not ask for one (``POST /api/sessions`` is a 404
+    there), and a 401 means the user is not signed in."""
+    if isinstance(authenticator, SessionAuthenticator):
+        return "session"
+    if isinstance(authenticator, JwtAuthenticator):
+        return "jwt"
+    if isinstance(authenticator, HeaderAuthenticator):
+        return "header"
+    return "host"

@@ -230,6 +230,9 @@ class CommittedRevision(RevisionSummary):
 
 class BuildKit(_Out):
     agent_template_overlay: dict[str, Any]
+    on_by_default: bool = Field(
+        description="where the playground's kit toggle starts: on for the built-in demo agent only"
+    )
 
 
 class AdditionalContext(_Out):

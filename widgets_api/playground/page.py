@@ -38,7 +38,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_FILES", "page_routes"]
+__all__ = ["CONTENT_SECURITY_POLICY", "PAGE_AUTH_MODES", "STATIC_FILES", "page_routes"]
+
+#: How the server knows its users, as the page is told it (its ``parkway-auth`` meta tag):
+#: ``session`` (it issues anonymous sessions, ``POST /api/sessions``), ``jwt`` (a signed-in
+#: user's token, which an embedding host hands the page), ``header`` (an authenticating
+#: proxy's header) or ``host`` (the host application's own authenticator). Only with
+#: ``session`` does the page ask for a session; otherwise a 401 means "not signed in",
+#: which it says, with what to do, instead of asking for a session that does not exist.
+PAGE_AUTH_MODES = ("session", "jwt", "header", "host")
 
 _POLICY = [
     "default-src 'self'",
@@ -127,14 +135,20 @@ def _not_found() -> Response:
 
 # Where the page learns which parents may hand it a token (host-token.js reads it).
 _EMBED_META = b'<meta name="parkway-embed-origins" content="">'
+# ... and how the server knows its users (playground-base.js reads it).
+_AUTH_META = b'<meta name="parkway-auth" content="session">'
 
 
-def _page(embed_origins: Sequence[str]) -> tuple[bytes, dict[str, str]] | None:
+def _page(embed_origins: Sequence[str], auth: str) -> tuple[bytes, dict[str, str]] | None:
     """The page's bytes and headers: framable by ``embed_origins`` only, which the page
-    also names in a meta tag, the parents it takes a token from."""
+    also names in a meta tag, the parents it takes a token from; and ``auth``, how the
+    server knows its users, in another."""
     content = _read("playground.html")
     if content is None:
         return None
+    if auth != "session":  # one of PAGE_AUTH_MODES: nothing to escape
+        told = f'<meta name="parkway-auth" content="{auth}">'
+        content = content.replace(_AUTH_META, told.encode())
     if not embed_origins:
         return content, _HEADERS
     listed = " ".join(embed_origins)
@@ -144,10 +158,12 @@ def _page(embed_origins: Sequence[str]) -> tuple[bytes, dict[str, str]] | None:
     return content.replace(_EMBED_META, meta.encode()), headers
 
 
-def _playground(embed_origins: Sequence[str]) -> Callable[[Request], Awaitable[Response]]:
+def _playground(
+    embed_origins: Sequence[str], auth: str
+) -> Callable[[Request], Awaitable[Response]]:
     async def playground(request: Request) -> Response:
         """``GET /``: the playground page."""
-        page = _page(embed_origins)
+        page = _page(embed_origins, auth)
         if page is None:  # a broken install; say so rather than serve nothing
             return _not_found()
         content, headers = page
@@ -171,11 +187,14 @@ async def favicon(request: Request) -> Response:
     return Response(_FAVICON, media_type="image/svg+xml", headers=_HEADERS)
 
 
-def page_routes(embed_origins: Sequence[str] = ()) -> list[BaseRoute]:
+def page_routes(embed_origins: Sequence[str] = (), *, auth: str = "session") -> list[BaseRoute]:
     """The page's routes: ``GET /``, ``GET /static/{name}`` and the icon. The origins in
-    ``embed_origins`` may frame the page and hand it their user's token."""
+    ``embed_origins`` may frame the page and hand it their user's token; ``auth`` (one of
+    :data:`PAGE_AUTH_MODES`) tells the page how the server knows its users."""
+    if auth not in PAGE_AUTH_MODES:
+        raise ValueError(f"auth must be one of {', '.join(PAGE_AUTH_MODES)}, not {auth!r}")
     return [
-        Route("/", _playground(tuple(embed_origins)), methods=["GET"]),
+        Route("/", _playground(tuple(embed_origins), auth), methods=["GET"]),
         Route("/static/{name}", static_file, methods=["GET"]),
         Route("/favicon.svg", favicon, methods=["GET"]),
         Route("/favicon.ico", favicon, methods=["GET"]),

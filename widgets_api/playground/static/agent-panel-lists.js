@@ -29,8 +29,10 @@ function leaves(value, path, out = []) {
   return out;
 }
 
+/** Who committed a revision, for "by …"; "" for the server's own revisions (from its
+ *  agent file, Python agent or demo, or a reset to it), whose summary says where from. */
 function committer(by, you) {
-  if (by === "agent-file") return "the agent file";
+  if (by === "agent-file") return "";
   if (by === "user") return you ? "you" : "a user";
   if (by === "agent") return you ? "the agent, in your chat" : "the agent";
   return typeof by === "string" ? by : "";
@@ -50,6 +52,15 @@ const KIT_ABILITIES = {
 export function runsCode(template) {
   const tools = isObject(template) && Array.isArray(template.tools) ? template.tools : [];
   return tools.some((tool) => isObject(tool) && tool.type === "platform" && tool.op === "execute_code");
+}
+
+/** How many tools the build kit `overlay` adds to `template` (the ones it has already
+ *  are not counted). */
+export function kitToolCount(overlay, template) {
+  const identity = globalThis.ParkwayOverlay.entryIdentity;
+  const own = new Set((isObject(template) && Array.isArray(template.tools) ? template.tools : []).map((tool) => identity(tool)));
+  const kit = overlay && Array.isArray(overlay.tools) ? overlay.tools : [];
+  return kit.filter((tool) => !own.has(identity(tool))).length;
 }
 
 /** The build kit in one sentence: what the agent can do while it is on. */
@@ -97,6 +108,10 @@ export function kitGroups(overlay) {
   return groups;
 }
 
+function byline(who) {
+  return who ? [h("span", { class: "revision-by", text: `by ${who}` })] : [];
+}
+
 /** The latest revisions, newest first. */
 export function revisionItems(revisions) {
   const shown = Array.isArray(revisions) ? revisions.slice(0, REVISIONS_SHOWN) : [];
@@ -106,7 +121,7 @@ export function revisionItems(revisions) {
       { class: "revision", "data-version": revision.version },
       h("span", { class: "revision-version", text: `v${revision.version}` }),
       h("span", { class: "revision-summary", text: revision.summary || "(no summary)" }),
-      h("span", { class: "revision-by", text: `by ${committer(revision.committedBy, revision.committedByYou)}` }),
+      ...byline(committer(revision.committedBy, revision.committedByYou)),
     ),
   );
 }

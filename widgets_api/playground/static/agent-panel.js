@@ -4,26 +4,31 @@
 // the template in a JSON editor, and commits that copy (POST /api/agent/commit) on top of
 // the version it read, so a change made elsewhere meanwhile is refused, never merged.
 //
-// The "Playground build kit" toggle (on by default, remembered for this tab only in
-// sessionStorage) lays the server's agent-template overlay over a throwaway copy of the
-// working template for each new turn. A commit always sends the user's own template,
+// The "Playground build kit" toggle (remembered for this tab only in sessionStorage;
+// until it is touched, as the server says: on for the built-in demo, off for the user's
+// own agent, so that its turns offer the model what the deployed agent has and no more)
+// lays the server's agent-template overlay over a throwaway copy of the working template
+// for each new turn; while it is on for the user's own agent, the panel says how many
+// tools the model sees that the agent does not have. A commit always sends the user's own template,
 // never the overlay: the kit must never ship with the published agent. Where the kit
 // replaces a value the user set, an override hint says so beside the editor.
 //
 // Below it, the Code section (code-panel.js): the sandbox's status and the agent's
 // function library.
 
-import { isObject, kitGroups, kitSentence, revisionItems, runsCode, short } from "./agent-panel-lists.js";
+import { isObject, kitGroups, kitSentence, kitToolCount, revisionItems, runsCode, short } from "./agent-panel-lists.js";
 import { CodePanel } from "./code-panel.js";
 import { canonical, errorMessage, h, pretty } from "./playground-base.js";
 
 const KIT_STORAGE_KEY = "parkway.playground.buildKit";
 
+/** The tab's choice: true (on), false (off) or null (never made: the server's default). */
 function readKit() {
   try {
-    return window.sessionStorage.getItem(KIT_STORAGE_KEY) !== "off";
+    const stored = window.sessionStorage.getItem(KIT_STORAGE_KEY);
+    return stored === null ? null : stored !== "off";
   } catch {
-    return true; // storage disabled: the default
+    return null; // storage disabled: the default
   }
 }
 
@@ -59,7 +64,9 @@ export class AgentPanel {
     this.overlay = null; // additional_context.playground_build_kit.agent_template_overlay
     this.working = null; // the editor's template, parsed; null while it is not a JSON object
     this.problem = ""; // why the editor's text is not a usable template
-    this.kitOn = readKit();
+    this.kitChoice = readKit(); // the tab's own choice, or null
+    this.kitOn = false; // known once the agent is read: the choice, else the server's default
+    this.kitDefault = false;
     this.loadError = "";
     this.newer = null; // a version committed elsewhere while this tab had uncommitted edits
     this.message = null; // {tone, text, reload} after a commit attempt
@@ -85,6 +92,7 @@ export class AgentPanel {
     );
     e.kit = h("input", { type: "checkbox", id: "kit-toggle", "data-testid": "kit-toggle", onchange: () => this.setKit(e.kit.checked) });
     e.kitNote = h("p", { class: "panel-note", "data-testid": "kit-note" });
+    e.kitWarning = h("p", { class: "kit-warning", role: "status", "data-testid": "kit-warning", hidden: true });
     e.kitList = h("div", { class: "kit-list" });
     e.drawer = h("details", { class: "kit-drawer", "data-testid": "kit-drawer" }, h("summary", {}, "What the kit adds"), e.kitList);
     e.editor = h("textarea", { id: "template-editor", class: "template-editor", "data-testid": "template-editor", spellcheck: "false", rows: 14, oninput: () => this.edit() });
@@ -105,6 +113,7 @@ export class AgentPanel {
         "section",
         { class: "kit", "aria-label": "Playground build kit" },
         h("label", { class: "kit-toggle", for: "kit-toggle" }, e.kit, h("span", { text: "Playground build kit" })),
+        e.kitWarning,
         e.kitNote,
         e.drawer,
       ),
@@ -160,6 +169,8 @@ export class AgentPanel {
     const kit = isObject(data.additional_context) ? data.additional_context.playground_build_kit : null;
     this.head = data;
     this.overlay = isObject(kit) && isObject(kit.agent_template_overlay) ? kit.agent_template_overlay : null;
+    this.kitDefault = isObject(kit) && kit.on_by_default === true;
+    this.kitOn = this.kitChoice === null ? this.kitDefault : this.kitChoice;
     this.loadError = "";
     this.newer = null;
     this.els.editor.value = pretty(data.template);
@@ -234,6 +245,7 @@ export class AgentPanel {
 
   setKit(on) {
     this.kitOn = on;
+    this.kitChoice = on;
     writeKit(on);
     this.render();
   }
@@ -323,6 +335,12 @@ export class AgentPanel {
     e.kit.disabled = !editable || !this.overlay;
     e.kit.title = editable ? "" : "Agent editing is off on this server: turns run its agent as it is";
     this.root.dataset.kit = editable && this.kitOn ? "on" : "off";
+    // Loud while on for the user's own agent: its turns are not what it will do deployed.
+    const extra = editable && this.kitOn && !this.kitDefault ? kitToolCount(this.overlay, this.working || head.template) : 0;
+    e.kitWarning.hidden = !extra;
+    e.kitWarning.textContent = extra
+      ? `On: the model sees ${extra} tool${extra === 1 ? "" : "s"} your agent does not have when deployed. Turn the kit off to try the agent as it ships.`
+      : "";
     const edited = this.edited();
     this.root.dataset.edited = String(edited);
     e.edited.hidden = !edited;

@@ -1,8 +1,9 @@
 // Parkway playground: the helpers every part of the page shares (DOM builder, ids,
 // canonical JSON, same-origin URLs) and the API client (Api: the cookie session made
-// before the first request, or the host application's token; JSON errors). An ES module imported by the page's other
-// modules; it holds no state of its own (playground.js makes the one Api and passes it
-// on). No build step.
+// before the first request, or the host application's token, as the server's way of
+// knowing its users has it; JSON errors; "not signed in" said once). An ES module
+// imported by the page's other modules; it holds no state of its own (playground.js
+// makes the one Api and passes it on). No build step.
 
 /** The API's origin. The page is served by the API, so it is the page's own origin. */
 export const API_ORIGIN = window.location.origin;
@@ -68,20 +69,53 @@ export function errorMessage(body, status) {
   return `The request failed (HTTP ${status}).`;
 }
 
-/** The API client. `start()` makes sure of a session before the page's first request
- *  (POST /api/sessions keeps the principal of a valid cookie, and makes one otherwise),
- *  so a first visit does not begin with a 401 in the console; a request that still meets
- *  a 401 (the session expired meanwhile) makes a new session and is retried once.
+/** How the server knows its users, as it told the page (its `parkway-auth` meta tag):
+ *  "session" (anonymous sessions: the page asks for one), "jwt" (a signed-in user's token,
+ *  which a host application hands an embedded page), "header" (an authenticating proxy)
+ *  or "host" (the host application's own sign-in). */
+export function authMode(doc = document) {
+  const meta = doc.querySelector('meta[name="parkway-auth"]');
+  const mode = meta ? meta.getAttribute("content") : "";
+  return ["jwt", "header", "host"].includes(mode) ? mode : "session";
+}
+
+/** What to tell a user the server does not know, for each way it knows its users. */
+function signedOutText(mode, hostToken) {
+  const hook = 'answer its "parkway:token-request" message with {type: "parkway:token", token: "<JWT>"} (docs/embedding.md, "The token hook")';
+  if (mode === "jwt" && hostToken) {
+    return `You are not signed in: the application this page is embedded in sent it no token the server accepts. It must ${hook}.`;
+  }
+  if (mode === "jwt") {
+    return `You are not signed in. This server knows its users by the token their sign-in gives them (auth=jwt), and this page has none it accepts. Open the playground from your application, which hands it the token: in a cookie that jwt_cookie names, when Parkway is mounted on your site; or, from a page whose origin is in allowed_origins that frames or opens this one, it must ${hook}.`;
+  }
+  if (mode === "header") {
+    return "You are not signed in. This server knows its users by what its authenticating proxy tells it (auth=header): open the playground through that proxy, not at this address.";
+  }
+  return "You are not signed in. This server knows its users by the application it is part of: sign in there, then reload this page.";
+}
+
+/** The API client. With anonymous sessions (`auth` "session") `start()` makes sure of a
+ *  session before the page's first request (POST /api/sessions keeps the principal of a
+ *  valid cookie, and makes one otherwise), so a first visit does not begin with a 401 in
+ *  the console; a request that still meets a 401 (the session expired meanwhile) makes a
+ *  new session and is retried once.
  *
  *  With a host token (`hostToken`, host-token.js: a page embedded by a host application
  *  that signs its users in) the page asks the host for the user's token instead, sends it
  *  as `Authorization: Bearer` with every request, and on a 401 asks the host for a fresh
- *  one and retries once. */
+ *  one and retries once.
+ *
+ *  Any other way (`auth` "jwt", "header", "host") the server issues no sessions, so none
+ *  is asked for: a 401 that no fresh host token answers means the user is not signed in,
+ *  which `onSignedOut(text)` is told once, with what to do. */
 export class Api {
-  constructor(hostToken = null) {
+  constructor(hostToken = null, auth = "session") {
     this.hostToken = hostToken;
+    this.auth = auth;
     this.sessionPromise = null;
     this.ready = Promise.resolve();
+    this.onSignedOut = null; // (text) => void, set by the page
+    this.signedOut = false;
   }
 
   /** True when requests carry the host's token (no cookie): a popup, which cannot carry
@@ -91,12 +125,13 @@ export class Api {
   }
 
   /** Begin the session bootstrap (or wait for the host's first token); every request
-   *  waits for it. A server that issues no sessions (another authenticator) answers 404:
-   *  the requests then go out as they are. */
+   *  waits for it. A server that issues no sessions gets none asked of it: the requests
+   *  go out as they are (with the host's token, if one came). */
   start() {
     const first = this.hostToken ? this.hostToken.start() : Promise.resolve(null);
+    const sessions = this.auth === "session";
     this.ready = first
-      .then((token) => (token ? undefined : this.ensureSession()))
+      .then((token) => (token || !sessions ? undefined : this.ensureSession()))
       .catch(() => undefined);
     return this.ready;
   }
@@ -132,13 +167,22 @@ export class Api {
       return fetch(url, init).then((response) => ({ response, token }));
     };
     let { response, token } = await send();
-    if (response.status === 401) {
+    if (response.status === 401 && (host || this.auth === "session")) {
       if (!host) await this.ensureSession();
       // a token that came meanwhile is tried at once; else the host is asked for one
       else if (host.token === token) await host.ask("unauthorized");
       ({ response } = await send());
     }
+    if (response.status === 401 && this.auth !== "session") this.notSignedIn();
     return response;
+  }
+
+  /** Say once that the server does not know this user, and what to do about it. */
+  notSignedIn() {
+    if (this.signedOut) return;
+    this.signedOut = true;
+    document.documentElement.dataset.signedOut = "true";
+    if (this.onSignedOut) this.onSignedOut(signedOutText(this.auth, this.hostToken));
   }
 
   /** fetch and read a JSON answer: {ok, status, data}. */

@@ -46,7 +46,7 @@ import { ApprovalsView } from "./approvals-view.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
 import { HostToken } from "./host-token.js";
-import { Api } from "./playground-base.js";
+import { Api, authMode } from "./playground-base.js";
 import { DecisionsList, View } from "./view.js";
 
 const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
@@ -54,12 +54,13 @@ const CHAT_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 /** Build the page's parts (one of each, passed to whoever needs them: nothing global)
  *  and start them. */
 function boot() {
-  const api = new Api(HostToken.forPage());
-  api.start();
+  const api = new Api(HostToken.forPage(), authMode());
   const panel = new AgentPanel(api, document.getElementById("agent-panel"));
   const chat = new Chat({ api, panel });
   const view = new View(document, chat);
   chat.view = view;
+  api.onSignedOut = (text) => view.banner(text);
+  api.start();
   chat.decisions = new DecisionsList(api, document);
   panel.start();
   const composer = new Composer(document, chat);
