@@ -147,13 +147,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that checks the sandbox uid leaves no process behind (the ``leftovers``
     fixture) counts every process of that uid on the host, and some hit its process cap:
-    another worker's sandbox would be counted, or starved. They are ``serial``.
+    another worker's sandbox would be counted, or starved. They are ``serial``. A test
+    that runs the user install may wait for its build: it gets a longer timeout.
 
     With ``--serial-files PATH`` (``make test``'s first pass), the files holding them are
     written to PATH, from every test collected (this runs before ``-m`` deselects any)."""
     for item in items:
-        if "leftovers" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "leftovers" in fixtures:
             item.add_marker(pytest.mark.serial)
+        if "user_install" in fixtures and item.get_closest_marker("timeout") is None:
+            # The per-test timeout counts fixture setup: the test that first needs the
+            # user install waits for its build (pip and the package index: minutes on a
+            # busy machine).
+            item.add_marker(pytest.mark.timeout(900))
     target = config.getoption("serial_files")
     if target:
         files = {
