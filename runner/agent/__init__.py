@@ -12,6 +12,8 @@
 - :mod:`~parkway.runner.agent.commits`: the ``commit_config`` platform op;
 - :mod:`~parkway.runner.agent.platform_ops`: the registry of platform ops;
 - :mod:`~parkway.runner.agent.workflows`: the reserved workflows (``request_connection``);
+- :mod:`~parkway.runner.agent.renders`: the built-in render kinds of client tools, and
+  the output schemas each can answer;
 - :mod:`~parkway.runner.agent.tools`: server tools' execution and :class:`ToolContext`;
 - :mod:`~parkway.runner.agent.credentials`: how a tool uses a connection's token.
 
@@ -45,6 +47,15 @@ from parkway.runner.agent.platform_ops import (
     SANDBOX_PERMISSIONS,
     PlatformOp,
     register_platform_op,
+)
+from parkway.runner.agent.renders import (
+    RENDER_CHOICE,
+    RENDER_CLIENT,
+    RENDER_CONNECT,
+    ChoiceAnswer,
+    RenderMismatch,
+    choice_answer,
+    render_mismatch,
 )
 from parkway.runner.agent.revisions import (
     AgentStore,
@@ -84,6 +95,9 @@ __all__ = [
     "MAX_INPUT_ROUNDS",
     "PER_CALL",
     "PLATFORM_OPS",
+    "RENDER_CHOICE",
+    "RENDER_CLIENT",
+    "RENDER_CONNECT",
     "REQUEST_CONNECTION",
     "RESERVED_WORKFLOWS",
     "SANDBOX_PERMISSIONS",
@@ -94,6 +108,7 @@ __all__ = [
     "AgentStore",
     "AgentTemplate",
     "ApprovalDecision",
+    "ChoiceAnswer",
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
@@ -105,6 +120,7 @@ __all__ = [
     "NotAnEditorError",
     "OverlayMerge",
     "PlatformOp",
+    "RenderMismatch",
     "RevisionConflictError",
     "ToolContext",
     "ToolNeedsInput",
@@ -114,6 +130,7 @@ __all__ = [
     "check_function_tools",
     "check_mcp_servers",
     "check_working_copy",
+    "choice_answer",
     "entry_identity",
     "execute_tool",
     "exposed_name",
@@ -128,5 +145,6 @@ __all__ = [
     "model_of",
     "parse_agent_file",
     "register_platform_op",
+    "render_mismatch",
     "server_of",
 ]
