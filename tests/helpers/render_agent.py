@@ -125,3 +125,12 @@ class Connection(BaseModel):
 def connect_model(question: str) -> Connection:
     """A connect card whose answer is read as a model."""
     raise NotImplementedError
+
+
+# -- an approval's card kind, which no client call can be answered with --------------------
+
+
+@agent.client_tool(render="code")
+def review_code(question: str) -> str:
+    """Named for a custom front end's widget; the playground says it cannot draw it."""
+    raise NotImplementedError

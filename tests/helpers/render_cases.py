@@ -19,6 +19,7 @@ from tests.helpers.browser import ServerView, Tab, console_errors
 __all__ = ["CASES", "Case", "answer_each"]
 
 DECLINED = {"connected": False, "reason": "declined", "retryable": False}
+UNSUPPORTED = "This app cannot handle 'review_code' requests (widget kind 'code')."
 
 
 def pick(option: str) -> Callable[[Locator], None]:
@@ -44,6 +45,10 @@ def not_now(card: Locator) -> None:
     card.locator('[data-action="decline"]').click()
 
 
+def nothing(card: Locator) -> None:
+    """The page answers on its own."""
+
+
 @dataclass(frozen=True)
 class Case:
     """One client tool: its card's kind, how a person answers it, the card's state
@@ -55,6 +60,7 @@ class Case:
     state: str
     outcome: dict[str, Any]
     result: Any
+    waits: bool = True  # whether the call waits for the person ("Waiting for you")
 
     @classmethod
     def output(cls, tool: str, kind: str, answer: Any, output: Any) -> Case:
@@ -80,6 +86,16 @@ CASES = [
     # render="connect": a dict or a model reads the connection result
     Case("connect_dict", "connect", not_now, "declined", {"outcome": "declined"}, DECLINED),
     Case("connect_model", "connect", not_now, "declined", {"outcome": "declined"}, DECLINED),
+    # a client tool naming an approval's card: unsupported here, settled as an error
+    Case(
+        "review_code",
+        "unsupported",
+        nothing,
+        "unsupported",
+        {"outcome": "error", "message": UNSUPPORTED},
+        {"error": UNSUPPORTED},
+        waits=False,
+    ),
 ]
 
 
@@ -93,7 +109,8 @@ def answer_each(tab: Tab, cases: list[Case]) -> None:
             tab.send(f"use {case.tool}")
             card = tab.widget(case.kind, nth=before)
             expect(card, case.tool).to_have_attribute("data-tool", case.tool)
-            tab.expect_waiting()
+            if case.waits:
+                tab.expect_waiting()
             case.answer(card)
             tab.expect_state(card, case.state)
             tab.expect_said(f"{case.tool} got {json.dumps(case.result, sort_keys=True)}.")
