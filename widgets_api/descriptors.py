@@ -3,7 +3,8 @@
 A descriptor rides the stream as a ``data-parkway-widget`` part keyed by the toolCallId,
 and is served again by ``GET /api/chats/{id}``. It carries what the widget needs that is
 not in the tool call's input: the kind of widget, the tool, the deadline, the approval id,
-and the URL to watch the call's status on the server. A connect widget's ``startUrl``
+the URL to watch the call's status on the server, and how a client tool's card shapes
+its answer (:mod:`parkway.widgets_api.answers`). A connect widget's ``startUrl``
 carries a fresh one-time start token each time it is described (a reloaded page gets a
 new one; see :mod:`parkway.widgets_api.connect.start_tokens`); its ``ticketUrl`` is where
 a page holding a bearer token instead of a cookie asks for a start link.
@@ -24,6 +25,7 @@ from urllib.parse import quote
 from parkway.runner.agent import REQUEST_CONNECTION
 from parkway.runner.codemode import CodeMode
 from parkway.runner.parking import ParkedCall
+from parkway.widgets_api.answers import answer_fields
 from parkway.widgets_api.highlight import highlight_lines
 
 __all__ = ["CodeLines", "StartToken", "describe_call"]
@@ -129,6 +131,8 @@ def describe_call(
         descriptor["description"] = call.description
     if call.deadline is not None:
         descriptor["deadline"] = int(call.deadline * 1000)
+    if call.kind == "client":
+        descriptor.update(answer_fields(kind, call.output_schema))
     if call.kind == "approval":
         descriptor["approvalId"] = call.approval_id
         descriptor["allowEdits"] = call.allow_edits

@@ -14,6 +14,8 @@
 - :mod:`~parkway.runner.agent.commits`: the ``commit_config`` platform op;
 - :mod:`~parkway.runner.agent.platform_ops`: the registry of platform ops;
 - :mod:`~parkway.runner.agent.workflows`: the reserved workflows (``request_connection``);
+- :mod:`~parkway.runner.agent.renders`: the built-in render kinds of client tools, and
+  the output schemas each can answer;
 - :mod:`~parkway.runner.agent.tools`: server tools' execution and :class:`ToolContext`;
 - :mod:`~parkway.runner.agent.credentials`: how a tool uses a connection's token.
 
@@ -51,6 +53,15 @@ from parkway.runner.agent.reference import (
     is_agent_ref,
     load_agent,
     resolve_agent_ref,
+)
+from parkway.runner.agent.renders import (
+    RENDER_CHOICE,
+    RENDER_CLIENT,
+    RENDER_CONNECT,
+    ChoiceAnswer,
+    RenderMismatch,
+    choice_answer,
+    render_mismatch,
 )
 from parkway.runner.agent.revisions import (
     AgentStore,
@@ -90,6 +101,9 @@ __all__ = [
     "MAX_INPUT_ROUNDS",
     "PER_CALL",
     "PLATFORM_OPS",
+    "RENDER_CHOICE",
+    "RENDER_CLIENT",
+    "RENDER_CONNECT",
     "REQUEST_CONNECTION",
     "RESERVED_WORKFLOWS",
     "SANDBOX_PERMISSIONS",
@@ -100,6 +114,7 @@ __all__ = [
     "AgentStore",
     "AgentTemplate",
     "ApprovalDecision",
+    "ChoiceAnswer",
     "ConnectionUnavailableError",
     "Credentials",
     "Editors",
@@ -111,6 +126,7 @@ __all__ = [
     "NotAnEditorError",
     "OverlayMerge",
     "PlatformOp",
+    "RenderMismatch",
     "RevisionConflictError",
     "ToolContext",
     "ToolNeedsInput",
@@ -121,6 +137,7 @@ __all__ = [
     "check_function_tools",
     "check_mcp_servers",
     "check_working_copy",
+    "choice_answer",
     "entry_identity",
     "execute_tool",
     "exposed_name",
@@ -135,6 +152,7 @@ __all__ = [
     "model_of",
     "parse_agent_file",
     "register_platform_op",
+    "render_mismatch",
     "resolve_agent_ref",
     "server_of",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, overload
@@ -22,6 +23,7 @@ from typing import Any, Literal, TypeVar, overload
 from parkway.runner.agent.agentfile import AgentFile, model_of
 from parkway.runner.agent.functions import bind_function, ref_of
 from parkway.runner.agent.platform_ops import PLATFORM_OPS
+from parkway.runner.agent.renders import render_mismatch
 from parkway.runner.agent.signatures import ToolSignature
 from parkway.runner.agent.template import PER_CALL, TOOL_NAME, load_template
 from parkway.runner.agent.workflows import REQUEST_CONNECTION
@@ -44,6 +46,14 @@ _AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 # outlives every block that overrides it).
 _OVERRIDES: ContextVar[Mapping[int, AgentModel]] = ContextVar("parkway_agent_overrides")
 _DEFAULT_TIMEOUT_S = 30.0
+
+
+def _type_name(annotation: Any) -> str:
+    """A return annotation as its author wrote it: ``int``, ``Project``, ``list[str]``
+    (without the modules that ``repr`` names: ``typing.``, ``__main__.``)."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_])", "", str(annotation))
 
 
 def _checked_model(model: Any) -> AgentModel | None:
@@ -246,7 +256,9 @@ class Agent:
         body never runs (write ``...``). Its parameters are the input schema, its return
         annotation the output schema the browser's answer is validated against (no
         annotation: any answer). ``render`` is the widget's kind (``"choice"``), or a
-        ``{"kind": ..., ...}`` object with more keys for the widget."""
+        ``{"kind": ..., ...}`` object with more keys for the widget. Raises
+        :class:`ValueError` when a built-in kind cannot answer the return type (a
+        ``"choice"`` returning ``int``: :mod:`~parkway.runner.agent.renders`)."""
 
         def decorate(fn: F) -> F:
             signature = ToolSignature.of(fn, allow_context=False)
@@ -261,6 +273,9 @@ class Agent:
                 "input_schema": dict(signature.input_schema),
             }
             output_schema = signature.output_schema()
+            mismatch = render_mismatch(shown, output_schema)
+            if mismatch is not None:
+                raise ValueError(mismatch.for_python(tool_name, _type_name(signature.returns)))
             if output_schema is not None:
                 compiled["output_schema"] = output_schema
             if shown is not None:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parkway.runner.agent.mcps import McpServer, parse_mcp_servers, server_of
 from parkway.runner.agent.platform_ops import PLATFORM_OPS
+from parkway.runner.agent.renders import render_mismatch
 from parkway.runner.agent.workflows import RESERVED_WORKFLOWS
 from parkway.runner.canonical import canonical_json
 from parkway.runner.errors import NotPlainJSONError, TemplateError
@@ -341,6 +342,9 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         if cl_entry.output_schema is not None:
             _check_schema(cl_entry.output_schema, "output_schema")
         render = cl_entry.render.model_dump() if cl_entry.render else None
+        mismatch = render_mismatch(render, cl_entry.output_schema)
+        if mismatch is not None:
+            raise ValueError(mismatch.for_template())
         return ToolSpec(
             name=cl_entry.name,
             kind="client",

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, overload, runtime_checkable
 
+from pydantic import BaseModel
+
 from parkway.runner.agent import AgentFile
 from parkway.runner.codemode import CodeMode
 from parkway.runner.engine import Runner, RunnerConfig, Sweeper, SweepReport
@@ -340,7 +342,12 @@ class Runtime:
         resume: bool = False,
     ) -> CallSummary | TurnResult:
         """Answer a client-tool call with its ``output`` (checked against the tool's
-        output schema, if it has one). See :meth:`settle` for ``resume``."""
+        output schema, if it has one): plain JSON in the shape the browser's widget
+        sends (a ``choice`` returning ``str`` takes ``"Apollo"``, one returning a model
+        ``{"project": "Apollo"}``), or an instance of the pydantic model the tool
+        returns, sent as its JSON. See :meth:`settle` for ``resume``."""
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json", by_alias=True)
         outcome = {"outcome": "output", "output": output}
         if resume:
             return await self.settle(chat_id, call_id, outcome, principal=principal, resume=True)

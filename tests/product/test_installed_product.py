@@ -7,6 +7,9 @@ does, and look at what that person sees:
   new venv outside the repository; tests/helpers/user_install.py), started from an empty folder
   with no ``PYTHONPATH``: the page and every file it loads answer 200, the demo's first
   turn parks, an answer resumes it, and the playground does the same in a real browser;
+- ``parkway serve --agent render_agent:agent``, an agent defined in Python in the folder it
+  runs from (tests/helpers/render_agent.py, the README's client tool among its tools):
+  the playground answers its client tools' cards, whatever their return types;
 - ``make run`` in a fresh copy of the clone, the README's first command: the URL it
   prints serves the playground.
 
@@ -20,6 +23,7 @@ import contextlib
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -35,7 +39,7 @@ from playwright.sync_api import Browser, expect
 
 from parkway.transport.sse import sse_chunks
 from tests.helpers.support import free_port, user_message
-from tests.helpers.user_install import UserInstall, clone_files, user_environment
+from tests.helpers.user_install import ROOT, UserInstall, clone_files, user_environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -238,6 +242,43 @@ def test_the_installed_playground_runs_the_demo_in_a_browser(
         "data-state", "output-available"
     )
     tab.assert_clean()
+
+
+@pytest.fixture(scope="module")
+def installed_python_agent(
+    user_install: UserInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``parkway serve --agent render_agent:agent`` of the user's venv, from a folder
+    holding only that module, as a user serves the agent they wrote."""
+    folder = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "tests" / "helpers" / "render_agent.py", folder / "render_agent.py")
+    server = _start(
+        [str(user_install.script("parkway")), "serve", "--agent", "render_agent:agent",
+         "--port", str(free_port())],
+        folder,
+    )  # fmt: skip
+    try:
+        yield server.url(within_s=120)
+    finally:
+        code = server.stop()
+        output = "".join(server.seen)
+        assert code == 0, output
+        assert "Traceback" not in output, output
+
+
+def test_the_installed_playground_answers_a_python_agents_client_tools(
+    installed_python_agent: str, browser: Browser
+) -> None:
+    """The README's ``choose_project(options) -> str`` with ``render="choice"``, a choice
+    returning a model and the JSON editor of a tool returning a model, served by the
+    wheel: each card is answered in the page, the server takes the answer (no 422) and
+    the run goes on."""
+    from tests.helpers.browser import Tab  # Playwright's helpers only where a browser runs
+    from tests.helpers.render_cases import CASES, answer_each
+
+    tab = Tab.new_context(browser, installed_python_agent).open()
+    wanted = {"choose_project", "choose_model", "ask_ticket"}
+    answer_each(tab, [case for case in CASES if case.tool in wanted])
 
 
 def test_make_run_from_a_fresh_clone_serves_the_playground_at_the_url_it_prints(

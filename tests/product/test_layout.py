@@ -38,7 +38,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"demo", "runtime"},
     ],
     "widgets_api": [
-        {"keys", "highlight"},
+        {"keys", "highlight", "answers"},
         {"demo_provider"},
         {"descriptors"},
         {"connect"},

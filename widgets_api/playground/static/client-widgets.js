@@ -8,6 +8,31 @@
 import { h, pretty } from "./playground-base.js";
 import { Widget } from "./widget.js";
 
+/** The field a choice's answer puts the option in when the descriptor names none. */
+const CHOICE_FIELD = "choice";
+
+/** How a choice card answers, from its descriptor's `answerShape` (the server derives it
+ *  from the tool's output schema, widgets_api/answers.py): the option itself, or an
+ *  object with the option in one field; without one, {choice: option}. */
+function answerField(desc) {
+  const shape = desc && desc.answerShape;
+  if (shape && shape.as === "value") return null;
+  return shape && shape.as === "field" && typeof shape.field === "string" ? shape.field : CHOICE_FIELD;
+}
+
+/** The answer to send for `option`. */
+function choiceAnswer(desc, option) {
+  const field = answerField(desc);
+  return field === null ? option : { [field]: option };
+}
+
+/** The option an answer holds (whoever sent it), or null. */
+function chosenOption(desc, output) {
+  if (typeof output === "string") return output;
+  const field = answerField(desc) || CHOICE_FIELD;
+  return output && typeof output === "object" && typeof output[field] === "string" ? output[field] : null;
+}
+
 export class ChoiceWidget extends Widget {
   constructor(id, chat) {
     super(id, "choice", chat);
@@ -25,14 +50,15 @@ export class ChoiceWidget extends Widget {
   draw(ctx, state) {
     if (state === "answered") {
       const output = ctx.outcome && ctx.outcome.output;
-      const choice = output && typeof output.choice === "string" ? output.choice : pretty(output);
+      const chosen = chosenOption(ctx.desc, output);
+      const choice = chosen === null ? pretty(output) : chosen;
       // The same words live, after a reload and in another tab of the same person (the
       // notice says when it was answered elsewhere).
       return [this.head(ctx, "Answered"), h("p", { class: "widget-result widget-result-ok", text: `You chose “${choice}”` }), ...this.messages()];
     }
     if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
     if (state === "submitting" || state === "queued") {
-      const choice = ctx.answer.patch.output && ctx.answer.patch.output.choice;
+      const choice = chosenOption(ctx.desc, ctx.answer.patch.output);
       return [this.head(ctx, "Answered"), h("p", { class: "widget-result", text: `You chose “${choice}”` }), this.queuedCard(ctx, state), ...this.messages()];
     }
     const options = ctx.input && Array.isArray(ctx.input.options) ? ctx.input.options.filter((o) => typeof o === "string") : [];
@@ -53,16 +79,28 @@ export class ChoiceWidget extends Widget {
 
   choose(option) {
     this.error = "";
-    this.answer({ state: "output-available", output: { choice: option } }, { intent: "output" });
+    this.answer({ state: "output-available", output: choiceAnswer(this.ctx().desc, option) }, { intent: "output" });
   }
 }
 
-/** The generic client-tool widget: a JSON editor for the output, and Decline. */
+/** The generic client-tool widget: a JSON editor for the output, and Decline. The
+ *  editor starts from the descriptor's `answerDraft` (a value of the output schema's
+ *  shape, widgets_api/answers.py), or `{}`. */
 export class ClientWidget extends Widget {
   constructor(id, chat) {
     super(id, "client", chat);
     this.editor = h("textarea", { id: `output-${id}`, "data-field": "output", spellcheck: "false", rows: 5 });
     this.editor.value = "{}";
+    this.drafted = false;
+  }
+
+  /** Fill the editor from the descriptor's draft, once (later draws keep what was typed). */
+  startDraft(ctx) {
+    if (this.drafted) return;
+    this.drafted = true;
+    if (!ctx.desc || !Object.hasOwn(ctx.desc, "answerDraft")) return;
+    this.editor.value = JSON.stringify(ctx.desc.answerDraft, null, 2);
+    this.editor.rows = Math.min(12, Math.max(5, this.editor.value.split("\n").length));
   }
 
   title(ctx) {
@@ -83,6 +121,7 @@ export class ClientWidget extends Widget {
     }
     if (state === "ended" || state === "declined" || state === "failed") return this.endedCard(ctx, state);
     if (state === "submitting" || state === "queued") return [this.head(ctx, "Answered"), this.queuedCard(ctx, state), ...this.messages()];
+    this.startDraft(ctx);
     return [
       this.head(ctx, "Needs your answer"),
       this.description(ctx),

@@ -24,12 +24,18 @@ const WIDGETS_BY_KIND = {
   "mcp-url": McpInputWidget,
 };
 
+/** The kinds only an approval is drawn as: a client tool naming one (its `render`) has
+ *  no answer such a card could give. */
+const APPROVAL_KINDS = new Set(["approval", "agent_change", "code", "library_change"]);
+
 /** The widget class for a descriptor, by kind; an approval of a kind this page does
- *  not know is still an approval (its input shown as JSON); any other unknown kind is
- *  unsupported. The approvals view (approvals-view.js) draws its cards with it too. */
+ *  not know is still an approval (its input shown as JSON); any other unknown kind, or
+ *  a client call of an approval's kind, is unsupported. The approvals view
+ *  (approvals-view.js) draws its cards with it too. */
 export function widgetClassFor(desc) {
   const approval = desc.callKind === "approval";
   const kind = typeof desc.kind === "string" ? desc.kind : approval ? "approval" : "client";
+  if (desc.callKind === "client" && APPROVAL_KINDS.has(kind)) return UnsupportedWidget;
   if (Object.hasOwn(WIDGETS_BY_KIND, kind)) return WIDGETS_BY_KIND[kind];
   return approval ? ApprovalWidget : UnsupportedWidget;
 }
