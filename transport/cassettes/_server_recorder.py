@@ -21,7 +21,7 @@ answer had ended: a stream reconnect during a running turn, two tabs) are logged
 warning. A request whose body is not JSON, that the server answered before reading its
 body, or whose client left before the answer ended, is skipped with a warning: a replay
 could not send it as recorded, or would compare a cut-off answer. Recording turns agent
-editing off by default (transport/settings.py), so the playground sends no working copy
+editing off by default (transport/settings/), so the playground sends no working copy
 of the agent; a turn that runs one all the same (``agentTemplate``, with agent editing
 turned on) is recorded with a warning: a replay serves the agent file with agent editing
 off and refuses it.

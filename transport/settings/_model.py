@@ -1,31 +1,17 @@
-"""Settings: one object, read from command-line flags and ``PARKWAY_*`` variables.
-
-A pydantic-settings model: each field is a setting, its environment variable is
-``PARKWAY_<NAME>``, and its range is a field constraint. Flags win over the environment.
-Everything is validated when the object is built (at startup), and an invalid value is a
-:class:`SettingsError` naming the setting, its flag and variable, and what is wrong.
-Secrets are :class:`pydantic.SecretStr` values, and the repr hides them, the Redis
-password and inline OAuth provider JSON.
-
-Nothing reads the environment at import time, nor when ``Settings(...)`` is called with
-keyword values: only :meth:`Settings.from_sources` reads variables, from the mapping it
-is given (``os.environ`` by default).
-"""
+"""The settings model: every setting Parkway has, its range, its checks, and the values
+derived from them (docs/operations.md lists them all)."""
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import (
-    AfterValidator,
-    BeforeValidator,
     Field,
     SecretStr,
     ValidationError,
@@ -33,192 +19,37 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
-from pydantic_settings.sources.utils import parse_env_vars
 
 from parkway.runner.errors import CallerError, TemplateError
 from parkway.runner.llm import ModelSpec, parse_model_spec
 from parkway.runner.store import parse_redis_url
-from parkway.widgets_api.connect import TokenCipher, TokenKeyError, generate_token_key
-
-__all__ = ["Settings", "SettingsError"]
-
-ENV_PREFIX = "PARKWAY_"
-
-# The command-line flag of each setting that has one (the others come only from the
-# environment: secrets never go in a flag, where the process list would show them).
-_FLAGS = {
-    "host": "--host",
-    "port": "--port",
-    "redis_url": "--redis-url",
-    "data_dir": "--data-dir",
-    "agent_file": "--agent",
-    "model": "--model",
-    "log_level": "--log-level",
-    "log_format": "--log-format",
-    "public_url": "--public-url",
-    "oauth_providers": "--oauth-providers",
-    "editors": "--editors",
-    "approvers": "--approvers",
-    "metrics": "--metrics",
-    "metrics_port": "--metrics-port",
-    "tracing": "--tracing",
-    "record": "--record",
-    "record_mode": "--record-mode",
-    "auth": "--auth",
-}
-# Settings whose value an error message never repeats: secrets, a Redis URL (it may
-# carry a password) and provider JSON (it may carry client secrets).
-_NOT_ECHOED = {"secret_key", "token_key", "editor_token", "redis_url", "oauth_providers"}
-
-
-# ``PARKWAY_*`` variables that are not settings, and that :meth:`Settings.from_sources`
-# therefore lets through; every other unknown ``PARKWAY_*`` variable is a typo and stops
-# startup. All of them steer the test suite (tests/README.md), never the server.
-NON_SETTING_VARIABLES = frozenset(
-    {
-        "PARKWAY_TEST_REDIS_URL",  # the Redis the tests use instead of an embedded one
-        "PARKWAY_REQUIRE_BROWSER",  # browser tests fail, not skip, without chromium
-        "PARKWAY_REQUIRE_SANDBOX",  # sandbox tests fail, not skip, without bubblewrap
-        "PARKWAY_SCREENSHOTS",  # where browser tests save their screenshots
-        "PARKWAY_SANDBOX_TEST_SECRET",  # a value the sandbox escape tests must not see
-    }
+from parkway.transport.settings._keys import persisted_key
+from parkway.transport.settings._sources import (
+    ENV_PREFIX,
+    Environ,
+    describe,
+    flag_and_variable,
+    unknown_variables,
 )
-
-# The signature algorithms a JWT may use: asymmetric ones only. HMAC ("HS256" ...) would
-# let anyone holding the verification key (public, with a JWKS) mint tokens, and
-# "none" is no signature at all (docs/security.md, "Identities").
-JWT_ALGORITHMS = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "Ed25519"}
+from parkway.transport.settings._values import (
+    JWT_ALGORITHMS,
+    AuthMode,
+    Count,
+    LongWait,
+    Names,
+    SecretSetting,
+    SettingsError,
+    Switch,
+    Timeout,
+    TokenKey,
+    loopback,
+    origin,
 )
+from parkway.widgets_api.connect import generate_token_key
 
-
-class SettingsError(ValueError):
-    """A setting is missing or invalid; the message names it and the fix."""
-
-
-def flag_and_variable(name: str) -> str:
-    """How an operator sets ``name``: its flag, if any, and its environment variable."""
-    variable = f"{ENV_PREFIX}{name.upper()}"
-    return f"{_FLAGS[name]}, {variable}" if name in _FLAGS else variable
-
-
-def _origin(value: str) -> str:
-    parts = urlsplit(value.strip())
-    if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
-        raise ValueError(f"{value!r} is not an origin like https://app.example.com")
-    return f"{parts.scheme}://{parts.netloc}".lower()
-
-
-def _comma_separated(value: Any) -> Any:
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",")]
-    return value
-
-
-def _switch(value: Any) -> Any:
-    """The words a boolean setting takes, in any case; anything else is refused.
-    Checked here because pydantic's own bool also takes t, f, y and n, which
-    docs/operations.md does not promise."""
-    if isinstance(value, bool) or value is None:
-        return value
-    word = str(value).strip().lower()
-    if word in {"1", "true", "yes", "on"}:
-        return True
-    if word in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
-
-
-def _unknown_variables(environ: Mapping[str, str]) -> str | None:
-    """One line naming the first ``PARKWAY_*`` variable that is no setting (nor in
-    :data:`NON_SETTING_VARIABLES`), with the closest setting's variable, or None.
-    Without it a typo (``PARKWAY_AUHT=jwt``) would start a server that silently ignores
-    what the operator asked for."""
-    known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
-    for variable in sorted(environ):
-        if (
-            not variable.startswith(ENV_PREFIX)
-            or variable != variable.upper()  # lower-case names are never read
-            or variable in known
-            or variable in NON_SETTING_VARIABLES
-        ):
-            continue
-        close = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        return f"{variable} is not a Parkway setting{hint}; see docs/operations.md"
-    return None
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _token_key(value: SecretStr) -> SecretStr:
-    try:
-        TokenCipher.from_setting(value.get_secret_value())
-    except TokenKeyError as exc:
-        raise ValueError(str(exc)) from None
-    return value
-
-
-SecretSetting = Annotated[SecretStr, Field(min_length=32)]
-TokenKey = Annotated[SecretStr, AfterValidator(_token_key)]
-Switch = Annotated[bool, BeforeValidator(_switch)]
-Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_separated)]
-Timeout = Annotated[float, Field(gt=0, le=120)]
-LongWait = Annotated[float, Field(gt=0, le=3600)]
-Count = Annotated[int, Field(ge=1)]
-AuthMode = Literal["anonymous", "jwt", "header"]
-
-
-class _Environ(EnvSettingsSource):
-    """pydantic-settings' environment source over a given mapping instead of
-    ``os.environ`` (its ``.env`` source overrides the same hook), reading only
-    upper-case ``PARKWAY_*`` names, as documented."""
-
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = {k: v for k, v in environ.items() if k == k.upper()}
-        super().__init__(settings_cls)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(
-            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
-        )
-
-
-def _describe(error: ValidationError) -> str:
-    """One line per invalid setting: the setting, how to set it, and what is wrong."""
-    problems = []
-    for detail in error.errors():
-        name = str(detail["loc"][0]) if detail["loc"] else "settings"
-        if detail["type"] == "value_error":  # our own checks: their message says it all
-            reason = str(detail.get("ctx", {}).get("error", detail["msg"]))
-        elif detail["type"] == "extra_forbidden":
-            reason = "there is no such setting"
-        elif detail["type"] == "too_short":
-            reason = f"must be at least {detail.get('ctx', {}).get('min_length')} characters"
-        else:
-            reason = detail["msg"][0].lower() + detail["msg"][1:]
-            if name not in _NOT_ECHOED and "input" in detail:
-                reason = f"{detail['input']!r} is invalid: {reason}"
-        if name in Settings.model_fields:
-            problems.append(f"{name} ({flag_and_variable(name)}): {reason}")
-        else:  # a keyword that is no setting
-            problems.append(f"{name}: {reason}")
-    return "; ".join(problems)
+__all__ = ["Settings"]
 
 
 class Settings(BaseSettings):
@@ -360,7 +191,7 @@ class Settings(BaseSettings):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise SettingsError(_describe(exc)) from None
+            raise SettingsError(describe(exc, type(self).model_fields)) from None
 
     @classmethod
     def settings_customise_sources(
@@ -381,10 +212,10 @@ class Settings(BaseSettings):
     ) -> Settings:
         """Build settings from flags (``None`` values ignored) over ``PARKWAY_*`` vars."""
         try:
-            env = _Environ(cls, os.environ if environ is None else environ)()
+            env = Environ(cls, os.environ if environ is None else environ)()
         except SourceError as exc:
             raise SettingsError(str(exc)) from None
-        unknown = _unknown_variables(os.environ if environ is None else environ)
+        unknown = unknown_variables(os.environ if environ is None else environ, cls.model_fields)
         if unknown is not None:
             raise SettingsError(unknown)
         given = {k: v for k, v in (flags or {}).items() if v is not None}
@@ -413,13 +244,13 @@ class Settings(BaseSettings):
     @classmethod
     def _public_url_is_an_origin(cls, url: str | None) -> str | None:
         if url is not None:
-            _origin(url)
+            origin(url)
         return url
 
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_origin(origin) for origin in origins if origin.strip())
+        return tuple(origin(value) for value in origins if value.strip())
 
     @field_validator("editors", "approvers")
     @classmethod
@@ -527,7 +358,7 @@ class Settings(BaseSettings):
         """Where browsers reach this server: ``public_url``, else ``http://host:port``.
         OAuth redirect URIs are built from it, never from a request's Host header."""
         if self.public_url is not None:
-            return _origin(self.public_url)
+            return origin(self.public_url)
         host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host  # noqa: S104
         if ":" in host:
             host = f"[{host}]"
@@ -558,7 +389,7 @@ class Settings(BaseSettings):
     def local(self) -> bool:
         """A local playground: the embedded Redis, a loopback bind, no ``public_url``
         (which says browsers come from elsewhere)."""
-        return self.embedded and _loopback(self.host) and self.public_url is None
+        return self.embedded and loopback(self.host) and self.public_url is None
 
     def resolve_auth(self) -> AuthMode:
         """The identity mode: the configured one; ``anonymous`` on a local playground
@@ -593,7 +424,7 @@ class Settings(BaseSettings):
                 "`python -c 'import secrets,base64;"
                 "print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())'`)"
             )
-        return SecretStr(self._persisted_key("token.key", generate_token_key))
+        return SecretStr(persisted_key(self.data_dir, "token.key", generate_token_key))
 
     def resolve_secret(self) -> SecretStr:
         """The session-signing key: the configured one; for the embedded default a
@@ -606,31 +437,12 @@ class Settings(BaseSettings):
                 "PARKWAY_SECRET_KEY is required with an external Redis: every worker must "
                 "sign sessions with the same key (at least 32 random characters)"
             )
-        key = self._persisted_key("secret.key", lambda: secrets.token_urlsafe(48))
+        key = persisted_key(self.data_dir, "secret.key", lambda: secrets.token_urlsafe(48))
         if len(key) < 32:
             raise SettingsError(
                 f"{self.data_dir / 'secret.key'} holds no usable key; delete it to make a new one"
             )
         return SecretStr(key)
-
-    def _persisted_key(self, name: str, make: Callable[[], str]) -> str:
-        path = self.data_dir / name
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not path.exists():
-            # Write the whole key to a private temporary file, then publish it with a
-            # hard link, which fails if another process published first: nobody ever
-            # reads a half-written key, and both processes end up with the same one.
-            tmp = path.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(make())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
-        return path.read_text().strip()
 
     # -- what may be shown
 
