@@ -422,13 +422,13 @@ async def _check_redis(settings: Settings) -> None:
     as the app's startup does, with the same patience and the same one-line error."""
     if settings.redis_url is None:
         return
-    import parkway.transport.app as app_module
     from parkway.runner.store import connect
+    from parkway.transport.startup import reach_redis
 
     redis = connect(settings.redis_url)
     try:
-        # the app's own startup check (module-private there), so both say the same
-        await app_module._reach(redis, settings)
+        # the app's own startup check, so both say the same
+        await reach_redis(redis, settings)
     finally:
         await redis.aclose()
 

@@ -53,6 +53,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"api"},
         {"openapi"},
         {"cassettes"},
+        {"edge", "startup"},
         {"app"},
         {"cli", "cli_agent", "pytest_plugin"},
     ],

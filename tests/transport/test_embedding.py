@@ -29,7 +29,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import parkway.transport.app as app_module
+import parkway.transport.startup as startup_module
 from parkway.transport import Settings, create_app, parkway_lifespan
 from parkway.transport.settings import SettingsError
 from parkway.transport.sse import sse_chunks
@@ -268,14 +268,14 @@ async def test_concurrent_first_requests_start_parkway_once(
     starts: list[int] = []
     arrived: list[int] = []
     all_in = asyncio.Event()
-    real = app_module._start_serving
+    real = startup_module._start_serving
 
     async def held_start(*args: Any, **kwargs: Any) -> Any:
         starts.append(1)
         await asyncio.wait_for(all_in.wait(), 30)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(app_module, "_start_serving", held_start)
+    monkeypatch.setattr(startup_module, "_start_serving", held_start)
     namespace = run_example("host_starlette.py")
     pw, inner = namespace["pw"], namespace["app"]
 
@@ -302,7 +302,7 @@ async def test_a_failed_start_answers_503_and_the_next_request_starts_it(
     """Redis away at the first request: the request gets a JSON 503 saying to retry,
     not a 500 naming an attribute; the next request starts Parkway."""
     del environ, redis
-    real = app_module._reach
+    real = startup_module.reach_redis
     failures = [SettingsError("redis_url: cannot reach Redis")]
 
     async def reach_once_away(*args: Any) -> None:
@@ -310,7 +310,7 @@ async def test_a_failed_start_answers_503_and_the_next_request_starts_it(
             raise failures.pop()
         await real(*args)
 
-    monkeypatch.setattr(app_module, "_reach", reach_once_away)
+    monkeypatch.setattr(startup_module, "reach_redis", reach_once_away)
     pw = create_app(Settings.from_sources())
     host = Starlette(routes=[Mount(PREFIX, app=pw)])
     transport = httpx.ASGITransport(app=host)
@@ -377,13 +377,13 @@ def test_the_lifespan_hook_starts_before_the_first_request_and_stops_on_shutdown
     authenticator makes the host's signed-in user the principal."""
     del redis
     starts: list[int] = []
-    real = app_module._start_serving
+    real = startup_module._start_serving
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         starts.append(1)
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(app_module, "_start_serving", counted)
+    monkeypatch.setattr(startup_module, "_start_serving", counted)
     namespace = run_example("host_fastapi.py")
     pw = namespace["pw"]
     server = HostServer(namespace["app"], pw, environ)
