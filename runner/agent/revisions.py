@@ -353,7 +353,7 @@ class AgentStore:
         revision = await self.get(version)
         if revision is None:  # moved on meanwhile: take the head as it is now
             revision = await self.head()
-        template = load_template(revision.template)
+        template = load_template(revision.template, stored=True)  # checked at its commit
         self._cached = (revision.version, template)
         return template
 

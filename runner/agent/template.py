@@ -287,7 +287,7 @@ def _check_schema(schema: Mapping[str, Any], what: str) -> None:
         raise ValueError(f"{what} is not a valid JSON Schema: {exc.message}") from None
 
 
-def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
+def _spec_from_entry(entry: Mapping[str, Any], where: str, *, stored: bool) -> ToolSpec:
     kind = entry.get("type")
     if kind == "function":
         fn_entry = FunctionToolEntry.model_validate(entry)
@@ -342,7 +342,7 @@ def _spec_from_entry(entry: Mapping[str, Any], where: str) -> ToolSpec:
         if cl_entry.output_schema is not None:
             _check_schema(cl_entry.output_schema, "output_schema")
         render = cl_entry.render.model_dump() if cl_entry.render else None
-        mismatch = render_mismatch(render, cl_entry.output_schema)
+        mismatch = None if stored else render_mismatch(render, cl_entry.output_schema)
         if mismatch is not None:
             raise ValueError(mismatch.for_template())
         return ToolSpec(
@@ -421,28 +421,32 @@ class _Document(BaseModel):
     resume_policy: Literal["client", "auto"] = "client"
 
 
-def load_template(document: Any) -> AgentTemplate:
+def load_template(document: Any, *, stored: bool = False) -> AgentTemplate:
     """Validate an agent template document and resolve its tools.
 
-    Raises :class:`TemplateError` naming the first bad entry.
+    Raises :class:`TemplateError` naming the first bad entry. ``stored``: the template
+    was accepted when it was written (a chat's snapshot, a committed revision), and is
+    read back: checks added since, which it may not pass, are not made again (a client
+    tool's render kind against its output schema), so an upgrade never strands a parked
+    run or an agent's head. Authoring (an agent file, a commit, ``Agent``) checks all.
     """
     try:
         text = canonical_json(document)
     except NotPlainJSONError as exc:
         raise TemplateError(f"agent template is not plain JSON: {exc}") from None
-    return _load_cached(text)
+    return _load_cached(text, stored)
 
 
 @functools.lru_cache(maxsize=256)
-def load_template_json(text: str) -> AgentTemplate:
+def load_template_json(text: str, *, stored: bool = False) -> AgentTemplate:
     """:func:`load_template` of a JSON text, such as a chat's stored template snapshot,
     remembered by the text itself: a resume finds its template without parsing and
     canonicalising the snapshot again (a template is immutable, so runs share it)."""
-    return load_template(json.loads(text))
+    return load_template(json.loads(text), stored=stored)
 
 
 @functools.lru_cache(maxsize=256)
-def _load_cached(text: str) -> AgentTemplate:
+def _load_cached(text: str, stored: bool) -> AgentTemplate:
     document = json.loads(text)
     digest = hashlib.sha256(text.encode()).hexdigest()
     if not isinstance(document, dict):
@@ -460,7 +464,7 @@ def _load_cached(text: str) -> AgentTemplate:
             if not isinstance(entry, Mapping):
                 raise ValueError("must be a JSON object")
             resolved = _resolve_embed(entry) if "@ag.embed" in entry else entry
-            spec = _spec_from_entry(resolved, where)
+            spec = _spec_from_entry(resolved, where, stored=stored)
         except ValidationError as exc:
             raise TemplateError(f"{where}: {describe_first_error(exc, root='entry')}") from None
         except ValueError as exc:
