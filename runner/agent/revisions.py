@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 # Commit a revision on top of an expected version, and append its entry to the agent's
-# audit trail (audit_append, runner/store/scripts.py) in the same atomic step.
+# audit trail (audit_append, runner/store/scripts/_functions.py) in the same atomic step.
 # KEYS: 1 head (hash), 2 revisions (hash version -> record JSON), 3 audit (stream)
 # ARGV: 1 expected version ('' = any), 2 record JSON without version, 3 template digest,
 #       4 seed digest ('' = not a seed), 5 revision id, 6 '1' = commit a seed even when

@@ -1,7 +1,8 @@
 """The run engine: turns, model steps, tool calls, parking, settling and resuming.
 
 - :mod:`~parkway.runner.engine.runner`: :class:`Runner`, the entry point (start a turn,
-  settle, resume, follow, stop);
+  settle, resume, follow, stop); behind it, private, ``_launcher``: the claims that start
+  a run (a turn's, a resume's) and each run's task;
 - :mod:`~parkway.runner.engine.run`: a run and its settings (:class:`RunnerConfig`);
 - :mod:`~parkway.runner.engine.driver`: driving a run's model steps and their tool calls;
 - :mod:`~parkway.runner.engine.step`: one model step, streamed into run events;

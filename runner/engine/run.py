@@ -43,7 +43,7 @@ class RunnerConfig:
     separate_approvals: bool = False
     follow_quiet_s: float = 5.0  # a follower's read and liveness check without wake-ups
     # How long the event log keeps a run that ended (it is replayable from the history;
-    # a follower still reading it has this long): runner/store/scripts.py, log_append.
+    # a follower still reading it has this long): runner/store/scripts/_functions.py, log_append.
     log_keep_s: int = 600
     # How long a chat's audit trail keeps an entry (runner/store/audit.py); it outlives the
     # chat's own keys.

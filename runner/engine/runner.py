@@ -12,28 +12,26 @@ A run executes in its own task, beside its :class:`~parkway.runner.engine.superv
 (lease, stops, the event log), and its steps are driven by the runner's
 :class:`~parkway.runner.engine.driver.StepDriver`; its events go to the caller and to the
 chat's event log (which HTTP responses follow). If the caller goes away (the browser
-disconnects) the run still finishes and persists. Settling and answer matching are the
-:class:`~parkway.runner.engine.settling.Settling` the runner holds.
+disconnects) the run still finishes and persists. The claims that start runs, and the
+runs' tasks, are the :class:`~parkway.runner.engine._launcher.RunLauncher` the runner
+holds; settling and answer matching are its
+:class:`~parkway.runner.engine.settling.Settling`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from parkway.runner.agent import AgentStore, AgentTemplate, Credentials, load_template_json
-from parkway.runner.canonical import canonical_json
+from parkway.runner.agent import AgentStore, AgentTemplate, Credentials
 from parkway.runner.codemode import CodeMode, input_artifact_ids
+from parkway.runner.engine._launcher import RunLauncher
 from parkway.runner.engine.driver import StepDriver
-from parkway.runner.engine.execution import (
-    ToolExecutor,
-)
+from parkway.runner.engine.execution import ToolExecutor
 from parkway.runner.engine.links import LinkSettler
 from parkway.runner.engine.live import LiveQuestions
-from parkway.runner.engine.run import Run, RunnerConfig, RunState, new_id
+from parkway.runner.engine.run import Run, RunnerConfig
 from parkway.runner.engine.settling import (
     Answer,
     AnswerReport,
@@ -43,19 +41,13 @@ from parkway.runner.engine.settling import (
     Settling,
     count_settle,
 )
-from parkway.runner.engine.supervisor import RunSupervisor, RunWatch, Work
-from parkway.runner.errors import (
-    ArtifactNotFoundError,
-    ChatNotFoundError,
-    IncompatibleStateError,
-    ShuttingDownError,
-)
+from parkway.runner.engine.supervisor import RunWatch
+from parkway.runner.errors import ArtifactNotFoundError, ChatNotFoundError, IncompatibleStateError
 from parkway.runner.eventlog import LogWatch, follow
 from parkway.runner.events import Event
 from parkway.runner.llm import Model, ModelCatalog
 from parkway.runner.mcp import McpTools
-from parkway.runner.ops import context_of, logcontext
-from parkway.runner.outcomes import SUPERSEDED
+from parkway.runner.ops import logcontext
 from parkway.runner.parking import ParkedCall
 from parkway.runner.store import (
     SCHEMA_VERSION,
@@ -67,11 +59,7 @@ from parkway.runner.store import (
     LiveStore,
     McpLinks,
     RedisClient,
-    ResumeClaim,
-    TurnClaim,
     chat_keys,
-    is_retry,
-    user_entry,
 )
 
 __all__ = ["Answer", "AnswerReport", "Run", "Runner", "RunnerConfig", "SettleResult"]
@@ -142,8 +130,6 @@ class Runner:
             live=self.live,
         )
         self.models = models or ModelCatalog(model)
-        self.template = template
-        self.clock = clock
         # A link an MCP server says was completed settles the call waiting for it.
         links = McpLinks(redis)
         self.mcp.on_link_done = LinkSettler(links, self.settling, self.auto_resume.start)
@@ -157,8 +143,12 @@ class Runner:
             mcp=self.mcp,
             links=links,
         )
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.closing = False
+        # Starting runs (claims, each run's task), and the worker's running runs.
+        self._launcher = RunLauncher(
+            self.store, config=self.config, settling=self.settling, driver=self.driver,
+            watch=self.watch, logwatch=self.logwatch, agents=agents, template=template,
+            clock=clock,
+        )  # fmt: skip
 
     @property
     def model(self) -> Model | None:
@@ -186,34 +176,38 @@ class Runner:
         """Awaited after each settle this worker wins (see :class:`Settling`)."""
         return self.settling.listeners
 
+    @property
+    def template(self) -> AgentTemplate:
+        """The agent file's template: what a turn runs when no agent head is kept and its
+        request brings none."""
+        return self._launcher.template
+
+    @template.setter
+    def template(self, template: AgentTemplate) -> None:
+        self._launcher.template = template
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The wall clock of the claims, the runs' leases and the approvals' ages."""
+        return self._launcher.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._launcher.clock = clock
+
+    @property
+    def closing(self) -> bool:
+        """Set when the worker shuts down: no new run starts (:meth:`aclose`)."""
+        return self._launcher.closing
+
+    @closing.setter
+    def closing(self, closing: bool) -> None:
+        self._launcher.closing = closing
+
     # -- helpers -------------------------------------------------------------------
 
     def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
-
-    @property
-    def _lease_ms(self) -> int:
-        return int(self.config.lease_s * 1000)
-
-    def _refuse_if_closing(self) -> None:
-        if self.closing:
-            raise ShuttingDownError("this worker is shutting down; another one will take it")
-
-    def _start(self, state: RunState, work: Work) -> Run:
-        """Run ``work`` in a task of its own, beside its supervisor."""
-        supervisor = RunSupervisor(
-            state,
-            store=self.store,
-            config=self.config,
-            clock=self.clock,
-            watch=self.watch,
-            logwatch=self.logwatch,
-        )
-        task = asyncio.create_task(supervisor.supervise(work), name=f"parkway-run-{state.chat_id}")
-        supervisor.run.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return supervisor.run
+        return self._launcher.now_ms()
 
     async def aclose(self, grace_s: float = 10.0) -> None:
         """Shut down gracefully: take no new runs, let running ones finish (up to
@@ -221,13 +215,7 @@ class Runner:
         leases are released, their followers told the run was interrupted)."""
         self.closing = True
         self.auto_resume.cancel()
-        tasks = list(self._tasks)
-        if tasks:
-            _, still = await asyncio.wait(tasks, timeout=grace_s)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still)
+        await self._launcher.drain(grace_s)
         await self.watch.aclose()
         await self.logwatch.aclose()
         await self.mcp.aclose()  # after the runs: none calls a tool any more
@@ -255,86 +243,16 @@ class Runner:
         :meth:`answer` would (``roles``: the principal's); the claim itself says whether
         any call is pending, so while none is they cost no round trip.
         """
-        self._refuse_if_closing()
-        keys = chat_keys(chat_id)
-        head: tuple[str, int] | None = None
-        if template is None:
-            template, head = await self._head_template()
-        message_id = new_id("msg")
-        token = secrets.token_hex(16)
-        answers_first = bool(answers)
-        while True:  # at most three claims: each reason to step aside is dealt with once
-            claim = await self.store.claim_turn(
-                keys,
-                principal=principal,
-                token=token,
-                now_ms=self._now_ms(),
-                lease_ms=self._lease_ms,
-                user_message_id=user_message_id or "",
-                supersede_outcome=canonical_json(SUPERSEDED),
-                message_id=message_id,
-                template_digest=template.digest,
-                template_json=template.canonical,
-                answers_first=answers_first,
-                agent_head=head,
-            )
-            if isinstance(claim, TurnClaim):
-                break
-            if claim == "agent_moved":  # an editor committed since this worker read it
-                template, head = await self._head_template(fresh=True)
-            else:  # calls are pending: the answers settle theirs first
-                await self.answer(chat_id, principal, answers, roles=roles)
-                answers_first = False
-        state = RunState(
-            keys=keys,
-            chat_id=chat_id,
-            principal=principal,
-            token=token,
-            message_id=message_id,
-            template=template,
-            model_calls=claim.model_calls,
-            entries=claim.entries,
-            view=claim.view,
-            parked_ids=claim.parked_ids,
-            user_message_id=user_message_id,
-        )
-        previous = claim.previous_template
-
-        async def work(supervisor: RunSupervisor) -> None:
-            # The earlier message's calls finish off-stream (this is a new message), with
-            # the template they were made under.
-            earlier = load_template_json(previous) if previous else None
-            await self.driver.apply_outcomes(supervisor, emit=False, template=earlier)
-            if not is_retry(supervisor.state.entries, user_message_id):
-                supervisor.state.unsaved.append(user_entry(text, user_message_id))
-            await self.driver.drive(supervisor)
-
-        return self._start(state, work)
+        return await self._launcher.start_turn(
+            chat_id, principal, text, user_message_id=user_message_id, template=template,
+            answers=answers, roles=roles,
+        )  # fmt: skip
 
     async def current_template(self) -> AgentTemplate:
         """The template a new turn runs when its request brings none (the agent's head,
         or the agent file's)."""
-        template, _ = await self._head_template()
+        template, _ = await self._launcher.head_template()
         return template
-
-    async def _head_template(
-        self, *, fresh: bool = False
-    ) -> tuple[AgentTemplate, tuple[str, int] | None]:
-        """The template a new turn runs when its request brings none, and the agent's head
-        (its key and version) the turn's claim must still find, if any.
-
-        On a single Redis, a worker that has read the head before hands its claim the
-        version it read instead of reading it again: the claim checks it in the same
-        round trip (one less per turn) and steps aside if an editor has committed since.
-        On a Cluster the head is in another slot than the chat, so it is read first;
-        ``fresh`` reads it first too."""
-        if self.agents is None:
-            return self.template, None
-        last = None if fresh or self.store.cluster else self.agents.last_head()
-        if last is None:
-            return await self.agents.current_template(), None
-        version, template = last
-        return template, (self.agents.keys.head, version)
 
     async def resume(
         self, chat_id: str, principal: str, *, skip_echo: frozenset[str] = frozenset()
@@ -347,16 +265,7 @@ class Runner:
         results are not reported back to it. Approvals are always reported: the caller
         needs the execution result or the denial to finish the tool part.
         """
-        self._refuse_if_closing()
-        keys = chat_keys(chat_id)
-        token = secrets.token_hex(16)
-        claimed_at = time.perf_counter()
-        claim = await self.store.claim_resume(
-            keys, principal=principal, token=token, now_ms=self._now_ms(), lease_ms=self._lease_ms
-        )
-        return await self._resumed(
-            chat_id, principal, token, claim, skip_echo, claimed_at=claimed_at
-        )
+        return await self._launcher.resume(chat_id, principal, skip_echo=skip_echo)
 
     async def answer_and_resume(
         self,
@@ -376,100 +285,9 @@ class Runner:
         The answered client calls are not echoed back (``skip_echo``), except those named
         in ``echo`` (a caller that answered them for someone else's view, say).
         """
-        self._refuse_if_closing()
-        if not answers:
-            return AnswerReport((), 0), await self.resume(chat_id, principal)
-        plan = self.settling.plan(chat_id, answers)
-        if plan is not None:
-            keys = chat_keys(chat_id)
-            token = secrets.token_hex(16)
-            claimed_at = time.perf_counter()
-            claimed = await self.store.answer(
-                keys,
-                principal=principal,
-                token=token,
-                now_ms=self._now_ms(),
-                lease_ms=self._lease_ms,
-                parked_ids=plan.parked_ids,
-                outcomes=[(c.tool_call_id, canonical_json(o)) for c, o in plan.outcomes],
-            )
-            if claimed is not None:
-                await self.settling.settled_by(plan)
-                if isinstance(claimed, int):
-                    return AnswerReport(plan.call_ids, claimed), None
-                run = await self._resumed(
-                    chat_id,
-                    principal,
-                    token,
-                    claimed,
-                    frozenset(plan.call_ids) - echo,
-                    claimed_at=claimed_at,
-                )
-                return AnswerReport(plan.call_ids, 0), run
-        report = await self.answer(chat_id, principal, answers, roles=roles)
-        if report.pending:
-            return report, None
-        skip = frozenset(report.settled) - echo
-        return report, await self.resume(chat_id, principal, skip_echo=skip)
-
-    async def _resumed(
-        self,
-        chat_id: str,
-        principal: str,
-        token: str,
-        claim: ResumeClaim,
-        skip_echo: frozenset[str],
-        *,
-        claimed_at: float,
-    ) -> Run:
-        """Start the run of a resume whose claim (under ``token``, sent at ``claimed_at``
-        on the perf_counter clock) was won. The run continues the trace of the turn that
-        parked the calls it resumes."""
-        parked = claim.calls or []
-        state = RunState(
-            keys=chat_keys(chat_id),
-            chat_id=chat_id,
-            principal=principal,
-            token=token,
-            message_id=claim.message_id,
-            template=self.template,
-            model_calls=claim.model_calls,
-            entries=claim.entries,
-            view=claim.view,
-            parked_ids=claim.parked_ids,
-            parked_calls=claim.calls,
-            skip_echo=skip_echo,
-            start="resume",
-            trace_parent=context_of({c.tool_call_id: c.trace for c in parked}),
-            claimed_at=claimed_at,
+        return await self._launcher.answer_and_resume(
+            chat_id, principal, answers, roles=roles, echo=echo
         )
-        if claim.template_json:
-            state.template = await self._load_snapshot(state, claim.template_json)
-
-        async def work(supervisor: RunSupervisor) -> None:
-            if await self.driver.apply_outcomes(supervisor, emit=True):
-                return  # a call asked a person for input: parked again
-            await self.driver.drive(supervisor)
-
-        return self._start(state, work)
-
-    async def _load_snapshot(self, state: RunState, template_json: str) -> AgentTemplate:
-        """The template the resumed run started with; if it no longer loads, the chat is
-        handed back untouched (so a fixed deployment can resume it) and the error raised."""
-        try:
-            return load_template_json(template_json)
-        except Exception:
-            await self.store.commit(
-                state.keys,
-                token=state.token,
-                seq=1,
-                state="parked",
-                model_calls=state.model_calls,
-                now_ms=self._now_ms(),
-                lease_ms=self._lease_ms,
-                entries=(),
-            )
-            raise
 
     # -- settling and the background resume (runner.settling) ------------------------
 

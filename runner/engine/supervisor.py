@@ -1,8 +1,9 @@
 """What a run has besides its logic: its events, its lease, its commits, its event log.
 
-A :class:`RunSupervisor` is made for each run (the runner's ``_start``). It owns the
-run's events: :meth:`RunSupervisor.emit` hands each one to the caller (the queue behind
-:meth:`Run.events <runner.run.Run.events>`) and to the batch the log writer takes next.
+A :class:`RunSupervisor` is made for each run (by the runner's launcher,
+``_launcher.py``). It owns the run's events: :meth:`RunSupervisor.emit` hands each one to
+the caller (the queue behind :meth:`Run.events <runner.run.Run.events>`) and to the batch
+the log writer takes next.
 It persists the run's steps under the run's lease (:meth:`RunSupervisor.commit`), each
 step with the events not yet logged and those that announce it, in one script. While
 the run's work executes (:meth:`RunSupervisor.supervise`):

@@ -12,7 +12,7 @@ produced them died:
   finished by the follower from the stored state;
 - a run replaced by another (a takeover) ends the follow the same way;
 - a follower that starts after the log has dropped the run (it keeps the last two runs,
-  for a while: runner/store/scripts.py, log_append) ends saying so, instead of reading a
+  for a while: runner/store/scripts/_functions.py, log_append) ends saying so, instead of reading a
   later run's events as its own.
 """
 
@@ -102,7 +102,7 @@ async def follow(
                 entries = await watch.shared(keys.events, after, read)
             unexplained = False
             if entries and after == first and entries[0][0] != start_id:
-                yield RunFailed(FELL_BEHIND)  # the run's entries are gone (_scripts.py)
+                yield RunFailed(FELL_BEHIND)  # the run's entries are gone (log_append)
                 return
             for entry_id, batch in entries:
                 after = entry_id

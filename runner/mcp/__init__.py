@@ -3,7 +3,8 @@
 - :mod:`~parkway.runner.mcp.tools`: :class:`McpTools`, the worker's MCP servers: the tools
   a run offers (:class:`McpOffer`) and calling them;
 - :mod:`~parkway.runner.mcp.connection`: one server's session on this worker, its tool
-  list and its calls;
+  list and its calls (behind it, private: ``_session``, the SDK session held in a task of
+  its own; ``_live``, an older server's questions during a call routed to its person);
 - :mod:`~parkway.runner.mcp.listing`: a server's tools as the model is offered them, with
   their approval policies;
 - :mod:`~parkway.runner.mcp.input`: a server's request for input from a person (the seam

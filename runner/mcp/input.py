@@ -30,7 +30,7 @@ the middle of a call. That cannot park (the server holds the call open for the a
 so it is a bounded live wait: :func:`live_asker` puts the question to the call's person
 through :meth:`ToolContext.ask_live <parkway.runner.agent.ToolContext.ask_live>` and
 gives the server the answer, or ``cancel`` when none came within the entry's
-``live_input_s`` (routing: :mod:`parkway.runner.mcp.connection`).
+``live_input_s`` (routing: :mod:`parkway.runner.mcp._live`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 - :mod:`~parkway.runner.store.chats`: :class:`ChatStore`, a chat's state (meta, history,
   parked calls, the event log's writes) through atomic Lua scripts;
-- :mod:`~parkway.runner.store.scripts`: those scripts, one place for every Lua source;
+- :mod:`~parkway.runner.store.scripts`: those scripts, one place for every Lua source (a
+  module for each family of keys);
 - :mod:`~parkway.runner.store.replies`: what the scripts hand back, decoded;
 - :mod:`~parkway.runner.store.keys`: every key name, its type, contents and lifetime;
 - :mod:`~parkway.runner.store.client`: Redis clients (URL parsing, retries, outages);

@@ -102,7 +102,7 @@ class SettleAudit:
     edits: str = ""
 
     def args(self, keep_s: int) -> list[Any]:
-        """SETTLE's ARGV 7-13 (runner/store/scripts.py)."""
+        """SETTLE's ARGV 7-13 (runner/store/scripts/_calls.py)."""
         return [self.who, self.source, self.tool, self.digest, self.outcome, self.edits, keep_s]
 
     def answer_args(self) -> list[Any]:

@@ -89,7 +89,7 @@ class ChatStore:
         # How long a chat's artifacts live after its last turn (at most the chat's TTL).
         self.artifact_ttl_s = min(artifact_ttl_s or ttl_s, ttl_s)
         self.audit_keep_s = audit_keep_s  # how long a chat's audit keeps an entry
-        # How long the event log of a chat whose last run ended is kept (scripts.py,
+        # How long the event log of a chat whose last run ended is kept (scripts/_functions.py,
         # log_append): a follower still reading that run has this long to finish.
         self.log_keep_s = log_keep_s
         # On a Cluster the global deadline index lives in another slot than a chat, so

@@ -188,7 +188,7 @@ class UsageKeys:
         digest = hashlib.sha256(principal.encode()).hexdigest()[:32]
         tag = f"pw:{{{kind}:{digest}}}"
         # hash chat id -> the chat's stored bytes as last rolled up, and USAGE_TOTAL ->
-        # their sum (runner/store/scripts.py, USAGE_FUNCTION).
+        # their sum (runner/store/scripts/_functions.py, USAGE_FUNCTION).
         self.bytes = f"{tag}:bytes"
         # sorted set chat id -> when the chat expires (epoch ms) as far as its last roll-up
         # knows: the live chats, and which counts to drop once a chat is gone.

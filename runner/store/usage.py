@@ -1,6 +1,6 @@
 """Quotas: how much one principal may store, counted on the writes that already happen.
 
-What counts (``bytes`` of a chat's meta, runner/store/scripts.py): the history entries,
+What counts (``bytes`` of a chat's meta, runner/store/scripts/): the history entries,
 parked call records and outcomes a chat stores, and its artifacts; each script that
 writes one of them adds its size in the same atomic step, so counting costs no round
 trip. A principal's total is the sum of its live chats' counts, kept in its usage keys

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     lease_s: float = Field(60.0, ge=1, le=3600)
     sweep_interval_s: float = Field(0.25, gt=0, allow_inf_nan=False)
     stream_grace_s: float = Field(300.0, ge=0, le=86400)
-    # how long the event log keeps a run that ended (runner/store/scripts.py, log_append)
+    # how long the event log keeps a run that ended (runner/store/scripts/_functions.py, log_append)
     log_keep_s: int = Field(600, ge=1, le=86400)
     # how long the audit trail keeps an entry (runner/store/audit.py): at least an hour, at
     # most ten years, and no shorter than chat_ttl_s, so a chat never outlives its audit

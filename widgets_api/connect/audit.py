@@ -46,7 +46,7 @@ def audit_args(
     scopes: Sequence[str],
     keep_s: int,
 ) -> list[Any]:
-    """AUDIT_APPEND's ARGV (runner/store/scripts.py): the retention, a random id for the
+    """AUDIT_APPEND's ARGV (runner/store/scripts/_audit.py): the retention, a random id for the
     append (a replayed transaction appends once), then the entry's fields, bounded."""
     fields = {
         "who": principal,
