@@ -162,7 +162,7 @@ class RunLauncher:
         async def work(supervisor: RunSupervisor) -> None:
             # The earlier message's calls finish off-stream (this is a new message), with
             # the template they were made under.
-            earlier = load_template_json(previous) if previous else None
+            earlier = load_template_json(previous, stored=True) if previous else None
             await self.driver.apply_outcomes(supervisor, emit=False, template=earlier)
             if not is_retry(supervisor.state.entries, user_message_id):
                 supervisor.state.unsaved.append(user_entry(text, user_message_id))
@@ -296,7 +296,7 @@ class RunLauncher:
         """The template the resumed run started with; if it no longer loads, the chat is
         handed back untouched (so a fixed deployment can resume it) and the error raised."""
         try:
-            return load_template_json(template_json)
+            return load_template_json(template_json, stored=True)
         except Exception:
             await self.store.commit(
                 state.keys,

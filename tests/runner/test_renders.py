@@ -6,6 +6,7 @@ template's client tool entry is judged by the same rule."""
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -25,7 +26,15 @@ from parkway.runner import (
     TemplateError,
     ToolCall,
 )
-from parkway.runner.agent import RenderMismatch, choice_answer, load_template, render_mismatch
+from parkway.runner.agent import (
+    RenderMismatch,
+    choice_answer,
+    load_template,
+    load_template_json,
+    render_mismatch,
+)
+from parkway.runner.canonical import canonical_json
+from parkway.runner.store import chat_keys
 
 
 class Project(BaseModel):
@@ -265,3 +274,41 @@ async def test_runtime_answer_takes_what_the_page_sends_and_a_model_instance(
             done = await rt.answer(chat, parked.id, answer, resume=True)
             expected = "Apollo" if tool == "choose_project" else {"project": "Apollo"}
             assert done.text == repr(expected), (chat, done.text)
+
+
+# -- what an older Parkway stored still loads ---------------------------------------------
+
+
+def test_a_stored_template_is_read_back_without_the_render_check() -> None:
+    """A template written before the render check (a chat's snapshot, a committed
+    revision) loads as stored; authoring the same template is refused."""
+    document = {"tools": [_entry("choice", int)]}
+    with pytest.raises(TemplateError):
+        load_template(document)
+    assert "pick" in load_template(document, stored=True).tools
+    assert "pick" in load_template_json(canonical_json(document), stored=True).tools
+
+
+@shop.client_tool(render="choice")
+def pick_number(options: list[str]) -> str:
+    raise NotImplementedError
+
+
+async def test_a_run_parked_under_an_older_parkway_resumes_after_the_upgrade(
+    redis: Redis, redis_url: str
+) -> None:
+    """A chat parked with a template an older Parkway accepted (a choice returning an
+    integer, answered by a front end of its own) is resumed: its stored snapshot is not
+    judged again by a check added since. (The call's own record keeps the schema it was
+    parked with; the resume loads the snapshot.)"""
+    async with Runtime(shop, redis_url=redis_url) as rt:
+        parked = (await rt.send("older", "pick_number")).call("pick_number")
+        meta = chat_keys("older").meta
+        snapshot = json.loads(await redis.hget(meta, "template"))
+        (entry,) = [t for t in snapshot["tools"] if t.get("name") == "pick_number"]
+        entry["output_schema"] = {"type": "integer"}  # as an older Parkway let it be
+        with pytest.raises(TemplateError):
+            load_template(snapshot)
+        await redis.hset(meta, "template", canonical_json(snapshot))
+        done = await rt.answer("older", parked.id, "7", resume=True)
+        assert done.text == "'7'"
