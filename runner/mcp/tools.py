@@ -33,17 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from mcp.shared.exceptions import MCPError
-from mcp_types import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
-    URL_ELICITATION_REQUIRED,
-    CallToolResult,
-    InputRequiredResult,
-)
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from parkway.runner.agent import (
     AgentTemplate,
@@ -56,16 +46,6 @@ from parkway.runner.agent import (
     server_of,
 )
 from parkway.runner.errors import McpUnavailableError, ToolError
-from parkway.runner.mcp.connection import McpConnection, McpListing, McpStatus
-from parkway.runner.mcp.input import (
-    McpInputRequest,
-    McpRetry,
-    answer_input_request,
-    link_scope,
-    live_asker,
-    retry_input,
-)
-from parkway.runner.mcp.listing import McpToolset, toolset
 from parkway.runner.mcp.oauth import (
     SIGN_IN_TOOL,
     BearerAuth,
@@ -74,6 +54,16 @@ from parkway.runner.mcp.oauth import (
     connection_answer,
     park_for_connection,
 )
+
+# The ``mcp`` SDK is imported by the modules that talk to servers (connection, listing,
+# input), and it is the largest import of all of Parkway (about 40% of a server's start):
+# this module, which every runner holds, imports them only once a template names an MCP
+# server, so a worker whose agents have none never loads the SDK.
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult
+
+    from parkway.runner.mcp.connection import McpConnection, McpStatus
+    from parkway.runner.mcp.listing import McpToolset
 
 __all__ = ["McpOffer", "McpTools", "tool_output"]
 
@@ -173,6 +163,8 @@ class McpTools:
         if found is not None:
             self._connections.move_to_end(key)
             return found
+        from parkway.runner.mcp.connection import McpConnection  # (the SDK: see the imports)
+
         found = McpConnection(
             server, environ=self.environ, clock=self.clock, retry_s=self.retry_s,
             on_link_done=self._link_done,
@@ -199,6 +191,8 @@ class McpTools:
         """``server``'s tools as its entry offers them (for a server that needs OAuth,
         as listed with ``principal``'s token; without one, its sign-in tool). Raises
         :class:`McpUnavailableError`."""
+        from parkway.runner.mcp.listing import toolset
+
         credential: str | None = None
         if server.auth is not None:
             try:
@@ -252,6 +246,8 @@ class McpTools:
     async def _guarded(connection: McpConnection, work: Any) -> Any:
         """``await work``; a 401 the session got meanwhile raises
         :class:`McpAuthRequired` instead of what it failed with."""
+        from mcp.shared.exceptions import MCPError
+
         try:
             return await work
         except (McpUnavailableError, MCPError):
@@ -261,6 +257,9 @@ class McpTools:
             raise
 
     def _sign_in_toolset(self, server: McpServer) -> McpToolset:
+        from parkway.runner.mcp.connection import McpListing
+        from parkway.runner.mcp.listing import McpToolset
+
         name = exposed_name(server.name, SIGN_IN_TOOL)
         spec = ToolSpec(
             name=name,
@@ -361,6 +360,24 @@ class McpTools:
     ) -> Any:
         """Call ``server``'s tool ``tool`` (offered as ``name``) with ``arguments``; its
         output, or :class:`ToolError` with what the model should read."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import (
+            CONNECTION_CLOSED,
+            REQUEST_TIMEOUT,
+            URL_ELICITATION_REQUIRED,
+            InputRequiredResult,
+        )
+        from pydantic import ValidationError
+
+        from parkway.runner.mcp.input import (
+            McpInputRequest,
+            McpRetry,
+            answer_input_request,
+            link_scope,
+            live_asker,
+            retry_input,
+        )
+
         retry = McpRetry()
         if server.auth is not None:
             connection_id = connection_answer(ctx, server)  # parked on a sign-in: its answer
@@ -453,6 +470,8 @@ class McpTools:
         return [self._status(server) for server in servers]
 
     def _status(self, server: McpServer) -> McpStatus:
+        from parkway.runner.mcp.connection import McpStatus
+
         if server.auth is None:
             return self.connection(server).status(server.name)
         probed = self._probes.get(server.connection_key)
@@ -467,6 +486,8 @@ class McpTools:
         probed = self._probes.get(server.connection_key)
         if probed is not None and self.clock() - probed[0] < _PROBE_S:
             return
+        from parkway.runner.mcp.connection import McpConnection, McpStatus
+
         auth = BearerAuth()
         probe = McpConnection(server, environ=self.environ, clock=self.clock, retry_s=0, auth=auth)
         try:

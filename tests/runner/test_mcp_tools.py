@@ -505,3 +505,45 @@ async def test_a_python_agent_brings_its_stdio_server_to_a_runtime(
         done = await rt.approve("py", gate.id, resume=True)
     assert done.text == "order E-5 cancelled"
     assert calls.read_text() == "cancel_order [('order_id', 'E-5')] mood=calm\n"
+
+
+# The check runs in a fresh interpreter: this one has long imported the SDK.
+_NO_SDK_UNTIL_A_SERVER = r"""
+import asyncio, sys
+
+def sdk_loaded():
+    return sorted(m for m in sys.modules if m.split(".")[0] in ("mcp", "mcp_types"))
+
+import parkway.transport.app
+from parkway.runner import Runtime, parse_agent_file
+from parkway.runner.demo import DEMO_AGENT
+
+async def main(url):
+    async with Runtime(parse_agent_file(DEMO_AGENT), redis_url=url) as rt:
+        await rt.send("lazy-sdk", "hello")
+    assert sdk_loaded() == [], sdk_loaded()
+    from parkway.runner.mcp import McpStatus  # a name whose module needs the SDK
+    assert "mcp" in sdk_loaded(), sdk_loaded()
+
+asyncio.run(main(sys.argv[1]))
+print("ok")
+"""
+
+
+def test_a_worker_whose_agents_name_no_mcp_server_never_loads_the_sdk(
+    redis: Redis, redis_url: str
+) -> None:
+    """The ``mcp`` SDK is the largest import of all (about 40% of a server's start):
+    the app, the runner and a turn on an agent without ``mcps`` run without it, and the
+    MCP face still hands out every name once asked."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_SDK_UNTIL_A_SERVER, redis_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
