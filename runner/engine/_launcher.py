@@ -130,6 +130,7 @@ class RunLauncher:
                 now_ms=self.now_ms(),
                 lease_ms=self._lease_ms,
                 user_message_id=user_message_id or "",
+                user_entry=user_entry(text, user_message_id),
                 supersede_outcome=canonical_json(SUPERSEDED),
                 message_id=message_id,
                 template_digest=template.digest,

@@ -23,7 +23,7 @@ from parkway.runner.store.audit import AUDIT_KEEP_S, SettleAudit, answer_audit
 from parkway.runner.store.client import RedisClient, as_text
 from parkway.runner.store.deadlines import DeadlineIndex
 from parkway.runner.store.histcache import HistoryCache
-from parkway.runner.store.history import dump_entry
+from parkway.runner.store.history import dump_entry, with_turn_message
 from parkway.runner.store.keys import (
     APPROVALS,
     DEADLINES,
@@ -129,6 +129,7 @@ class ChatStore:
         now_ms: int,
         lease_ms: int,
         user_message_id: str,
+        user_entry: Mapping[str, Any] | None = None,
         supersede_outcome: str,
         message_id: str,
         template_digest: str,
@@ -163,7 +164,7 @@ class ChatStore:
                   supersede_outcome, self.ttl_s, message_id, template_digest, template_json,
                   self.audit_keep_s, "1" if answers_first else "",
                   "" if agent_head is None else str(agent_head[1]), *quota_args,
-                  self.artifact_ttl_s],
+                  self.artifact_ttl_s, "" if user_entry is None else dump_entry(user_entry)],
         )  # fmt: skip
         fields = [_s(x) for x in result[:4]]
         if taken is not None and fields[0] != "ok":  # (the claim changed nothing)
@@ -586,4 +587,5 @@ class ChatStore:
             (decode_call(v, outcomes.get(_s(k))) for k, v in calls_raw.items()),
             key=lambda c: c.seq,
         )
-        return ChatRecord(meta=meta, entries=[json.loads(h) for h in history], calls=calls)
+        entries = with_turn_message(meta, [json.loads(h) for h in history])
+        return ChatRecord(meta=meta, entries=entries, calls=calls)

@@ -56,6 +56,7 @@ __all__ = [
     "stored_messages",
     "to_model_messages",
     "user_entry",
+    "with_turn_message",
 ]
 
 UNKNOWN_RESULT = {
@@ -77,6 +78,27 @@ def is_retry(entries: Sequence[Mapping[str, Any]], uid: str | None) -> bool:
         return False
     last = next((e for e in reversed(entries) if e["t"] == "user"), None)
     return last is not None and last.get("uid") == uid
+
+
+def with_turn_message(
+    meta: Mapping[str, Any], entries: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``entries`` as a reader should see them while a turn runs: with the turn's user
+    message, which the run stores with its first commit, taken from where its claim put
+    it (``turn_user``) until then. A page reloaded, or a client following the run, while
+    the model's first step streams would otherwise show the run without the message it
+    answers. Nothing is added once the run stored the message (it is in the entries since
+    the run began, at ``run_hist``) or when the turn retries the history's last message."""
+    raw = meta.get("turn_user")
+    if not raw or meta.get("state") != "running":
+        return entries
+    message = json.loads(raw)
+    began = min(int(meta.get("run_hist") or 0), len(entries))
+    if any(e.get("t") == "user" for e in entries[began:]) or is_retry(
+        entries[:began], message.get("uid")
+    ):
+        return entries
+    return [*entries, message]
 
 
 def assistant_entry(

@@ -15,6 +15,7 @@ from parkway.runner import (
     CallNotFoundError,
     ChatBusyError,
     ChatNotFoundError,
+    FunctionModel,
     IncompatibleStateError,
     InvalidOutcomeError,
     NothingToResumeError,
@@ -652,3 +653,36 @@ async def test_approvals_finished_by_a_new_turn_use_the_template_they_were_made_
     new = make_runner(redis, [[text("x")], [text("{{last_tool_results}}")]], tools=[])
     events = await turn(new, "tpl", "next", uid="u2")
     assert json.loads(said(events)) == [{"tool": "publish", "result": {"published": "old"}}]
+
+
+async def test_the_turns_message_is_read_back_while_its_first_step_streams(
+    redis: Redis,
+) -> None:
+    """The turn's user message is stored with the run's first commit, after the model's
+    first step; a reader in between (a page reloaded, an AG-UI client following the run)
+    still sees it, from the claim, and sees it once after the commit."""
+    reached, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_first_step(messages: Any, info: Any) -> str:
+        reached.set()
+        await release.wait()
+        return "Hello."
+
+    template = parse_agent_file(agent_doc([[text("unused")]])).template
+    runner = Runner(redis, FunctionModel(slow_first_step), template)
+    run = await runner.start_turn("c-window", "alice", "hi there", user_message_id="u1")
+    try:
+        await asyncio.wait_for(reached.wait(), 20)
+        during = await runner.chat("c-window", "alice")
+        assert during.meta["state"] == "running"
+        assert [e for e in during.entries if e["t"] == "user"] == [
+            {"t": "user", "text": "hi there", "uid": "u1"}
+        ]
+    finally:
+        release.set()
+    assert said(await run.collect()) == "Hello."
+    after = await runner.chat("c-window", "alice")
+    assert [e for e in after.entries if e["t"] == "user"] == [
+        {"t": "user", "text": "hi there", "uid": "u1"}
+    ]
+    assert "turn_user" not in after.meta  # kept only while the run runs

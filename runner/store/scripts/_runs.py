@@ -33,7 +33,9 @@ __all__ = ["APPEND", "CLAIM_RESUME", "CLAIM_TURN", "COMMIT", "FAIL", "RELEASE", 
 #       nothing is to be checked; then there is no agent head key), 15 the chat id
 #       when the owner's quotas are checked here ('' otherwise: a Cluster, where the
 #       usage keys are in another slot and runner/store/usage.py checks them first),
-#       16 the owner's stored-bytes quota, 17 its live-chats quota, 18 the artifacts' TTL
+#       16 the owner's stored-bytes quota, 17 its live-chats quota, 18 the artifacts' TTL,
+#       19 the turn's user message as its history entry (JSON), kept in ``turn_user``
+#       until the run ends: readers show it before the run's first commit stores it
 # KEYS[10], KEYS[11] (with ARGV[15]): the owner's usage keys (usage_set)
 # KEYS[12] (KEYS[10] without ARGV[15]) (with ARGV[14], on a single Redis only: another
 # slot): the agent's head hash
@@ -107,7 +109,8 @@ redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'lease', ARGV[3],
            'lease_until', tonumber(ARGV[4]) + tonumber(ARGV[5]), 'message_id', ARGV[9],
            'run', 'turn', 'run_committed', '0', 'run_token', ARGV[3],
-           'run_hist', redis.call('LLEN', KEYS[4]), 'run_commits', '0', 'log_seq', '0')
+           'run_hist', redis.call('LLEN', KEYS[4]), 'run_commits', '0', 'log_seq', '0',
+           'turn_user', ARGV[19])
 local ran = redis.call('HGET', KEYS[1], 'run_start')
 if ran then redis.call('HSET', KEYS[1], 'prev_start', ran) end
 redis.call('HDEL', KEYS[1], 'run_start', 'stop_for', 'claim_prev', 'log_last')
@@ -213,7 +216,7 @@ end
 if ARGV[2] == 'running' then
   redis.call('HSET', KEYS[1], 'lease_until', tonumber(ARGV[5]) + tonumber(ARGV[6]))
 else
-  redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+  redis.call('HDEL', KEYS[1], 'lease', 'lease_until', 'turn_user')
 end
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 local id = ''
@@ -272,7 +275,7 @@ if m[1] ~= ARGV[1] then return '' end
 local state = 'idle'
 if m[2] and m[2] ~= '[]' then state = 'parked' end
 redis.call('HSET', KEYS[1], 'state', state, 'updated_at', ARGV[2])
-redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+redis.call('HDEL', KEYS[1], 'lease', 'lease_until', 'turn_user')
 return state
 """
 
