@@ -207,12 +207,15 @@ def test_an_invalid_agent_file_fails_at_startup_naming_the_entry(tmp_path: Path)
     assert b"tools[0] 'f'" in result.stderr and b"no.such.module" in result.stderr
 
 
-def test_an_external_redis_without_a_secret_key_is_refused_at_startup(tmp_path: Path) -> None:
+def test_an_external_redis_without_a_secret_key_is_refused_at_startup(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
     """Several workers must share one signing key, so it is required with an external
-    Redis; the error says which variable to set."""
+    Redis (one that answers: an unreachable one is reported first); the error says
+    which variable to set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_")}
     result = subprocess.run(
-        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--redis-url", "redis://127.0.0.1:1/0"],
+        [sys.executable, "-m", "parkway.transport.cli", "serve", "--auth", "anonymous", "--redis-url", redis_url],
         cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 2
