@@ -24,7 +24,6 @@ the agent file.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -73,27 +72,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def local_playground(settings: Settings) -> bool:
     """Whether every session may edit the agent: a local playground, which only this
     machine can reach and whose one user is the operator. All of: the embedded Redis,
     bound to a loopback address, no ``public_url`` (which says browsers come from
     elsewhere, e.g. through a proxy), and no editors or editor token named."""
-    return (
-        settings.embedded
-        and _loopback(settings.host)
-        and settings.public_url is None
-        and not settings.editors
-        and settings.editor_token is None
-    )
+    return settings.local and not settings.editors and settings.editor_token is None
 
 
 def separate_approvals(settings: Settings) -> bool:
